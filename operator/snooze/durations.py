@@ -1,0 +1,40 @@
+"""Kubernetes-style duration strings (`90s`, `10m`, `1h30m`) parsed to seconds and printed back."""
+
+from __future__ import annotations
+
+import re
+
+# One or more <number><unit> pairs, as Go's time.ParseDuration reads them (without µs/ns,
+# which no idle timer needs). The same pattern goes into the CRD so that the API server
+# refuses what the operator could not parse.
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class DurationError(ValueError):
+    """A duration string that is not of the form `30s`, `10m`, `2h` or `1h30m`."""
+
+
+def parse_duration(text: str) -> float:
+    """Return the number of seconds that `text` (such as `1h30m`) stands for."""
+    if not re.fullmatch(DURATION_PATTERN, text):
+        raise DurationError(
+            f"{text!r} is not a duration: write a number and a unit (ms, s, m, h), "
+            "such as '30s', '10m', '2h' or '1h30m'"
+        )
+    return sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _PART.findall(text))
+
+
+def format_duration(seconds: float) -> str:
+    """Return a short human form of `seconds`: `850ms`, `42s`, `12m5s`, `3h2m`."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    if seconds < 60:
+        return f"{seconds:.3g}s" if seconds < 10 else f"{round(seconds)}s"
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    return f"{minutes}m{secs}s" if secs else f"{minutes}m"

@@ -1,0 +1,348 @@
+"""The InferenceModel resource as pydantic models: the single source of the CRD and of validation."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from snooze.durations import DURATION_PATTERN, parse_duration
+
+GROUP = "snooze.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "InferenceModel"
+PLURAL = "inferencemodels"
+SINGULAR = "inferencemodel"
+SHORT_NAMES = ["im"]
+
+# Label and annotation keys shared by the operator, the gateway and users.
+STATE_LABEL = f"{GROUP}/state"
+WAKE_REQUESTED_ANNOTATION = f"{GROUP}/wake-requested-at"
+
+
+def _positive_duration(text: str) -> str:
+    if parse_duration(text) <= 0:
+        raise ValueError(f"{text!r} must be longer than zero, such as '30s' or '10m'")
+    return text
+
+
+Duration = Annotated[
+    str,
+    Field(
+        pattern=DURATION_PATTERN,
+        json_schema_extra={"example": "10m"},
+    ),
+    AfterValidator(_positive_duration),
+]
+
+
+class _Wire(BaseModel):
+    """camelCase on the wire, unknown fields refused, so that a typo is an error and not a no-op."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class SelectorOperator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class LabelSelectorRequirement(_Wire):
+    """One requirement of a label selector, as in Kubernetes' own LabelSelector."""
+
+    key: str = Field(min_length=1)
+    """The label key that the requirement applies to."""
+    operator: SelectorOperator
+    """How the key relates to the values: In, NotIn, Exists or DoesNotExist."""
+    values: list[str] = Field(default_factory=list)
+    """The values for In and NotIn (at least one); empty for Exists and DoesNotExist."""
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> LabelSelectorRequirement:
+        needs_values = self.operator in (SelectorOperator.IN, SelectorOperator.NOT_IN)
+        if needs_values and not self.values:
+            raise ValueError(f"operator {self.operator.value} needs at least one value")
+        if not needs_values and self.values:
+            raise ValueError(f"operator {self.operator.value} takes no values")
+        return self
+
+
+class LabelSelector(_Wire):
+    """Which pods serve the model: at least one of matchLabels or matchExpressions."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    """Labels that a pod must carry, each with this exact value."""
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+    """Further requirements on a pod's labels; all must hold."""
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> LabelSelector:
+        # An empty selector would match every pod in the namespace: never what is meant.
+        if not self.match_labels and not self.match_expressions:
+            raise ValueError(
+                "an empty selector would match every pod in the namespace: "
+                "give matchLabels or matchExpressions"
+            )
+        return self
+
+    def to_label_selector(self) -> str:
+        """The selector as the API's `labelSelector` query string."""
+        parts = [f"{key}={value}" for key, value in sorted(self.match_labels.items())]
+        for req in self.match_expressions:
+            if req.operator is SelectorOperator.IN:
+                parts.append(f"{req.key} in ({','.join(req.values)})")
+            elif req.operator is SelectorOperator.NOT_IN:
+                parts.append(f"{req.key} notin ({','.join(req.values)})")
+            elif req.operator is SelectorOperator.EXISTS:
+                parts.append(req.key)
+            else:
+                parts.append(f"!{req.key}")
+        return ",".join(parts)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        """Whether a pod with `labels` is selected."""
+        if any(labels.get(key) != value for key, value in self.match_labels.items()):
+            return False
+        for req in self.match_expressions:
+            present = req.key in labels
+            if req.operator is SelectorOperator.IN and labels.get(req.key) not in req.values:
+                return False
+            if req.operator is SelectorOperator.NOT_IN and present and labels[req.key] in req.values:
+                return False
+            if req.operator is SelectorOperator.EXISTS and not present:
+                return False
+            if req.operator is SelectorOperator.DOES_NOT_EXIST and present:
+                return False
+        return True
+
+
+class ScaleTargetRef(_Wire):
+    """The workload that owns the model's pods, scaled through its scale subresource."""
+
+    api_version: str = "apps/v1"
+    """API version of the workload."""
+    kind: Literal["Deployment", "StatefulSet"]
+    """Kind of the workload: Deployment or StatefulSet."""
+    name: str = Field(min_length=1)
+    """Name of the workload, in the InferenceModel's namespace."""
+
+
+class EngineSpec(_Wire):
+    """How to reach each pod's vLLM engine."""
+
+    port: int = Field(default=8000, ge=1, le=65535)
+    """The engine's HTTP port on the pod (vLLM serves on 8000 by default)."""
+    scheme: Literal["http", "https"] = "http"
+    """http or https."""
+
+
+class IdleSpec(_Wire):
+    """When an engine counts as idle."""
+
+    after: Duration = "10m"
+    """How long an engine must see no request before it is put to sleep, such as 30s, 10m, 2h."""
+
+
+class SleepSpec(_Wire):
+    """How deeply an idle engine sleeps."""
+
+    level: Literal[1, 2] = 1
+    """1: weights move to host RAM, fast wake. 2: weights are discarded and reloaded on wake."""
+
+
+class WakeSpec(_Wire):
+    """How a sleeping engine is woken, and what happens when waking fails."""
+
+    on_request: bool = True
+    """Wake the model when a request for it arrives (through the gateway's wake annotation)."""
+    timeout: Duration = "2m"
+    """How long one wake may take before it counts as failed; the gateway holds requests that long."""
+    on_failure: Literal["Restart", "Report"] = "Report"
+    """Restart: delete the pod after failureThreshold failed wakes so its controller recreates
+    it. Report: only report the failure on status, in Events and metrics."""
+    failure_threshold: int = Field(default=2, ge=1, le=100)
+    """Failed wakes in a row before onFailure applies. A wake that hit the hybrid KV-cache
+    crash is never retried: only a restart recovers the engine."""
+
+
+class DesiredState(StrEnum):
+    AUTO = "Auto"
+    AWAKE = "Awake"
+    ASLEEP = "Asleep"
+
+
+class InferenceModelSpec(_Wire):
+    """Which pods serve a model, when they sleep and how they wake."""
+
+    model_name: str | None = Field(default=None, min_length=1, max_length=253)
+    """The name clients send in a request's `model` field; defaults to metadata.name."""
+    selector: LabelSelector
+    """Selects the pods that serve this model, in the InferenceModel's namespace."""
+    scale_target_ref: ScaleTargetRef | None = None
+    """Optional: the Deployment or StatefulSet that owns the pods."""
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    """How to reach the engines."""
+    idle: IdleSpec = Field(default_factory=IdleSpec)
+    """When an engine counts as idle."""
+    sleep: SleepSpec = Field(default_factory=SleepSpec)
+    """How deeply idle engines sleep."""
+    wake: WakeSpec = Field(default_factory=WakeSpec)
+    """How engines are woken."""
+    min_awake: int = Field(default=0, ge=0, le=10000)
+    """Engines kept awake whatever the traffic."""
+    desired_state: DesiredState = DesiredState.AUTO
+    """Auto: sleep when idle, wake on request. Awake or Asleep: a manual override."""
+
+    @property
+    def idle_after_seconds(self) -> float:
+        return parse_duration(self.idle.after)
+
+    @property
+    def wake_timeout_seconds(self) -> float:
+        return parse_duration(self.wake.timeout)
+
+
+class SpecError(ValueError):
+    """A spec the operator cannot act on; the message names each field and says what to fix."""
+
+
+def parse_spec(raw: dict[str, Any]) -> InferenceModelSpec:
+    """Validate a spec from the API; raise SpecError naming each bad field."""
+    try:
+        return InferenceModelSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(describe_validation_error(exc, prefix="spec")) from None
+
+
+def describe_validation_error(exc: ValidationError, *, prefix: str) -> str:
+    """One line per problem, each starting with the field's dotted path on the wire."""
+    lines = []
+    for error in exc.errors():
+        path = ".".join([prefix, *(str(part) for part in error["loc"])])
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field: remove it or check its spelling"
+        lines.append(f"{path}: {message}")
+    return "; ".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Status: written by the operator only. Lenient on read (extra ignored) so that an operator
+# of a newer release never chokes on what an older one wrote, and the other way round.
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    AWAKE = "Awake"
+    ASLEEP = "Asleep"
+    WAKING = "Waking"
+    DRAINING = "Draining"
+    DEGRADED = "Degraded"
+    INVALID = "Invalid"
+
+
+class EngineState(StrEnum):
+    """The values of the `snooze.dev/state` pod label: the published routing view."""
+
+    AWAKE = "awake"
+    DRAINING = "draining"
+    ASLEEP = "asleep"
+    WAKING = "waking"
+    FAILED = "failed"
+
+
+class _Status(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        use_attribute_docstrings=True,
+    )
+
+
+class Condition(_Status):
+    """A Kubernetes-style condition."""
+
+    type: str
+    """Ready, Asleep, WakeFailed or SpecValid."""
+    status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
+    reason: str = ""
+    """A CamelCase word for programs."""
+    message: str = ""
+    """What happened and what to do, for people."""
+    last_transition_time: datetime | None = None
+    """When status last changed."""
+    observed_generation: int | None = None
+    """The spec generation this condition was computed from."""
+
+
+class PodStatus(_Status):
+    """One engine, as the operator last saw it."""
+
+    name: str
+    """The pod's name."""
+    state: str
+    """awake, draining, asleep, waking, failed, or unready."""
+    since: datetime | None = None
+    """When the pod entered this state."""
+    last_activity_time: datetime | None = None
+    """When the engine last had a request running or waiting, or finished one."""
+    wake_failures: int = 0
+    """Failed wakes in a row."""
+    message: str = ""
+    """Why the pod is in this state, when that is worth saying."""
+
+
+class InferenceModelStatus(_Status):
+    """What the operator last saw and did; the summary for people and dashboards."""
+
+    phase: Phase = Phase.PENDING
+    """Pending, Awake, Asleep, Waking, Draining, Degraded or Invalid."""
+    model_name: str = ""
+    """The model name that the gateway routes by."""
+    engines: int = 0
+    """Pods selected."""
+    awake: int = 0
+    """Engines awake and serving."""
+    asleep: int = 0
+    """Engines asleep."""
+    waking: int = 0
+    """Engines being woken."""
+    draining: int = 0
+    """Engines draining before sleep."""
+    pods: list[PodStatus] = Field(default_factory=list)
+    """Per-pod state."""
+    last_activity_time: datetime | None = None
+    """The latest activity seen on any engine."""
+    last_sleep_time: datetime | None = None
+    """When an engine last went to sleep."""
+    last_wake_time: datetime | None = None
+    """When an engine last finished waking."""
+    last_wake_seconds: float | None = None
+    """How long the last wake took, in seconds."""
+    handled_wake_request: str = ""
+    """The last wake-requested-at annotation value the operator acted on."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Ready, Asleep, WakeFailed and SpecValid."""
+    observed_generation: int | None = None
+    """The metadata.generation the operator last acted on."""
