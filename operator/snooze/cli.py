@@ -16,6 +16,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "crd": ("snooze.crd", "print the InferenceModel CustomResourceDefinition as YAML"),
     "sim": ("snooze.sim.cli", "serve simulated vLLM engines that speak vLLM's sleep-mode contract"),
     "sandbox": ("snooze.sandbox.cli", "serve a Kubernetes API emulator and write a kubeconfig"),
+    "operator": (
+        "snooze.operator_cli",
+        "run the operator: sleep idle engines, wake them on request",
+    ),
 }
 
 

@@ -1,7 +1,8 @@
-"""The InferenceModel resource as pydantic models: the single source of the CRD and of validation."""
+"""The InferenceModel resource as pydantic models: the one source of the CRD and of validation."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -118,7 +119,7 @@ class LabelSelector(_Wire):
                 parts.append(f"!{req.key}")
         return ",".join(parts)
 
-    def matches(self, labels: dict[str, str]) -> bool:
+    def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether a pod with `labels` is selected."""
         if any(labels.get(key) != value for key, value in self.match_labels.items()):
             return False
@@ -126,7 +127,11 @@ class LabelSelector(_Wire):
             present = req.key in labels
             if req.operator is SelectorOperator.IN and labels.get(req.key) not in req.values:
                 return False
-            if req.operator is SelectorOperator.NOT_IN and present and labels[req.key] in req.values:
+            if (
+                req.operator is SelectorOperator.NOT_IN
+                and present
+                and labels[req.key] in req.values
+            ):
                 return False
             if req.operator is SelectorOperator.EXISTS and not present:
                 return False
@@ -175,7 +180,7 @@ class WakeSpec(_Wire):
     on_request: bool = True
     """Wake the model when a request for it arrives (through the gateway's wake annotation)."""
     timeout: Duration = "2m"
-    """How long one wake may take before it counts as failed; the gateway holds requests that long."""
+    """How long one wake may take before it counts as failed; the gateway holds requests as long."""
     on_failure: Literal["Restart", "Report"] = "Report"
     """Restart: delete the pod after failureThreshold failed wakes so its controller recreates
     it. Report: only report the failure on status, in Events and metrics."""
@@ -309,6 +314,10 @@ class PodStatus(_Status):
     """When the engine last had a request running or waiting, or finished one."""
     wake_failures: int = 0
     """Failed wakes in a row."""
+    failure_reason: str = ""
+    """Why the last wake failed: HybridKVCacheReinit, Timeout, Unreachable or EngineError."""
+    last_failure_time: datetime | None = None
+    """When the last wake failed."""
     message: str = ""
     """Why the pod is in this state, when that is worth saying."""
 

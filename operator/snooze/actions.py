@@ -1,0 +1,255 @@
+"""Carry out the policy's actions on one model's engines: drain and sleep, wake, restart, label.
+
+Each action runs as its own task so that a long drain or wake never stalls the probes of
+the other engines; the memory records the one task per engine, so no engine ever has two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from snooze import kube
+from snooze.engine import EngineClient
+from snooze.engine_errors import EngineError
+from snooze.memory import EngineMemory, ModelMemory
+from snooze.models import STATE_LABEL, EngineState, InferenceModelSpec
+from snooze.pods import SLEEP_STARTED_ANNOTATION, PodInfo, format_time
+from snooze.policy import Action, ActionKind
+
+log = logging.getLogger(__name__)
+
+# (event type, reason, message) -> posted as a Kubernetes Event on the InferenceModel.
+Emit = Callable[[str, str, str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Operator-wide knobs, from the command line."""
+
+    probe_interval: float = 10.0
+    drain_timeout: float = 60.0
+    """Longest wait for in-flight requests before a sleep is sent anyway (mode=wait then
+    lets vLLM finish them itself)."""
+    drain_poll: float = 0.25
+    probe_timeout: float = 5.0
+
+
+def engine_url(spec: InferenceModelSpec, pod: PodInfo) -> str:
+    return f"{spec.engine.scheme}://{pod.ip}:{spec.engine.port}"
+
+
+class Executor:
+    """Starts actions for one model and records their outcome in its memory."""
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        api: kube.KubeApi,
+        http: httpx.AsyncClient,
+        memory: ModelMemory,
+        settings: Settings,
+        emit: Emit,
+    ) -> None:
+        self.namespace = namespace
+        self.api = api
+        self.http = http
+        self.memory = memory
+        self.settings = settings
+        self.emit = emit
+
+    def start(self, action: Action, pod: PodInfo, spec: InferenceModelSpec) -> None:
+        engine = self.memory.engine(pod.name, now=time.time())
+        if action.kind is ActionKind.CANCEL_SLEEP:
+            engine.cancel.set()
+            return
+        if engine.acting:
+            return  # the policy never asks this; a guard costs nothing
+        step = {
+            ActionKind.SLEEP: self._sleep,
+            ActionKind.WAKE: self._wake,
+            ActionKind.RESTART: self._restart,
+            ActionKind.LABEL: self._label_action,
+            ActionKind.MARK_FAILED: self._mark_failed,
+        }[action.kind]
+        engine.cancel.clear()
+        engine.task = asyncio.create_task(
+            self._guarded(step, action, pod, spec, engine), name=f"{action.kind}:{pod.name}"
+        )
+
+    async def _guarded(
+        self,
+        step: Callable[[Action, PodInfo, InferenceModelSpec, EngineMemory], object],
+        action: Action,
+        pod: PodInfo,
+        spec: InferenceModelSpec,
+        engine: EngineMemory,
+    ) -> None:
+        try:
+            result = step(action, pod, spec, engine)
+            if asyncio.iscoroutine(result):
+                await result
+        except asyncio.CancelledError:
+            raise
+        except kube.KubeError as exc:
+            log.warning("%s on %s/%s: API error: %s", action.kind, self.namespace, pod.name, exc)
+        except Exception:
+            log.exception("%s on %s/%s failed", action.kind, self.namespace, pod.name)
+        finally:
+            self.memory.poke.set()  # let the loop publish the outcome now
+
+    async def label(
+        self, pod: PodInfo, state: EngineState, engine: EngineMemory, **notes: str
+    ) -> None:
+        annotations = {SLEEP_STARTED_ANNOTATION: notes["sleep_started"]} if notes else None
+        metadata: dict[str, object] = {"labels": {STATE_LABEL: state.value}}
+        if annotations:
+            metadata["annotations"] = annotations
+        await self.api.patch(kube.pods(self.namespace), pod.name, {"metadata": metadata})
+        if state.value not in engine.state_since:
+            engine.state_since = {state.value: time.time()}
+
+    async def _label_action(
+        self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
+    ) -> None:
+        if action.label is not None:
+            await self.label(pod, action.label, engine)
+
+    async def _mark_failed(
+        self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
+    ) -> None:
+        await self.label(pod, EngineState.FAILED, engine)
+        self.emit(
+            "Warning",
+            "WakeGaveUp",
+            f"{pod.name}: gave up waking after {engine.wake_failures} failures "
+            f"({engine.last_failure_reason}); wake.onFailure is Report. "
+            f"{engine.last_failure_message}",
+        )
+
+    async def _restart(
+        self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
+    ) -> None:
+        await self.api.delete(kube.pods(self.namespace), pod.name)
+        self.emit(
+            "Warning",
+            "PodRestarted",
+            f"deleted {pod.name} so that its controller recreates it: its engine failed to "
+            f"wake {engine.wake_failures} time(s) ({engine.last_failure_reason})",
+        )
+
+    async def _sleep(
+        self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
+    ) -> None:
+        client = EngineClient(
+            engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
+        )
+        started = time.time()
+        # Label first, so that the gateway stops routing here before the drain begins.
+        await self.label(pod, EngineState.DRAINING, engine, sleep_started=format_time(started))
+        self.emit("Normal", "Draining", f"{pod.name}: {_why(action)}; draining before sleep")
+        deadline = started + self.settings.drain_timeout
+        while time.time() < deadline and not engine.cancel.is_set():
+            try:
+                if (await client.activity()).in_flight == 0:
+                    break
+            except EngineError:
+                break  # the sleep call below says what is wrong
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(engine.cancel.wait(), self.settings.drain_poll)
+        if engine.cancel.is_set():
+            await self.label(pod, EngineState.AWAKE, engine)
+            self.emit("Normal", "SleepCancelled", f"{pod.name}: a wake request cancelled the sleep")
+            return
+        level = spec.sleep.level
+        try:
+            await client.sleep(level, "wait", timeout=max(spec.wake_timeout_seconds, 60.0))
+            if not await client.is_sleeping():
+                raise EngineError(
+                    "the engine answered /sleep but still says it is awake", url=client.base_url
+                )
+        except EngineError as exc:
+            engine.busy = False
+            sleeping = await _sleeping_or_none(client)
+            await self.label(pod, EngineState.ASLEEP if sleeping else EngineState.AWAKE, engine)
+            self.emit("Warning", "SleepFailed", f"{pod.name}: sleep failed ({exc.reason}): {exc}")
+            return
+        finished = time.time()
+        engine.sleeping = True
+        await self.label(pod, EngineState.ASLEEP, engine)
+        self.memory.last_sleep_time = finished
+        self.emit(
+            "Normal",
+            "Slept",
+            f"{pod.name}: asleep at level {level} after {finished - started:.2f}s ({_why(action)})",
+        )
+
+    async def _wake(
+        self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
+    ) -> None:
+        client = EngineClient(
+            engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
+        )
+        await self.label(pod, EngineState.WAKING, engine)
+        self.emit(
+            "Normal", "Waking", f"{pod.name}: waking from level {spec.sleep.level} ({_why(action)})"
+        )
+        started = time.monotonic()
+        try:
+            await client.wake(spec.sleep.level, timeout=spec.wake_timeout_seconds)
+            if await client.is_sleeping():
+                raise EngineError(
+                    "the engine answered /wake_up but still says it sleeps", url=client.base_url
+                )
+        except EngineError as exc:
+            engine.wake_failures += 1
+            engine.last_failure = time.time()
+            engine.last_failure_reason = exc.reason
+            engine.last_failure_message = str(exc)
+            sleeping = await _sleeping_or_none(client)
+            await self.label(
+                pod, EngineState.AWAKE if sleeping is False else EngineState.ASLEEP, engine
+            )
+            self.emit(
+                "Warning",
+                "WakeFailed",
+                f"{pod.name}: wake failed ({exc.reason}, failure {engine.wake_failures} of "
+                f"{spec.wake.failure_threshold}): {exc}",
+            )
+            return
+        seconds = time.monotonic() - started
+        now = time.time()
+        engine.sleeping = False
+        engine.wake_failures = 0
+        engine.last_failure = None
+        engine.last_failure_reason = engine.last_failure_message = ""
+        # A woken engine starts a fresh idle period: it was woken because it is wanted.
+        engine.last_activity = now
+        await self.label(pod, EngineState.AWAKE, engine)
+        self.memory.last_wake_time = now
+        self.memory.last_wake_seconds = seconds
+        self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({_why(action)})")
+
+
+async def _sleeping_or_none(client: EngineClient) -> bool | None:
+    try:
+        return await client.is_sleeping()
+    except EngineError:
+        return None
+
+
+def _why(action: Action) -> str:
+    return {
+        "Idle": "idle for longer than idle.after",
+        "DesiredAsleep": "desiredState is Asleep",
+        "DesiredAwake": "desiredState is Awake",
+        "WakeRequested": "a wake was requested",
+        "MinAwake": "minAwake engines must stay awake",
+    }.get(action.reason, action.reason)

@@ -1,0 +1,216 @@
+"""Render the InferenceModel CRD from the pydantic models as a structural schema."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from snooze import models
+
+JSON = dict[str, Any]
+
+# Keys of pydantic's JSON Schema that a structural schema does not take, or that only help
+# pydantic's own documents.
+_DROP_KEYS = {"title", "$defs", "examples", "example"}
+
+
+def _inline(schema: Any, defs: JSON) -> Any:
+    """Replace every `$ref` by the definition it names: structural schemas allow no refs."""
+    if isinstance(schema, list):
+        return [_inline(item, defs) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        merged = {**_inline(defs[name], defs), **{k: v for k, v in schema.items() if k != "$ref"}}
+        return _inline(merged, defs)
+    return {key: _inline(value, defs) for key, value in schema.items() if key not in _DROP_KEYS}
+
+
+def _structural(schema: Any) -> Any:
+    """Turn pydantic's JSON Schema into the OpenAPI v3 subset that Kubernetes calls structural."""
+    if isinstance(schema, list):
+        return [_structural(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    schema = dict(schema)
+    # `X | None` comes out as anyOf [X, null]: optional already means "may be absent".
+    options = schema.get("anyOf")
+    if options is not None:
+        kept = [option for option in options if option.get("type") != "null"]
+        if len(kept) == 1:
+            del schema["anyOf"]
+            schema = {**kept[0], **schema}
+    # A date-time is a string with a format in OpenAPI.
+    if schema.get("format") == "date-time":
+        schema["type"] = "string"
+    # Literal[1, 2] gives `enum` with a `type` only when pydantic can infer it.
+    if "enum" in schema and "type" not in schema:
+        values = schema["enum"]
+        schema["type"] = "integer" if all(isinstance(v, int) for v in values) else "string"
+    if "const" in schema:
+        schema["enum"] = [schema.pop("const")]
+    if schema.get("type") == "object" and schema.get("additionalProperties") is False:
+        # Properties and additionalProperties are mutually exclusive in a structural schema;
+        # the API server prunes unknown fields instead (and refuses them under kubectl's
+        # default strict field validation).
+        del schema["additionalProperties"]
+    if schema.get("default") is None and "default" in schema:
+        del schema["default"]
+    return {key: _structural(value) for key, value in schema.items()}
+
+
+def _object_schema(model: type[BaseModel]) -> JSON:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    return dict(_structural(_inline(raw, raw.get("$defs", {}))))
+
+
+def _selector_constraints(spec: JSON) -> None:
+    """Say in the schema what the pydantic validator says: a selector may not be empty."""
+    selector = spec["properties"]["selector"]
+    selector["anyOf"] = [{"required": ["matchLabels"]}, {"required": ["matchExpressions"]}]
+    selector["properties"]["matchLabels"]["minProperties"] = 1
+    selector["properties"]["matchExpressions"]["minItems"] = 1
+    for name in ("matchLabels", "matchExpressions"):
+        selector["properties"][name].pop("default", None)
+    requirement = selector["properties"]["matchExpressions"]["items"]
+    requirement["properties"]["values"].pop("default", None)
+
+
+def _object_defaults(spec: JSON) -> None:
+    """Default nested objects to `{}`, so that the API server fills in their fields' defaults."""
+    for name, prop in spec["properties"].items():
+        if prop.get("type") == "object" and name not in ("selector", "scaleTargetRef"):
+            prop["default"] = {}
+
+
+def _ordered(schema: Any) -> Any:
+    """type and description first: that is how a person reads a schema."""
+    if isinstance(schema, list):
+        return [_ordered(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    first = [key for key in ("type", "description") if key in schema]
+    rest = [key for key in schema if key not in first]
+    return {key: _ordered(schema[key]) for key in first + rest}
+
+
+def spec_schema() -> JSON:
+    spec = _object_schema(models.InferenceModelSpec)
+    _selector_constraints(spec)
+    _object_defaults(spec)
+    return dict(_ordered(spec))
+
+
+def status_schema() -> JSON:
+    status = _object_schema(models.InferenceModelStatus)
+    # Status is written by the operator alone; defaults would only hide what it has not said.
+    _strip_defaults(status)
+    return dict(_ordered(status))
+
+
+def _strip_defaults(schema: Any) -> None:
+    if isinstance(schema, dict):
+        schema.pop("default", None)
+        for value in schema.values():
+            _strip_defaults(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            _strip_defaults(item)
+
+
+def openapi_schema() -> JSON:
+    """The `openAPIV3Schema` of the InferenceModel CRD."""
+    return {
+        "type": "object",
+        "description": "An InferenceModel tells Snooze which pods serve a vLLM model, when "
+        "their engines sleep and how they wake.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "snooze.dev/v1alpha1"},
+            "kind": {"type": "string", "description": "InferenceModel"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema(),
+            "status": status_schema(),
+        },
+    }
+
+
+def printer_columns() -> list[JSON]:
+    return [
+        {"name": "Model", "type": "string", "jsonPath": ".status.modelName"},
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Awake", "type": "integer", "jsonPath": ".status.awake"},
+        {"name": "Asleep", "type": "integer", "jsonPath": ".status.asleep"},
+        {"name": "Last Wake", "type": "date", "jsonPath": ".status.lastWakeTime"},
+        {
+            "name": "Wake Seconds",
+            "type": "number",
+            "jsonPath": ".status.lastWakeSeconds",
+            "priority": 1,
+        },
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+
+
+def crd() -> JSON:
+    """The whole CustomResourceDefinition."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{models.PLURAL}.{models.GROUP}"},
+        "spec": {
+            "group": models.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": models.KIND,
+                "listKind": f"{models.KIND}List",
+                "plural": models.PLURAL,
+                "singular": models.SINGULAR,
+                "shortNames": models.SHORT_NAMES,
+                "categories": ["snooze"],
+            },
+            "versions": [
+                {
+                    "name": models.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": printer_columns(),
+                }
+            ],
+        },
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block-style YAML with long descriptions kept readable."""
+
+
+def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str_presenter)
+
+
+def render() -> str:
+    """The CRD as the YAML checked in at crds/inferencemodels.snooze.dev.yaml."""
+    header = "# Generated by `snooze crd` from operator/snooze/models.py: do not edit by hand.\n"
+    body = yaml.dump(crd(), Dumper=_Dumper, sort_keys=False, width=100)
+    return header + body
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "Apply it with: snooze crd | kubectl apply -f -"
+
+
+def run(args: argparse.Namespace) -> int:
+    sys.stdout.write(render())
+    return 0

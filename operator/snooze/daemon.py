@@ -1,0 +1,209 @@
+"""One model's loop: find its pods, probe their engines, ask the policy, act, report status."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from snooze import kube, policy, status
+from snooze.actions import Emit, Executor, Settings, engine_url
+from snooze.engine import EngineClient
+from snooze.engine_errors import EngineError
+from snooze.memory import ModelMemory, rebuild
+from snooze.models import WAKE_REQUESTED_ANNOTATION, InferenceModelSpec, SpecError, parse_spec
+from snooze.pods import PodInfo, parse_time
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probe:
+    pod: str
+    sleeping: bool | None
+    in_flight: int = 0
+    success_total: float | None = None
+
+
+async def probe(client: EngineClient, pod: str) -> Probe:
+    """`/is_sleeping` and a filtered `/metrics` scrape, side by side."""
+    try:
+        sleeping, activity = await asyncio.gather(client.is_sleeping(), client.activity())
+    except EngineError as exc:
+        log.debug("probe of %s failed: %s", pod, exc)
+        return Probe(pod=pod, sleeping=None)
+    return Probe(
+        pod=pod,
+        sleeping=sleeping,
+        in_flight=activity.in_flight,
+        success_total=activity.success_total,
+    )
+
+
+class ModelLoop:
+    """Everything the operator does for one InferenceModel."""
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        pods: Callable[[], Iterable[PodInfo]],
+        api: kube.KubeApi,
+        http: httpx.AsyncClient,
+        settings: Settings,
+        emit: Emit,
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.body = body  # kopf's live view: it follows the resource as it changes
+        self.pods = pods
+        self.api = api
+        self.http = http
+        self.settings = settings
+        self.emit = emit
+        self.memory: ModelMemory = rebuild(dict(body.get("status") or {}))
+        self.executor = Executor(
+            namespace=namespace,
+            api=api,
+            http=http,
+            memory=self.memory,
+            settings=settings,
+            emit=emit,
+        )
+        self.written: JSON = dict(body.get("status") or {})
+        self._reported_error: str | None = None
+
+    async def run(self, stopped: Callable[[], bool]) -> None:
+        while not stopped():
+            try:
+                await self.cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # One bad cycle must not end the model's loop; the next one starts afresh.
+                log.exception("cycle of %s/%s failed", self.namespace, self.name)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.memory.poke.wait(), self.settings.probe_interval)
+            self.memory.poke.clear()
+
+    def stop(self) -> None:
+        for engine in self.memory.engines.values():
+            if engine.task is not None and not engine.task.done():
+                engine.task.cancel()
+
+    async def cycle(self) -> None:
+        now = time.time()
+        meta = self.body.get("metadata", {})
+        generation = meta.get("generation")
+        try:
+            spec = parse_spec(dict(self.body.get("spec") or {}))
+        except SpecError as exc:
+            await self._report_invalid(str(exc), generation, now)
+            return
+        if self._reported_error is not None:
+            self.emit("Normal", "SpecValid", "the spec is valid again; resuming")
+            self._reported_error = None
+
+        pods = [p for p in self.pods() if spec.selector.matches(p.labels)]
+        self.memory.forget_missing({p.name for p in pods})
+        views = await self._observe(spec, pods, now)
+        wake_requested = parse_time((meta.get("annotations") or {}).get(WAKE_REQUESTED_ANNOTATION))
+        model = policy.ModelView(spec=spec, wake_requested=wake_requested, now=now)
+        by_name = {p.name: p for p in pods}
+        for action in policy.decide(views, model):
+            self.executor.start(action, by_name[action.pod], spec)
+        await self._write_status(spec, pods, generation, now)
+
+    async def _observe(
+        self, spec: InferenceModelSpec, pods: list[PodInfo], now: float
+    ) -> list[policy.EngineView]:
+        targets = [p for p in pods if p.ready and not self.memory.engine(p.name, now=now).acting]
+        probes = await asyncio.gather(
+            *(
+                probe(
+                    EngineClient(
+                        engine_url(spec, p), client=self.http, timeout=self.settings.probe_timeout
+                    ),
+                    p.name,
+                )
+                for p in targets
+            )
+        )
+        results = {p.pod: p for p in probes}
+        views = []
+        for pod in pods:
+            engine = self.memory.engine(pod.name, now=now)
+            result = results.get(pod.name)
+            if result is not None and result.sleeping is not None:
+                moved = (
+                    engine.success_total is not None
+                    and result.success_total is not None
+                    and result.success_total != engine.success_total
+                )
+                engine.busy = result.in_flight > 0
+                if engine.busy or moved:
+                    engine.last_activity = now
+                engine.success_total = result.success_total
+                engine.sleeping = result.sleeping
+            views.append(
+                policy.EngineView(
+                    pod=pod.name,
+                    ready=pod.ready,
+                    label=pod.state,
+                    sleeping=None if result is None else result.sleeping,
+                    busy=engine.busy,
+                    last_activity=engine.last_activity,
+                    action_running=engine.acting,
+                    sleep_started=pod.sleep_started,
+                    wake_failures=engine.wake_failures,
+                    last_failure=engine.last_failure,
+                    last_failure_reason=engine.last_failure_reason,
+                )
+            )
+        return views
+
+    async def _report_invalid(self, message: str, generation: int | None, now: float) -> None:
+        if message != self._reported_error:
+            self.emit("Warning", "InvalidSpec", message)
+            self._reported_error = message
+        spec_name = self.body.get("metadata", {}).get("name", self.name)
+        new = status.build(
+            model_name=str((self.body.get("spec") or {}).get("modelName") or spec_name),
+            pods=[],
+            memory=self.memory,
+            previous=self.written,
+            generation=generation,
+            now=now,
+            spec_error=message,
+        )
+        await self._patch_status(new)
+
+    async def _write_status(
+        self, spec: InferenceModelSpec, pods: list[PodInfo], generation: int | None, now: float
+    ) -> None:
+        new = status.build(
+            model_name=spec.model_name or self.name,
+            pods=pods,
+            memory=self.memory,
+            previous=self.written,
+            generation=generation,
+            now=now,
+        )
+        await self._patch_status(new)
+
+    async def _patch_status(self, new: JSON) -> None:
+        if new == {k: self.written.get(k) for k in new}:
+            return  # nothing changed: no API write
+        await self.api.patch(
+            kube.inference_models(self.namespace), self.name, {"status": new}, sub="status"
+        )
+        self.written = new

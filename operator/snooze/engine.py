@@ -1,0 +1,348 @@
+"""An async HTTP client for one vLLM engine's sleep, wake, health and activity endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from snooze.engine_errors import (
+    EngineError,
+    EngineHTTPError,
+    EngineTimeoutError,
+    EngineUnreachableError,
+    classify_answer,
+)
+
+__all__ = [
+    "ACTIVITY_METRICS",
+    "ActivitySnapshot",
+    "EngineClient",
+    "SleepState",
+    "new_http_client",
+    "parse_activity",
+]
+
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+# prometheus_client's `name[]` filter matches sample names, not family names: a counter is
+# found by `vllm:request_success_total`, while `vllm:request_success` returns nothing.
+SUCCESS = "vllm:request_success_total"
+SLEEP_STATE = "vllm:engine_sleep_state"
+ACTIVITY_METRICS = (RUNNING, WAITING, SUCCESS, SLEEP_STATE)
+
+SLEEP_MODES = ("abort", "wait", "keep")
+
+
+class SleepState(enum.StrEnum):
+    """The values of the `sleep_state` label of `vllm:engine_sleep_state` (vLLM 0.11.1+)."""
+
+    AWAKE = "awake"
+    WEIGHTS_OFFLOADED = "weights_offloaded"  # level 1
+    DISCARD_ALL = "discard_all"  # level 2
+
+
+_DEPTH = {SleepState.AWAKE: 0, SleepState.WEIGHTS_OFFLOADED: 1, SleepState.DISCARD_ALL: 2}
+
+
+@dataclass(frozen=True)
+class ActivitySnapshot:
+    """What one scrape of an engine's `/metrics` says about its work."""
+
+    running: int
+    """Requests being processed (`vllm:num_requests_running`, summed over engines)."""
+    waiting: int
+    """Requests queued (`vllm:num_requests_waiting`, summed over engines)."""
+    success_total: float
+    """Requests finished so far, every `finished_reason` summed; idle while it stays put."""
+    sleep_state: SleepState | None
+    """The engine's sleep state, or None when the engine does not publish it (before 0.11.1)."""
+
+    @property
+    def in_flight(self) -> int:
+        """Requests the engine holds now: running plus waiting."""
+        return self.running + self.waiting
+
+
+def parse_activity(text: str) -> ActivitySnapshot | None:
+    """Return the activity in a Prometheus text payload, or None if it has no request gauges.
+
+    Pure. Samples are summed over label sets because a data-parallel engine publishes one per
+    `engine` label. When those disagree on the sleep state, the deepest one wins: an engine
+    that is partly asleep cannot serve.
+    """
+    running = waiting = 0.0
+    success = 0.0
+    seen_gauge = False
+    state: SleepState | None = None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == RUNNING:
+                running += sample.value
+                seen_gauge = True
+            elif sample.name == WAITING:
+                waiting += sample.value
+                seen_gauge = True
+            elif sample.name == SUCCESS:
+                success += sample.value
+            elif sample.name == SLEEP_STATE and sample.value == 1:
+                try:
+                    candidate = SleepState(sample.labels.get("sleep_state", ""))
+                except ValueError:
+                    continue  # a state a later vLLM may add; ignore rather than fail the probe
+                if state is None or _DEPTH[candidate] > _DEPTH[state]:
+                    state = candidate
+    if not seen_gauge:
+        return None
+    return ActivitySnapshot(
+        running=round(running), waiting=round(waiting), success_total=success, sleep_state=state
+    )
+
+
+def new_http_client(
+    *, transport: httpx.AsyncBaseTransport | None = None, max_connections: int = 256
+) -> httpx.AsyncClient:
+    """Return an `httpx.AsyncClient` meant to be shared by every `EngineClient` of a process.
+
+    One pool for thousands of engines: `max_connections` bounds the sockets the operator opens
+    at once (idle ones to other engines are closed to make room). Idle connections expire
+    after 4 s because vLLM's uvicorn closes them after 5 s: reusing one it is closing would
+    fail the request with a spurious "Unreachable".
+    """
+    limits = httpx.Limits(
+        max_connections=max_connections,
+        max_keepalive_connections=max_connections,
+        keepalive_expiry=4.0,
+    )
+    return httpx.AsyncClient(transport=transport, limits=limits, trust_env=False)
+
+
+class EngineClient:
+    """Talks to one vLLM engine; every method raises only `EngineError` subclasses.
+
+    Pass `client` (from `new_http_client`) to share one connection pool among many engines;
+    then `aclose` leaves it open. Without it the engine client owns a private pool, built on
+    `transport` if given (tests inject `httpx.MockTransport` there). `timeout` bounds quick
+    calls (health, probes, metrics); `sleep` and `wake` take their own, longer, timeout.
+    The client does not retry: the caller owns backoff and knows whether a retry is safe.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        if client is not None and transport is not None:
+            raise ValueError("pass either a shared client or a transport, not both")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._owns_client = client is None
+        self._client = client if client is not None else new_http_client(transport=transport)
+        # Set to False once an engine ignores `name[]` (vLLM with several API servers uses
+        # prometheus_client's multiprocess collector, which the filter cannot find).
+        self._metrics_filter_works = True
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool if this client owns it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def health(self) -> bool:
+        """Return whether the engine is alive: False when it answers 5xx (dead engine core).
+
+        An asleep engine, and one whose wake failed, still answers 200: health alone does not
+        say an engine can serve.
+        """
+        response = await self._request("GET", "/health", ok_statuses=range(500, 600))
+        return response.is_success
+
+    async def is_sleeping(self) -> bool:
+        """Return whether the engine sleeps (any level, or only partly woken)."""
+        data = self._json(await self._request("GET", "/is_sleeping"), "/is_sleeping")
+        value = data.get("is_sleeping")
+        if not isinstance(value, bool):
+            raise self._unreadable("/is_sleeping", 'expected {"is_sleeping": true|false}')
+        return value
+
+    # A `timeout` argument, not the caller's asyncio.timeout: it also sets httpx's own socket
+    # timeouts, and a wake's budget spans several requests.
+    async def sleep(self, level: int, mode: str = "wait", *, timeout: float = 120.0) -> None:  # noqa: ASYNC109
+        """Put the engine to sleep at `level` (0 pause, 1 offload weights, 2 discard all).
+
+        `mode` says what happens to requests in flight: `wait` for them (the default here,
+        unlike vLLM's `abort`), `abort` them, or `keep` them paused (0.17+; earlier releases
+        ignore `mode`, so drain first). An engine that already sleeps ignores this: wake it
+        before changing level.
+        """
+        if level not in (0, 1, 2):
+            raise ValueError(f"sleep level must be 0, 1 or 2, not {level!r}")
+        if mode not in SLEEP_MODES:
+            raise ValueError(f"sleep mode must be one of {', '.join(SLEEP_MODES)}, not {mode!r}")
+        await self._request("POST", "/sleep", params={"level": level, "mode": mode}, budget=timeout)
+
+    async def wake(self, level: int, *, timeout: float = 300.0, staged: bool = False) -> None:  # noqa: ASYNC109
+        """Wake an engine put to sleep at `level`, within `timeout` seconds for the whole sequence.
+
+        Level 2 discarded the weights, so it wakes the weights, reloads them
+        (`collective_rpc reload_weights`) and then wakes the KV cache: a plain wake would serve
+        garbage. Levels 0 and 1 wake in one call, or weights then KV cache when `staged`
+        (lower peak GPU memory). Raises unless the engine ends up awake.
+        """
+        if level not in (0, 1, 2):
+            raise ValueError(f"sleep level must be 0, 1 or 2, not {level!r}")
+        deadline = time.monotonic() + timeout
+        steps: list[tuple[str, dict[str, Any]]]
+        if level == 2:
+            steps = [
+                ("/wake_up", {"params": {"tags": "weights"}}),
+                ("/collective_rpc", {"json": {"method": "reload_weights"}}),
+                ("/wake_up", {"params": {"tags": "kv_cache"}}),
+            ]
+        elif staged:
+            steps = [
+                ("/wake_up", {"params": {"tags": "weights"}}),
+                ("/wake_up", {"params": {"tags": "kv_cache"}}),
+            ]
+        else:
+            steps = [("/wake_up", {})]
+        response: httpx.Response | None = None
+        for path, kwargs in steps:
+            during = f"waking up from level {level} (at {path})"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._timed_out(path, timeout, during=during)
+            try:
+                response = await self._request("POST", path, budget=remaining, **kwargs)
+            except EngineTimeoutError as error:
+                # Report the caller's budget for the whole sequence, not this step's remainder.
+                raise self._timed_out(path, timeout, during=during) from error
+        assert response is not None
+        # 0.32+ says where the wake left the engine; earlier releases answer an empty body.
+        status = (
+            self._json(response, "/wake_up").get("status") if response.content.strip() else None
+        )
+        still_sleeping = status == "sleeping" if status is not None else await self.is_sleeping()
+        if still_sleeping:
+            raise EngineHTTPError(
+                f"{self.base_url} still sleeps after a level-{level} wake-up answered "
+                f"{response.status_code}. Read the engine's log; restart the pod if it persists.",
+                url=self.base_url + "/wake_up",
+                status=response.status_code,
+                message="still sleeping after wake-up",
+            )
+
+    async def activity(self) -> ActivitySnapshot:
+        """Return the engine's request gauges, success counter and sleep state in one scrape.
+
+        One small filtered scrape per probe, so that thousands of engines stay cheap to watch.
+        """
+        if self._metrics_filter_works:
+            snapshot = await self._scrape({"name[]": list(ACTIVITY_METRICS)})
+            if snapshot is not None:
+                return snapshot
+        snapshot = await self._scrape(None)
+        if snapshot is None:
+            raise self._unreadable("/metrics", f"no {RUNNING} or {WAITING} in the payload")
+        # Only a payload that has the gauges unfiltered proves the filter is what lost them.
+        self._metrics_filter_works = False
+        return snapshot
+
+    async def _scrape(self, params: dict[str, list[str]] | None) -> ActivitySnapshot | None:
+        response = await self._request("GET", "/metrics", params=params)
+        try:
+            return parse_activity(response.text)
+        except ValueError as error:
+            raise self._unreadable("/metrics", f"not Prometheus text ({error})") from error
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        budget: float | None = None,
+        ok_statuses: range | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """Send one request with a total deadline and turn every failure into an EngineError."""
+        total = self.timeout if budget is None else budget
+        url = self.base_url + path
+        # Connecting is quick or hopeless, even during a minutes-long wake.
+        limits = httpx.Timeout(total, connect=min(total, self.timeout))
+        try:
+            async with asyncio.timeout(total):
+                response = await self._client.request(method, url, timeout=limits, **kwargs)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as error:
+            raise EngineUnreachableError(
+                f"cannot connect to {url}: {_describe(error)}. The pod may be "
+                "starting, gone or dead; check that it runs and that the operator may reach "
+                "its port (NetworkPolicy).",
+                url=url,
+            ) from error
+        except (TimeoutError, httpx.TimeoutException) as error:
+            raise self._timed_out(path, total) from error
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
+            raise EngineUnreachableError(
+                f"the connection to {url} broke before a whole answer: "
+                f"{_describe(error)}. The engine may have crashed or restarted; "
+                "check the pod.",
+                url=url,
+            ) from error
+        except httpx.HTTPError as error:
+            raise EngineUnreachableError(
+                f"cannot talk to {url}: {_describe(error)}.", url=url
+            ) from error
+        if response.is_success or (ok_statuses is not None and response.status_code in ok_statuses):
+            return response
+        raise classify_answer(response.status_code, response.text, url=url, path=path)
+
+    def _json(self, response: httpx.Response, path: str) -> dict[str, Any]:
+        try:
+            data = json.loads(response.content)
+        except ValueError as error:
+            raise self._unreadable(path, "not JSON", status=response.status_code) from error
+        if not isinstance(data, dict):
+            raise self._unreadable(path, "not a JSON object", status=response.status_code)
+        return data
+
+    def _unreadable(self, path: str, what: str, *, status: int = 200) -> EngineError:
+        return EngineHTTPError(
+            f"{self.base_url}{path} answered something the client cannot read ({what}). Is this "
+            "port a vLLM engine?",
+            url=self.base_url + path,
+            status=status,
+            message=what,
+        )
+
+    def _timed_out(self, path: str, timeout: float, *, during: str = "") -> EngineError:
+        doing = during or f"answering {path}"
+        return EngineTimeoutError(
+            f"{self.base_url} took longer than {timeout:g}s {doing}. It may still be working: "
+            "ask /is_sleeping before retrying, and raise the timeout if the model is large.",
+            url=self.base_url + path,
+        )
+
+
+def _describe(error: Exception) -> str:
+    # Some httpx errors carry an empty message; the class name still says what happened.
+    return str(error) or type(error).__name__

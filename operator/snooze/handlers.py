@@ -1,0 +1,141 @@
+"""The kopf handlers: watch models and pods, and hand each model to a loop of its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import kopf
+
+from snooze import kube, models
+from snooze.actions import Settings
+from snooze.daemon import ModelLoop
+from snooze.engine import new_http_client
+from snooze.pods import PodInfo, pod_info
+
+PREFIX = models.GROUP
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Runtime:
+    """What every handler shares, kept in kopf's memo."""
+
+    settings: Settings
+    api: kube.KubeApi | None = None
+    http: Any = None
+    loops: dict[tuple[str, str], ModelLoop] = dataclasses.field(default_factory=dict)
+    routing: dict[tuple[str, str], tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """kopf's own marks go under snooze.dev, not kopf.zalando.org."""
+    settings.persistence.finalizer = f"{PREFIX}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=PREFIX, key="last-handled-configuration"
+    )
+    settings.posting.reporting_component = "snooze-operator"
+    settings.posting.event_name_prefix = "snooze-"
+    # Only the resources below are watched; no need to list CRDs (and no RBAC for it).
+    settings.scanning.disabled = True
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.error_backoffs = (0.2, 0.5, 1, 2, 5, 10)
+
+
+def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
+    """All handlers, in a registry of their own (so tests can run several operators)."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        # kopf and Snooze's own client use the same credentials, found the same way.
+        return kube.login()
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure(settings)
+        runtime.api = kube.KubeApi.from_environment()
+        runtime.http = new_http_client()
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        if runtime.api is not None:
+            await runtime.api.aclose()
+        if runtime.http is not None:
+            await runtime.http.aclose()
+
+    @kopf.index("pods", id="pods_by_namespace", registry=registry)
+    def pods_by_namespace(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, PodInfo]:
+        return {namespace or "": pod_info(body)}
+
+    @kopf.on.event("pods", id="pod_changed", registry=registry)
+    def pod_changed(body: kopf.Body, event: kopf.RawEvent, namespace: str | None, **_: Any) -> None:
+        # Poke the models that select this pod when what matters for routing changed (not
+        # for the operator's own label patches, which would only echo).
+        info = pod_info(body)
+        key = (namespace or "", info.name)
+        fingerprint = (info.ready, info.ip, info.uid, event.get("type") == "DELETED")
+        if runtime.routing.get(key) == fingerprint:
+            return
+        runtime.routing[key] = fingerprint
+        if event.get("type") == "DELETED":
+            runtime.routing.pop(key, None)
+        for (loop_namespace, _name), loop in runtime.loops.items():
+            if loop_namespace == namespace:
+                loop.memory.poke.set()
+
+    @kopf.on.event(models.GROUP, models.VERSION, models.PLURAL, id="model_changed", registry=registry)
+    def model_changed(namespace: str | None, name: str, **_: Any) -> None:
+        # The daemon's body is live; a poke makes it act on a spec change or a wake request
+        # within one watch event rather than at the next probe.
+        loop = runtime.loops.get((namespace or "", name))
+        if loop is not None:
+            loop.memory.poke.set()
+
+    @kopf.daemon(
+        models.GROUP,
+        models.VERSION,
+        models.PLURAL,
+        id="model",
+        registry=registry,
+        cancellation_timeout=5.0,
+    )
+    async def model_daemon(
+        stopped: kopf.DaemonStopped,
+        body: kopf.Body,
+        namespace: str | None,
+        name: str,
+        **kwargs: Any,
+    ) -> None:
+        pods_by_namespace: kopf.Index[str, PodInfo] = kwargs["pods_by_namespace"]
+        assert runtime.api is not None
+        namespace = namespace or ""
+
+        def pods() -> Iterable[PodInfo]:
+            return list(pods_by_namespace.get(namespace, []))
+
+        def emit(kind: str, reason: str, message: str) -> None:
+            kopf.event(body, type=kind, reason=reason, message=message)
+
+        loop = ModelLoop(
+            namespace=namespace,
+            name=name,
+            body=body,
+            pods=pods,
+            api=runtime.api,
+            http=runtime.http,
+            settings=runtime.settings,
+            emit=emit,
+        )
+        runtime.loops[(namespace, name)] = loop
+        try:
+            await loop.run(lambda: bool(stopped))
+        finally:
+            loop.stop()
+            runtime.loops.pop((namespace, name), None)
+
+    return registry

@@ -1,0 +1,89 @@
+"""What the operator remembers of each engine between probes, and how a restart rebuilds it.
+
+Everything here can be lost: it is rebuilt from the model's status (activity, failures, the
+last wake) and from the engines and pod labels themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from snooze.models import EngineState
+from snooze.pods import parse_time
+
+
+@dataclass(kw_only=True)
+class EngineMemory:
+    """One engine (pod) as the operator has followed it."""
+
+    last_activity: float
+    success_total: float | None = None
+    """The success counter at the last probe: a change means requests finished."""
+    sleeping: bool | None = None
+    busy: bool = False
+    task: asyncio.Task[None] | None = None
+    """The action in flight on this engine, if any: never more than one."""
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set to stop a drain before its sleep is sent."""
+    wake_failures: int = 0
+    last_failure: float | None = None
+    last_failure_reason: str = ""
+    last_failure_message: str = ""
+    state_since: dict[str, float] = field(default_factory=dict)
+    """When the pod entered its current published state, keyed by that state."""
+
+    @property
+    def acting(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+
+@dataclass(kw_only=True)
+class ModelMemory:
+    """A model's engines and the model-level facts that outlive one probe."""
+
+    engines: dict[str, EngineMemory] = field(default_factory=dict)
+    last_sleep_time: float | None = None
+    last_wake_time: float | None = None
+    last_wake_seconds: float | None = None
+    poke: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set to run the next cycle now rather than at the next probe interval."""
+
+    def engine(self, pod: str, *, now: float) -> EngineMemory:
+        if pod not in self.engines:
+            # A new engine's idle clock starts when the operator first sees it.
+            self.engines[pod] = EngineMemory(last_activity=now)
+        return self.engines[pod]
+
+    def forget_missing(self, pods: set[str]) -> None:
+        for name in set(self.engines) - pods:
+            memory = self.engines.pop(name)
+            if memory.acting and memory.task is not None:
+                memory.task.cancel()
+
+
+def rebuild(status: dict[str, Any] | None) -> ModelMemory:
+    """Memory as the last status recorded it: what an operator restarted mid-way starts from."""
+    memory = ModelMemory()
+    if not status:
+        return memory
+    memory.last_sleep_time = parse_time(status.get("lastSleepTime"))
+    memory.last_wake_time = parse_time(status.get("lastWakeTime"))
+    seconds = status.get("lastWakeSeconds")
+    memory.last_wake_seconds = float(seconds) if isinstance(seconds, int | float) else None
+    for pod in status.get("pods") or []:
+        name = pod.get("name")
+        activity = parse_time(pod.get("lastActivityTime"))
+        if not name or activity is None:
+            continue
+        engine = EngineMemory(last_activity=activity)
+        engine.wake_failures = int(pod.get("wakeFailures") or 0)
+        engine.last_failure_reason = str(pod.get("failureReason") or "")
+        engine.last_failure = parse_time(pod.get("lastFailureTime"))
+        since = parse_time(pod.get("since"))
+        state = pod.get("state")
+        if since is not None and state in {s.value for s in EngineState}:
+            engine.state_since[state] = since
+        memory.engines[name] = engine
+    return memory

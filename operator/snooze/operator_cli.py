@@ -1,0 +1,67 @@
+"""`snooze operator`: run the operator against the current kubeconfig or in-cluster config."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch only this namespace (repeatable); default: all namespaces",
+    )
+    parser.add_argument(
+        "--probe-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how often each engine is probed (default: 10)",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="longest wait for in-flight requests before sleeping (default: 60)",
+    )
+    parser.add_argument(
+        "--liveness-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve kopf's liveness probe at http://0.0.0.0:PORT/healthz",
+    )
+    parser.add_argument("--verbose", action="store_true", help="log at debug level")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import kopf
+
+    from snooze.actions import Settings
+    from snooze.handlers import Runtime, build_registry
+
+    if args.probe_interval <= 0:
+        raise SystemExit("snooze operator: --probe-interval must be greater than zero")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    settings = Settings(probe_interval=args.probe_interval, drain_timeout=args.drain_timeout)
+    runtime = Runtime(settings=settings)
+    liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
+    asyncio.run(
+        kopf.operator(
+            registry=build_registry(runtime),
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            standalone=True,
+            liveness_endpoint=liveness,
+        )
+    )
+    return 0

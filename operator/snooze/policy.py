@@ -1,0 +1,260 @@
+"""The sleep and wake decisions: pure functions of frozen observations, a spec and a clock.
+
+Nothing here does I/O or imports kopf, kubernetes, httpx or aiohttp (a test enforces it), so
+every decision the operator takes can be driven and checked by table tests and properties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from snooze.models import DesiredState, EngineState, InferenceModelSpec, Phase
+
+# Wake retries back off exponentially from this, up to the cap; failureThreshold bounds them.
+RETRY_BASE_SECONDS = 1.0
+RETRY_CAP_SECONDS = 60.0
+HYBRID_CRASH_REASON = "HybridKVCacheReinit"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineView:
+    """What the operator knows of one pod's engine at one instant."""
+
+    pod: str
+    ready: bool
+    """The pod is Ready (its engine has loaded and answers) and not being deleted."""
+    label: EngineState | None
+    """The pod's `snooze.dev/state` label, the published routing view."""
+    sleeping: bool | None
+    """The engine's own answer to /is_sleeping; None when the probe failed."""
+    busy: bool
+    """Requests are running or waiting on the engine now."""
+    last_activity: float
+    """When the engine last had work (seconds since the epoch)."""
+    action_running: bool = False
+    """An action (drain, sleep, wake) is in flight on this engine."""
+    sleep_started: float | None = None
+    """When its last sleep began (the drain), from the pod's annotation."""
+    wake_failures: int = 0
+    """Failed wakes in a row."""
+    last_failure: float | None = None
+    """When the last wake failed."""
+    last_failure_reason: str = ""
+
+
+class ActionKind(StrEnum):
+    SLEEP = "Sleep"
+    """Label draining, wait for in-flight requests, sleep, label asleep."""
+    WAKE = "Wake"
+    """Label waking, run the level-aware wake, confirm, label awake."""
+    CANCEL_SLEEP = "CancelSleep"
+    """Tell the drain in progress on this engine to stop: a request wants the model awake.
+    The only action given for an engine whose action is running, since it acts on that one."""
+    RESTART = "Restart"
+    """Delete the pod so its controller recreates it (wake.onFailure: Restart)."""
+    LABEL = "Label"
+    """Publish what the engine already is (after a restart of the operator, or a new pod)."""
+    MARK_FAILED = "MarkFailed"
+    """Give up on waking it (wake.onFailure: Report); a newer wake request tries again."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Action:
+    kind: ActionKind
+    pod: str
+    reason: str
+    label: EngineState | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelView:
+    """The model-level facts the decision needs besides its engines."""
+
+    spec: InferenceModelSpec
+    wake_requested: float | None
+    """The time in the `snooze.dev/wake-requested-at` annotation."""
+    now: float
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds to wait before the next wake attempt after `failures` failed ones."""
+    if failures <= 0:
+        return 0.0
+    return float(min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** (failures - 1)))
+
+
+def wants_wake(engine: EngineView, model: ModelView) -> bool:
+    """A wake request arrived after this engine began to sleep (or we cannot tell when that was)."""
+    if not model.spec.wake.on_request or model.wake_requested is None:
+        return False
+    return engine.sleep_started is None or model.wake_requested > engine.sleep_started
+
+
+def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
+    """The actions to take now: at most one per engine, none on an engine already acting."""
+    spec = model.spec
+    actions: list[Action] = []
+    candidates = [e for e in engines if e.ready and not e.action_running and e.sleeping is not None]
+
+    # 1. Publish the truth: a label that disagrees with the engine and has no action behind it
+    #    is a leftover (operator restarted mid-step, or a new pod with no label yet).
+    settled: list[EngineView] = []
+    for engine in candidates:
+        label = _settled_label(engine)
+        if label is not None:
+            actions.append(
+                Action(kind=ActionKind.LABEL, pod=engine.pod, reason="Observed", label=label)
+            )
+        settled.append(_with_label(engine, label) if label is not None else engine)
+
+    awake = [e for e in settled if e.label is EngineState.AWAKE]
+    # A drain is the one action that another may interrupt: the running drain is told to stop.
+    draining = [e for e in engines if e.action_running and e.label is EngineState.DRAINING]
+    asleep = [e for e in settled if e.label in (EngineState.ASLEEP, EngineState.FAILED)]
+    in_flight_awake = sum(
+        1
+        for e in engines
+        if e.action_running and e.label in (EngineState.WAKING, EngineState.AWAKE)
+    )
+    decided = {a.pod for a in actions if a.kind is not ActionKind.LABEL}
+
+    def act(kind: ActionKind, engine: EngineView, reason: str) -> None:
+        actions.append(Action(kind=kind, pod=engine.pod, reason=reason))
+        decided.add(engine.pod)
+
+    # 2. Wake what must be awake.
+    desired = spec.desired_state
+    for engine in draining:
+        if desired is not DesiredState.ASLEEP and (
+            desired is DesiredState.AWAKE or wants_wake(engine, model)
+        ):
+            act(ActionKind.CANCEL_SLEEP, engine, "WakeRequested")
+    for engine in asleep:
+        reason = _wake_reason(engine, model)
+        if reason is None:
+            continue
+        gate = _failure_gate(engine, model)
+        if gate is not None:
+            if gate is not ActionKind.WAKE:
+                act(gate, engine, engine.last_failure_reason or "WakeFailed")
+            continue
+        act(ActionKind.WAKE, engine, reason)
+    woken = sum(1 for a in actions if a.kind in (ActionKind.WAKE, ActionKind.CANCEL_SLEEP))
+    if desired is DesiredState.AUTO:
+        missing = spec.min_awake - (len(awake) + in_flight_awake + woken)
+        for engine in sorted(asleep, key=lambda e: e.wake_failures):
+            if missing <= 0:
+                break
+            if engine.pod in decided or _failure_gate(engine, model) is not None:
+                continue
+            act(ActionKind.WAKE, engine, "MinAwake")
+            missing -= 1
+
+    # 3. Sleep what may sleep: never a busy engine in Auto, never below minAwake.
+    if desired is DesiredState.ASLEEP:
+        for engine in awake:
+            act(ActionKind.SLEEP, engine, "DesiredAsleep")
+    elif desired is DesiredState.AUTO:
+        idle_after = spec.idle_after_seconds
+        if model.wake_requested is not None and model.now - model.wake_requested < idle_after:
+            # A wake was asked for within the idle period: the model is wanted, whatever an
+            # engine's own counters say yet.
+            return actions
+        idle = [e for e in awake if not e.busy and model.now - e.last_activity >= idle_after]
+        # Longest idle first, so that the engines kept for minAwake are the most recently used.
+        idle.sort(key=lambda e: e.last_activity)
+        may_sleep = len(awake) - max(spec.min_awake - in_flight_awake, 0)
+        for engine in idle[: max(may_sleep, 0)]:
+            act(ActionKind.SLEEP, engine, "Idle")
+    return actions
+
+
+def _wake_reason(engine: EngineView, model: ModelView) -> str | None:
+    desired = model.spec.desired_state
+    if desired is DesiredState.ASLEEP:
+        return None
+    if desired is DesiredState.AWAKE:
+        return "DesiredAwake"
+    if wants_wake(engine, model):
+        return "WakeRequested"
+    return None
+
+
+def _failure_gate(engine: EngineView, model: ModelView) -> ActionKind | None:
+    """None when a wake may go ahead; WAKE when it must wait (backoff); else the remedy."""
+    if engine.wake_failures == 0:
+        return None
+    wake = model.spec.wake
+    hybrid = engine.last_failure_reason == HYBRID_CRASH_REASON
+    # The hybrid KV-cache crash leaves the engine unable to wake until it restarts: retrying
+    # it only holds requests longer.
+    if hybrid or engine.wake_failures >= wake.failure_threshold:
+        if wake.on_failure == "Restart":
+            return ActionKind.RESTART
+        if engine.label is EngineState.FAILED:
+            # Reported already: only a wake request newer than the failure tries again.
+            retry = (
+                model.wake_requested is not None
+                and engine.last_failure is not None
+                and model.wake_requested > engine.last_failure
+                and not hybrid
+            )
+            return None if retry else ActionKind.WAKE
+        return ActionKind.MARK_FAILED
+    if engine.last_failure is not None and (
+        model.now - engine.last_failure < retry_delay(engine.wake_failures)
+    ):
+        return ActionKind.WAKE
+    return None
+
+
+def _settled_label(engine: EngineView) -> EngineState | None:
+    """The label to publish when the current one is stale; None when it stands.
+
+    With no action in flight, `waking` and `draining` are leftovers of an interrupted step
+    (the operator restarted): the engine's own answer says where it really is. A cut-off wake
+    leaves it asleep, and the wake request that started it is still newer than its sleep, so
+    it is woken again; a cut-off drain leaves it awake, and the idle rule decides anew.
+    """
+    if engine.sleeping:
+        keep = (EngineState.ASLEEP, EngineState.FAILED)
+        return None if engine.label in keep else EngineState.ASLEEP
+    return None if engine.label is EngineState.AWAKE else EngineState.AWAKE
+
+
+def _with_label(engine: EngineView, label: EngineState) -> EngineView:
+    return EngineView(
+        pod=engine.pod,
+        ready=engine.ready,
+        label=label,
+        sleeping=engine.sleeping,
+        busy=engine.busy,
+        last_activity=engine.last_activity,
+        action_running=engine.action_running,
+        sleep_started=engine.sleep_started,
+        wake_failures=engine.wake_failures,
+        last_failure=engine.last_failure,
+        last_failure_reason=engine.last_failure_reason,
+    )
+
+
+def phase(labels: Sequence[EngineState | None], *, ready: int, spec_valid: bool) -> Phase:
+    """The model's phase from its engines' published states."""
+    if not spec_valid:
+        return Phase.INVALID
+    if ready == 0 or not labels:
+        return Phase.PENDING
+    count = {state: sum(1 for label in labels if label is state) for state in EngineState}
+    if count[EngineState.FAILED]:
+        return Phase.DEGRADED
+    if count[EngineState.WAKING]:
+        return Phase.WAKING
+    if count[EngineState.AWAKE]:
+        return Phase.AWAKE
+    if count[EngineState.DRAINING]:
+        return Phase.DRAINING
+    if count[EngineState.ASLEEP]:
+        return Phase.ASLEEP
+    return Phase.PENDING

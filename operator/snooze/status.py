@@ -1,0 +1,171 @@
+"""Build an InferenceModel's status from what the operator saw: pure, so it is tested as data."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from snooze.memory import ModelMemory
+from snooze.models import EngineState, Phase
+from snooze.pods import PodInfo, format_time
+from snooze.policy import phase
+
+JSON = dict[str, Any]
+
+# A busy engine's activity time moves at every probe; writing each move would make the
+# operator's API writes grow with traffic. Status records it at this granularity, which
+# bounds what a restarted operator can misjudge (it may sleep an engine this much early).
+ACTIVITY_GRANULARITY_SECONDS = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConditionValue:
+    type: str
+    status: bool
+    reason: str
+    message: str
+
+
+def _time(seconds: float | None) -> str | None:
+    return None if seconds is None else format_time(seconds)
+
+
+def _coarse(seconds: float) -> float:
+    return seconds - seconds % ACTIVITY_GRANULARITY_SECONDS
+
+
+def conditions(
+    previous: Sequence[JSON],
+    values: Sequence[ConditionValue],
+    *,
+    now: float,
+    generation: int | None,
+) -> list[JSON]:
+    """Conditions with lastTransitionTime kept while a condition's status stays the same."""
+    before = {c.get("type"): c for c in previous}
+    out = []
+    for value in values:
+        status = "True" if value.status else "False"
+        old = before.get(value.type, {})
+        since = old.get("lastTransitionTime") if old.get("status") == status else None
+        out.append(
+            {
+                "type": value.type,
+                "status": status,
+                "reason": value.reason,
+                "message": value.message,
+                "lastTransitionTime": since or format_time(now),
+                "observedGeneration": generation,
+            }
+        )
+    return out
+
+
+def pod_state(pod: PodInfo) -> str:
+    if not pod.ready:
+        return "unready"
+    state = pod.state
+    return state.value if state is not None else "unknown"
+
+
+def build(
+    *,
+    model_name: str,
+    pods: Sequence[PodInfo],
+    memory: ModelMemory,
+    previous: JSON,
+    generation: int | None,
+    now: float,
+    spec_error: str | None = None,
+) -> JSON:
+    """The whole status to write."""
+    ready = [p for p in pods if p.ready]
+    labels = [p.state for p in ready]
+    count = {state: sum(1 for label in labels if label is state) for state in EngineState}
+    model_phase = phase(labels, ready=len(ready), spec_valid=spec_error is None)
+
+    pod_entries = []
+    latest_activity: float | None = None
+    failing: list[tuple[str, str, str]] = []
+    for pod in sorted(pods, key=lambda p: p.name):
+        engine = memory.engines.get(pod.name)
+        state = pod_state(pod)
+        entry: JSON = {"name": pod.name, "state": state}
+        if engine is not None:
+            since = engine.state_since.get(state)
+            entry["since"] = _time(since)
+            entry["lastActivityTime"] = format_time(_coarse(engine.last_activity))
+            entry["wakeFailures"] = engine.wake_failures
+            if engine.wake_failures:
+                entry["failureReason"] = engine.last_failure_reason
+                entry["lastFailureTime"] = _time(engine.last_failure)
+                entry["message"] = engine.last_failure_message
+                failing.append((pod.name, engine.last_failure_reason, engine.last_failure_message))
+            if latest_activity is None or engine.last_activity > latest_activity:
+                latest_activity = engine.last_activity
+        pod_entries.append({k: v for k, v in entry.items() if v is not None})
+
+    awake, asleep = count[EngineState.AWAKE], count[EngineState.ASLEEP]
+    values = [
+        ConditionValue(
+            type="SpecValid",
+            status=spec_error is None,
+            reason="Valid" if spec_error is None else "InvalidSpec",
+            message=""
+            if spec_error is None
+            else f"{spec_error}. Fix the spec: nothing is slept or woken until then.",
+        ),
+        ConditionValue(
+            type="Ready",
+            status=awake > 0,
+            reason="EnginesAwake" if awake else ("NoEngines" if not ready else "NoEngineAwake"),
+            message=f"{awake} of {len(ready)} ready engines awake",
+        ),
+        ConditionValue(
+            type="Asleep",
+            status=bool(ready) and asleep == len(ready),
+            reason="AllAsleep" if ready and asleep == len(ready) else "NotAllAsleep",
+            message=f"{asleep} of {len(ready)} ready engines asleep",
+        ),
+        _wake_failed(failing),
+    ]
+    return {
+        "phase": model_phase.value,
+        "modelName": model_name,
+        "engines": len(pods),
+        "awake": awake,
+        "asleep": asleep + count[EngineState.FAILED],
+        "waking": count[EngineState.WAKING],
+        "draining": count[EngineState.DRAINING],
+        "pods": pod_entries,
+        "lastActivityTime": _time(None if latest_activity is None else _coarse(latest_activity)),
+        "lastSleepTime": _time(memory.last_sleep_time),
+        "lastWakeTime": _time(memory.last_wake_time),
+        "lastWakeSeconds": (
+            None if memory.last_wake_seconds is None else round(memory.last_wake_seconds, 3)
+        ),
+        "conditions": conditions(
+            previous.get("conditions") or [], values, now=now, generation=generation
+        ),
+        "observedGeneration": generation,
+    }
+
+
+def _wake_failed(failing: Sequence[tuple[str, str, str]]) -> ConditionValue:
+    if not failing:
+        return ConditionValue(
+            type="WakeFailed", status=False, reason="NoFailures", message="no failed wake"
+        )
+    pod, reason, message = failing[0]
+    more = f" (and {len(failing) - 1} more pods)" if len(failing) > 1 else ""
+    return ConditionValue(
+        type="WakeFailed",
+        status=True,
+        reason=reason or "WakeFailed",
+        message=f"{pod}{more}: {message}",
+    )
+
+
+def is_invalid(status: JSON) -> bool:
+    return status.get("phase") == Phase.INVALID.value

@@ -1,0 +1,248 @@
+"""End-to-end fixtures: a sandbox API server, simulated engines on 127.0.x.y, and the real operator.
+
+Pods are created directly (no controller runs in the sandbox) with `status.podIP` set to the
+loopback address where a simulated engine listens, so the operator talks to "pods" exactly as
+it would in a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from snooze.actions import Settings
+from snooze.sandbox import Sandbox
+from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "crds" / "inferencemodels.snooze.dev.yaml"
+MODELS = "/apis/snooze.dev/v1alpha1/namespaces/{ns}/inferencemodels"
+PODS = "/api/v1/namespaces/{ns}/pods"
+
+# Each engine gets an address of its own, never reused within a run.
+_addresses = (f"127.0.{n // 250 + 10}.{n % 250 + 2}" for n in itertools.count())
+
+
+def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
+    """Poll until `predicate` returns something truthy; fail with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+class Cluster:
+    """The sandbox's API as a test uses it: create pods and models, read them back."""
+
+    def __init__(self, sandbox: Sandbox, sim: SimulatorHost, namespace: str = "default") -> None:
+        self.sandbox = sandbox
+        self.sim = sim
+        self.ns = namespace
+        self.http = httpx.Client(base_url=sandbox.url, timeout=10)
+        self.engines: dict[str, SimulatedEngine] = {}
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _check(self, response: httpx.Response) -> dict[str, Any]:
+        assert response.status_code < 300, f"{response.status_code}: {response.text}"
+        body: dict[str, Any] = response.json()
+        return body
+
+    def create_pod(
+        self,
+        name: str,
+        *,
+        labels: dict[str, str],
+        engine: EngineConfig | None = None,
+        ready: bool = True,
+        **engine_options: Any,
+    ) -> SimulatedEngine:
+        """A Running, Ready pod whose podIP is a simulated engine's address."""
+        config = engine or EngineConfig(
+            model="m",
+            host=next(_addresses),
+            port=8000,
+            **{
+                "sleep_seconds": 0.05,
+                "wake_seconds": 0.05,
+                "reload_seconds": 0.05,
+                **engine_options,
+            },
+        )
+        sim_engine = self.sim.add(config)
+        self.engines[name] = sim_engine
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.ns, "labels": labels},
+            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.26.0"}]},
+        }
+        self._check(self.http.post(PODS.format(ns=self.ns), json=pod))
+        self.set_pod_ready(name, config.host, ready=ready)
+        return sim_engine
+
+    def set_pod_ready(self, name: str, ip: str, *, ready: bool) -> None:
+        status = {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        }
+        self._check(
+            self.http.patch(
+                f"{PODS.format(ns=self.ns)}/{name}/status",
+                json={"status": status},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+        )
+
+    def delete_pod(self, name: str) -> None:
+        response = self.http.delete(f"{PODS.format(ns=self.ns)}/{name}")
+        assert response.status_code in (200, 202, 404), response.text
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        response = self.http.get(f"{PODS.format(ns=self.ns)}/{name}")
+        return None if response.status_code == 404 else self._check(response)
+
+    def pod_state(self, name: str) -> str | None:
+        pod = self.pod(name)
+        if pod is None:
+            return None
+        labels: dict[str, str] = pod["metadata"].get("labels") or {}
+        return labels.get("snooze.dev/state")
+
+    def create_model(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {
+            "apiVersion": "snooze.dev/v1alpha1",
+            "kind": "InferenceModel",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": spec,
+        }
+        return self._check(self.http.post(MODELS.format(ns=self.ns), json=body))
+
+    def patch_model(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._check(
+            self.http.patch(
+                f"{MODELS.format(ns=self.ns)}/{name}",
+                json=patch,
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+        )
+
+    def request_wake(self, name: str, at: float | None = None) -> None:
+        from snooze.pods import format_time
+
+        stamp = format_time(time.time() if at is None else at)
+        self.patch_model(name, {"metadata": {"annotations": {"snooze.dev/wake-requested-at": stamp}}})
+
+    def model(self, name: str) -> dict[str, Any]:
+        return self._check(self.http.get(f"{MODELS.format(ns=self.ns)}/{name}"))
+
+    def status(self, name: str) -> dict[str, Any]:
+        status: dict[str, Any] = self.model(name).get("status") or {}
+        return status
+
+    def condition(self, name: str, kind: str) -> dict[str, Any] | None:
+        for condition in self.status(name).get("conditions") or []:
+            if condition.get("type") == kind:
+                return dict(condition)
+        return None
+
+    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self._check(
+            self.http.get(f"/api/v1/namespaces/{self.ns}/events")
+        ).get("items", [])
+        return [e for e in items if reason is None or e.get("reason") == reason]
+
+
+class OperatorThread:
+    """The real operator (kopf and Snooze's handlers) in a thread with its own event loop."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> OperatorThread:
+        self._thread = threading.Thread(target=self._main, name="operator", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(15):
+            raise AssertionError(f"the operator did not start: {self.error!r}")
+        return self
+
+    def _main(self) -> None:
+        import kopf
+
+        from snooze.handlers import Runtime, build_registry
+
+        try:
+            asyncio.run(
+                kopf.operator(
+                    registry=build_registry(Runtime(settings=self.settings)),
+                    clusterwide=True,
+                    standalone=True,
+                    stop_flag=self._stop,
+                    ready_flag=self._ready,
+                )
+            )
+        except BaseException as exc:  # reported to the test that started it
+            self.error = exc
+            self._ready.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(20)
+            assert not self._thread.is_alive(), "the operator did not stop"
+
+
+FAST = Settings(probe_interval=0.1, drain_timeout=2.0, drain_poll=0.05, probe_timeout=2.0)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
+    with Sandbox() as sb:
+        monkeypatch.setenv("KUBECONFIG", str(sb.write_kubeconfig(tmp_path / "kubeconfig")))
+        crd = yaml.safe_load(CRD.read_text())
+        response = httpx.post(
+            f"{sb.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd
+        )
+        assert response.status_code == 201, response.text
+        yield sb
+
+
+@pytest.fixture
+def sim() -> Iterator[SimulatorHost]:
+    host = SimulatorHost()
+    host.start()
+    yield host
+    host.stop()
+
+
+@pytest.fixture
+def cluster(sandbox: Sandbox, sim: SimulatorHost) -> Iterator[Cluster]:
+    c = Cluster(sandbox, sim)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def operator(sandbox: Sandbox) -> Iterator[OperatorThread]:
+    thread = OperatorThread(FAST).start()
+    yield thread
+    thread.stop()

@@ -1,0 +1,225 @@
+"""The CRD generated from the models: checked in, structural, valid, and as strict as the models."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from snooze import crd, models
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKED_IN = ROOT / "crds" / "inferencemodels.snooze.dev.yaml"
+EXAMPLES = sorted((ROOT / "examples").glob("inferencemodel-*.yaml"))
+
+
+def test_checked_in_crd_is_the_generated_one() -> None:
+    assert CHECKED_IN.read_text() == crd.render(), (
+        "crds/ is stale: run `snooze crd > crds/inferencemodels.snooze.dev.yaml`"
+    )
+
+
+def test_snooze_crd_command_prints_it() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "snooze.cli", "crd"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout == CHECKED_IN.read_text()
+
+
+def test_crd_passes_kubernetes_validate_strict() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "kubernetes_validate", "--strict", str(CHECKED_IN)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _walk(schema: dict[str, Any], path: str, in_junctor: bool = False) -> list[str]:
+    """Every rule of a structural schema that this schema breaks, with where."""
+    problems = []
+    if "$ref" in schema:
+        problems.append(f"{path}: $ref")
+    if not in_junctor and "type" not in schema:
+        problems.append(f"{path}: no type")
+    if in_junctor and {"type", "description", "default", "nullable"} & schema.keys():
+        problems.append(f"{path}: type/description/default inside anyOf")
+    if "properties" in schema and "additionalProperties" in schema:
+        problems.append(f"{path}: properties and additionalProperties together")
+    for option in schema.get("anyOf", []):
+        if option.get("type") == "null":
+            problems.append(f"{path}: nullable anyOf")
+        problems += _walk(option, f"{path}.anyOf", in_junctor=True)
+    for name, prop in schema.get("properties", {}).items():
+        if not in_junctor and name != "metadata" and not prop.get("description"):
+            problems.append(f"{path}.{name}: no description")
+        problems += _walk(prop, f"{path}.{name}", in_junctor)
+    if isinstance(schema.get("items"), dict):
+        problems += _walk(schema["items"], f"{path}[]", in_junctor)
+    if isinstance(schema.get("additionalProperties"), dict):
+        problems += _walk(schema["additionalProperties"], f"{path}{{}}", in_junctor)
+    return problems
+
+
+def test_schema_is_structural_and_described() -> None:
+    assert _walk(crd.openapi_schema(), "") == []
+
+
+def test_status_subresource_columns_and_short_name() -> None:
+    version = crd.crd()["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    names = [column["name"] for column in version["additionalPrinterColumns"]]
+    assert names[:5] == ["Model", "Phase", "Awake", "Asleep", "Last Wake"]
+    assert names[-1] == "Age"
+    assert crd.crd()["spec"]["names"]["shortNames"] == ["im"]
+
+
+def strict_schema() -> dict[str, Any]:
+    """The CRD's schema as the API server applies it under kubectl's default strict field
+    validation: an unknown field is refused, not silently pruned."""
+    schema = copy.deepcopy(crd.openapi_schema())
+
+    def close(node: Any) -> None:
+        if isinstance(node, dict):
+            if "properties" in node and node is not schema["properties"].get("metadata"):
+                node["additionalProperties"] = False
+            for value in node.values():
+                close(value)
+        elif isinstance(node, list):
+            for item in node:
+                close(item)
+
+    close(schema["properties"]["spec"])
+    return schema
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_validate(path: Path) -> None:
+    resource = yaml.safe_load(path.read_text())
+    jsonschema.validate(resource, strict_schema())
+    spec = models.parse_spec(resource["spec"])
+    assert spec.selector.to_label_selector()
+
+
+def _resource(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"selector": {"matchLabels": {"app": "m"}}}
+    base.update(spec)
+    return {
+        "apiVersion": models.API_VERSION,
+        "kind": models.KIND,
+        "metadata": {"name": "m"},
+        "spec": base,
+    }
+
+
+# (spec overrides, the field the error must name on the wire)
+INVALID: list[tuple[str, dict[str, Any], str]] = [
+    ("bad duration", {"idle": {"after": "ten minutes"}}, "after"),
+    ("duration without unit", {"idle": {"after": "600"}}, "after"),
+    ("bad wake timeout", {"wake": {"timeout": "2 m"}}, "timeout"),
+    ("level 3", {"sleep": {"level": 3}}, "level"),
+    ("level 0", {"sleep": {"level": 0}}, "level"),
+    ("negative minAwake", {"minAwake": -1}, "minAwake"),
+    ("empty selector", {"selector": {}}, "selector"),
+    ("empty matchLabels", {"selector": {"matchLabels": {}}}, "selector"),
+    ("unknown field", {"idleAfter": "10m"}, "idleAfter"),
+    ("unknown nested field", {"wake": {"onFail": "Restart"}}, "onFail"),
+    ("bad onFailure", {"wake": {"onFailure": "Retry"}}, "onFailure"),
+    ("bad desiredState", {"desiredState": "Sleeping"}, "desiredState"),
+    ("port out of range", {"engine": {"port": 70000}}, "port"),
+    ("bad scheme", {"engine": {"scheme": "grpc"}}, "scheme"),
+    (
+        "bad operator",
+        {"selector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}},
+        "operator",
+    ),
+    ("scale target kind", {"scaleTargetRef": {"kind": "Pod", "name": "x"}}, "kind"),
+    ("empty model name", {"modelName": ""}, "modelName"),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "field"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_refused_by_schema(case: str, spec: dict[str, Any], field: str) -> None:
+    resource = _resource(**spec)
+    if "selector" in spec:
+        resource["spec"]["selector"] = spec["selector"]
+    errors = list(jsonschema.Draft7Validator(strict_schema()).iter_errors(resource))
+    assert errors, f"{case}: the schema accepted it"
+    where = " ".join(
+        ".".join(str(p) for p in error.absolute_path) + " " + error.message for error in errors
+    )
+    assert field in where, where
+
+
+@pytest.mark.parametrize(("case", "spec", "field"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_refused_by_models(case: str, spec: dict[str, Any], field: str) -> None:
+    resource = _resource(**spec)
+    if "selector" in spec:
+        resource["spec"]["selector"] = spec["selector"]
+    with pytest.raises(models.SpecError) as raised:
+        models.parse_spec(resource["spec"])
+    message = str(raised.value)
+    assert f"spec.{field}" in message or f".{field}" in message, message
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"idle": {"after": "0s"}}, "spec.idle.after: '0s' must be longer than zero"),
+        (
+            {"selector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
+            "spec.selector.matchExpressions.0: operator In needs at least one value",
+        ),
+        (
+            {
+                "selector": {
+                    "matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]
+                }
+            },
+            "takes no values",
+        ),
+    ],
+)
+def test_what_only_the_models_refuse(spec: dict[str, Any], message: str) -> None:
+    """Rules a structural schema cannot say are refused by the models (and reported on status)."""
+    raw = {"selector": {"matchLabels": {"app": "m"}}, **spec}
+    with pytest.raises(models.SpecError) as raised:
+        models.parse_spec(raw)
+    assert message in str(raised.value)
+
+
+def test_defaults() -> None:
+    spec = models.parse_spec({"selector": {"matchLabels": {"app": "m"}}})
+    assert spec.idle_after_seconds == 600
+    assert spec.wake_timeout_seconds == 120
+    assert spec.sleep.level == 1
+    assert spec.engine.port == 8000
+    assert spec.desired_state is models.DesiredState.AUTO
+    assert spec.wake.on_failure == "Report"
+    assert spec.model_dump(by_alias=True)["minAwake"] == 0
+
+
+def test_selector_string_and_matching() -> None:
+    selector = models.LabelSelector.model_validate(
+        {
+            "matchLabels": {"app": "m"},
+            "matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["a", "b"]},
+                {"key": "canary", "operator": "DoesNotExist"},
+                {"key": "zone", "operator": "NotIn", "values": ["z"]},
+                {"key": "gpu", "operator": "Exists"},
+            ],
+        }
+    )
+    assert selector.to_label_selector() == "app=m,tier in (a,b),!canary,zone notin (z),gpu"
+    assert selector.matches({"app": "m", "tier": "a", "gpu": "1"})
+    assert not selector.matches({"app": "m", "tier": "c", "gpu": "1"})
+    assert not selector.matches({"app": "m", "tier": "a", "gpu": "1", "canary": "y"})
+    assert not selector.matches({"app": "m", "tier": "a", "gpu": "1", "zone": "z"})
+    assert not selector.matches({"app": "m", "tier": "a"})

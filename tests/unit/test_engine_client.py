@@ -1,0 +1,537 @@
+"""The engine client against fake engines: classification, answers old and new, metrics scrapes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_asgi_app
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+from snooze.engine import (
+    ACTIVITY_METRICS,
+    ActivitySnapshot,
+    EngineClient,
+    SleepState,
+    new_http_client,
+    parse_activity,
+)
+from snooze.engine_errors import (
+    MESSAGE_LIMIT,
+    EngineError,
+    EngineHTTPError,
+    EngineTimeoutError,
+    EngineUnreachableError,
+    HybridKVCacheReinitError,
+    SleepModeDisabledError,
+    classify_answer,
+    error_message,
+)
+
+URL = "http://10.0.0.7:8000"
+HYBRID_JSON = json.dumps(
+    {
+        "error": {
+            "message": "AttributeError: 'list' object has no attribute 'zero_'",
+            "type": "InternalServerError",
+            "code": 500,
+        }
+    }
+)
+HYBRID_TEXT = (
+    "Traceback (most recent call last):\n  File gpu_model_runner.py, in init_fp8_kv_scales\n"
+    "    kv_cache.zero_()\nAttributeError: 'list' object has no attribute 'zero_'\n"
+)
+
+Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
+
+
+class FakeEngine:
+    """Answers from a table of (method, path) -> response and records every request."""
+
+    def __init__(self, answers: dict[tuple[str, str], httpx.Response | Handler]) -> None:
+        self.answers = answers
+        self.requests: list[httpx.Request] = []
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        answer = self.answers.get((request.method, request.url.path))
+        if answer is None:
+            return httpx.Response(404, json={"detail": "Not Found"})
+        if isinstance(answer, httpx.Response):
+            return answer
+        return await answer(request)
+
+    def client(self, *, timeout: float = 5.0) -> EngineClient:
+        return EngineClient(URL, transport=httpx.MockTransport(self), timeout=timeout)
+
+    def calls(self) -> list[str]:
+        return [
+            f"{r.method} {r.url.path}" + (f"?{r.url.query.decode()}" if r.url.query else "")
+            for r in self.requests
+        ]
+
+
+def raising(error: Exception) -> Handler:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        raise error
+
+    return handler
+
+
+def slow(seconds: float) -> Handler:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(seconds)
+        return httpx.Response(200)
+
+    return handler
+
+
+# --- classification: pure -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "path", "expected", "reason"),
+    [
+        (500, HYBRID_JSON, "/wake_up", HybridKVCacheReinitError, "HybridKVCacheReinit"),
+        (500, HYBRID_TEXT, "/wake_up", HybridKVCacheReinitError, "HybridKVCacheReinit"),
+        (500, "error in init_fp8_kv_scales", "/wake_up", HybridKVCacheReinitError, None),
+        (500, "Internal Server Error", "/wake_up", EngineHTTPError, "EngineError"),
+        (404, '{"detail":"Not Found"}', "/sleep", SleepModeDisabledError, "SleepModeDisabled"),
+        (404, '{"detail":"Not Found"}', "/wake_up", SleepModeDisabledError, None),
+        (404, '{"detail":"Not Found"}', "/is_sleeping", SleepModeDisabledError, None),
+        (404, '{"detail":"Not Found"}', "/collective_rpc", SleepModeDisabledError, None),
+        (404, '{"detail":"Not Found"}', "/metrics", EngineHTTPError, "EngineError"),
+        (500, "AssertionError: Sleep mode is not enabled", "/sleep", SleepModeDisabledError, None),
+        (400, '{"error":{"message":"bad level"}}', "/sleep", EngineHTTPError, None),
+        (503, "", "/collective_rpc", EngineHTTPError, None),
+    ],
+)
+def test_classify_answer(
+    status: int, body: str, path: str, expected: type[EngineHTTPError], reason: str | None
+) -> None:
+    error = classify_answer(status, body, url=URL + path, path=path)
+    assert type(error) is expected
+    assert error.status == status
+    assert error.url == URL + path
+    if reason is not None:
+        assert error.reason == reason
+
+
+def test_error_messages_say_what_to_do() -> None:
+    hybrid = classify_answer(500, HYBRID_JSON, url=URL, path="/wake_up")
+    assert "'list' object has no attribute 'zero_'" in hybrid.message
+    assert "images/vllm" in str(hybrid) and "0.27.0" in str(hybrid) and "Restart" in str(hybrid)
+    disabled = classify_answer(404, "", url=URL, path="/sleep")
+    assert "--enable-sleep-mode" in str(disabled) and "VLLM_SERVER_DEV_MODE=1" in str(disabled)
+    rpc = classify_answer(404, "", url=URL, path="/collective_rpc")
+    assert "0.10.2" in str(rpc)
+    # A bare 500 on wake may be the hybrid bug of vLLM 0.12-0.17, which hides its message.
+    bare = classify_answer(500, "Internal Server Error", url=URL, path="/wake_up")
+    assert "#41564" in str(bare)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('{"error": {"message": "boom", "type": "X", "code": 500}}', "boom"),
+        ('{"object": "error", "message": "flat boom", "code": 400}', "flat boom"),
+        ('{"detail": "Not Found"}', "Not Found"),
+        ('{"error": "just a string"}', "just a string"),
+        ("Internal Server Error", "Internal Server Error"),
+        ("  line one\n\n  line two  ", "line one line two"),
+        ("", "(empty body)"),
+        ("[1, 2]", "[1, 2]"),
+    ],
+)
+def test_error_message_extraction(body: str, message: str) -> None:
+    assert error_message(body) == message
+
+
+def test_error_message_is_truncated() -> None:
+    message = error_message(json.dumps({"error": {"message": "x" * 5000}}))
+    assert len(message) == MESSAGE_LIMIT
+    assert message.endswith("…")
+
+
+def test_exception_tree() -> None:
+    reasons = {
+        EngineError: "EngineError",
+        EngineUnreachableError: "Unreachable",
+        EngineTimeoutError: "Timeout",
+        EngineHTTPError: "EngineError",
+        HybridKVCacheReinitError: "HybridKVCacheReinit",
+        SleepModeDisabledError: "SleepModeDisabled",
+    }
+    for cls, reason in reasons.items():
+        assert issubclass(cls, EngineError)
+        assert cls.reason == reason
+    assert issubclass(HybridKVCacheReinitError, EngineHTTPError)
+    assert issubclass(SleepModeDisabledError, EngineHTTPError)
+
+
+# --- sleep and wake ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [httpx.Response(200), httpx.Response(200, json={"status": "sleeping", "level": 1})],
+    ids=["empty-body (<=0.31)", "json (0.32+)"],
+)
+async def test_sleep_sends_level_and_mode(answer: httpx.Response) -> None:
+    engine = FakeEngine({("POST", "/sleep"): answer})
+    async with engine.client() as client:
+        await client.sleep(1)
+        await client.sleep(2, "abort")
+    assert engine.calls() == ["POST /sleep?level=1&mode=wait", "POST /sleep?level=2&mode=abort"]
+
+
+async def test_sleep_refuses_bad_arguments() -> None:
+    async with FakeEngine({}).client() as client:
+        with pytest.raises(ValueError, match="level"):
+            await client.sleep(3)
+        with pytest.raises(ValueError, match="mode"):
+            await client.sleep(1, "nap")
+
+
+async def test_wake_level_1_with_json_answer_needs_no_probe() -> None:
+    engine = FakeEngine(
+        {("POST", "/wake_up"): httpx.Response(200, json={"status": "awake", "tags": []})}
+    )
+    async with engine.client() as client:
+        await client.wake(1)
+    assert engine.calls() == ["POST /wake_up"]
+
+
+async def test_wake_level_1_with_empty_answer_checks_is_sleeping() -> None:
+    engine = FakeEngine(
+        {
+            ("POST", "/wake_up"): httpx.Response(200),
+            ("GET", "/is_sleeping"): httpx.Response(200, json={"is_sleeping": False}),
+        }
+    )
+    async with engine.client() as client:
+        await client.wake(1)
+    assert engine.calls() == ["POST /wake_up", "GET /is_sleeping"]
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        {("POST", "/wake_up"): httpx.Response(200, json={"status": "sleeping", "tags": []})},
+        {
+            ("POST", "/wake_up"): httpx.Response(200),
+            ("GET", "/is_sleeping"): httpx.Response(200, json={"is_sleeping": True}),
+        },
+    ],
+    ids=["json", "empty-body"],
+)
+async def test_wake_that_leaves_the_engine_asleep_raises(
+    answers: dict[tuple[str, str], httpx.Response | Handler],
+) -> None:
+    async with FakeEngine(answers).client() as client:
+        with pytest.raises(EngineHTTPError, match="still sleeps"):
+            await client.wake(1)
+
+
+async def test_wake_level_1_staged() -> None:
+    engine = FakeEngine(
+        {("POST", "/wake_up"): httpx.Response(200, json={"status": "awake", "tags": []})}
+    )
+    async with engine.client() as client:
+        await client.wake(1, staged=True)
+    assert engine.calls() == ["POST /wake_up?tags=weights", "POST /wake_up?tags=kv_cache"]
+
+
+async def test_wake_level_2_reloads_weights_between_the_two_wakes() -> None:
+    engine = FakeEngine(
+        {
+            ("POST", "/wake_up"): httpx.Response(200),
+            ("POST", "/collective_rpc"): httpx.Response(200, json={"results": [None]}),
+            ("GET", "/is_sleeping"): httpx.Response(200, json={"is_sleeping": False}),
+        }
+    )
+    async with engine.client() as client:
+        await client.wake(2)
+    assert engine.calls() == [
+        "POST /wake_up?tags=weights",
+        "POST /collective_rpc",
+        "POST /wake_up?tags=kv_cache",
+        "GET /is_sleeping",
+    ]
+    assert json.loads(engine.requests[1].content) == {"method": "reload_weights"}
+
+
+@pytest.mark.parametrize("body", [HYBRID_JSON, HYBRID_TEXT], ids=["json (0.18+)", "plain text"])
+async def test_wake_recognises_the_hybrid_crash(body: str) -> None:
+    engine = FakeEngine({("POST", "/wake_up"): httpx.Response(500, text=body)})
+    async with engine.client() as client:
+        with pytest.raises(HybridKVCacheReinitError) as caught:
+            await client.wake(1)
+    assert caught.value.reason == "HybridKVCacheReinit"
+    assert caught.value.status == 500
+
+
+async def test_wake_timeout_covers_the_whole_sequence() -> None:
+    engine = FakeEngine(
+        {
+            ("POST", "/wake_up"): slow(0.03),
+            ("POST", "/collective_rpc"): slow(5),
+        }
+    )
+    async with engine.client() as client:
+        with pytest.raises(EngineTimeoutError, match=r"0\.1s waking up from level 2") as caught:
+            await client.wake(2, timeout=0.1)
+    assert caught.value.reason == "Timeout"
+    assert engine.calls() == ["POST /wake_up?tags=weights", "POST /collective_rpc"]
+
+
+# --- transport failures -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (httpx.ConnectError("refused"), EngineUnreachableError),
+        (httpx.ConnectTimeout("no route"), EngineUnreachableError),
+        (httpx.RemoteProtocolError("Server disconnected"), EngineUnreachableError),
+        (httpx.ReadError("connection reset by peer"), EngineUnreachableError),
+        (httpx.ReadTimeout("slow"), EngineTimeoutError),
+        (httpx.PoolTimeout("pool full"), EngineTimeoutError),
+    ],
+)
+async def test_transport_failures_are_classified(
+    error: Exception, expected: type[EngineError]
+) -> None:
+    engine = FakeEngine({("GET", "/is_sleeping"): raising(error)})
+    async with engine.client() as client:
+        with pytest.raises(expected) as caught:
+            await client.is_sleeping()
+    assert caught.value.url == URL + "/is_sleeping"
+    assert caught.value.__cause__ is error
+
+
+async def test_every_call_has_a_deadline() -> None:
+    engine = FakeEngine({("GET", "/metrics"): slow(5), ("GET", "/health"): slow(5)})
+    async with engine.client(timeout=0.05) as client:
+        with pytest.raises(EngineTimeoutError):
+            await client.activity()
+        with pytest.raises(EngineTimeoutError):
+            await client.health()
+
+
+# --- health and is_sleeping -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("status", "healthy"), [(200, True), (503, False), (500, False)])
+async def test_health(status: int, healthy: bool) -> None:
+    async with FakeEngine({("GET", "/health"): httpx.Response(status)}).client() as client:
+        assert await client.health() is healthy
+
+
+async def test_health_of_something_else_raises() -> None:
+    async with FakeEngine({}).client() as client:
+        with pytest.raises(EngineHTTPError):
+            await client.health()
+
+
+@pytest.mark.parametrize("value", [True, False])
+async def test_is_sleeping(value: bool) -> None:
+    answer = httpx.Response(200, json={"is_sleeping": value})
+    async with FakeEngine({("GET", "/is_sleeping"): answer}).client() as client:
+        assert await client.is_sleeping() is value
+
+
+@pytest.mark.parametrize("body", ["<html>", "[]", '{"is_sleeping": "yes"}', ""])
+async def test_is_sleeping_unreadable(body: str) -> None:
+    answer = httpx.Response(200, text=body)
+    async with FakeEngine({("GET", "/is_sleeping"): answer}).client() as client:
+        with pytest.raises(EngineHTTPError, match="cannot read"):
+            await client.is_sleeping()
+
+
+async def test_is_sleeping_without_dev_mode() -> None:
+    async with FakeEngine({}).client() as client:
+        with pytest.raises(SleepModeDisabledError):
+            await client.is_sleeping()
+
+
+# --- activity ---------------------------------------------------------------------------------
+
+PAYLOAD = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 2.0
+vllm:num_requests_running{engine="1",model_name="m"} 1.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 4.0
+# HELP vllm:request_success_total Count of successfully processed requests.
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 10.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 5.0
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 1.0
+# HELP vllm:engine_sleep_state Engine sleep state
+# TYPE vllm:engine_sleep_state gauge
+vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} 0.0
+vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="weights_offloaded"} 1.0
+vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="discard_all"} 0.0
+"""
+
+
+def test_parse_activity() -> None:
+    assert parse_activity(PAYLOAD) == ActivitySnapshot(
+        running=3, waiting=4, success_total=16.0, sleep_state=SleepState.WEIGHTS_OFFLOADED
+    )
+    assert parse_activity(PAYLOAD).in_flight == 7  # type: ignore[union-attr]
+
+
+def test_parse_activity_without_sleep_state_or_success() -> None:
+    text = "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
+    assert parse_activity(text) == ActivitySnapshot(0, 0, 0.0, None)
+
+
+def test_parse_activity_deepest_sleep_state_wins() -> None:
+    text = (
+        'vllm:num_requests_running{engine="0"} 0\n'
+        'vllm:engine_sleep_state{engine="0",sleep_state="awake"} 1\n'
+        'vllm:engine_sleep_state{engine="1",sleep_state="discard_all"} 1\n'
+        'vllm:engine_sleep_state{engine="1",sleep_state="dreaming"} 1\n'
+    )
+    snapshot = parse_activity(text)
+    assert snapshot is not None and snapshot.sleep_state is SleepState.DISCARD_ALL
+
+
+def test_parse_activity_without_gauges_is_none() -> None:
+    assert parse_activity("") is None
+    assert parse_activity("process_cpu_seconds_total 3\n") is None
+
+
+async def test_activity_asks_for_the_filtered_families() -> None:
+    engine = FakeEngine({("GET", "/metrics"): httpx.Response(200, text=PAYLOAD)})
+    async with engine.client() as client:
+        snapshot = await client.activity()
+    assert snapshot.success_total == 16.0
+    assert engine.requests[0].url.params.get_list("name[]") == list(ACTIVITY_METRICS)
+
+
+def vllm_like_registry(*, running: float, success: int) -> CollectorRegistry:
+    """A registry shaped like vLLM's: the families and labels of VLLM.md, plus a histogram."""
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine"]
+    Gauge("vllm:num_requests_running", "r", labels, registry=registry).labels("m", "0").set(running)
+    Gauge("vllm:num_requests_waiting", "w", labels, registry=registry).labels("m", "0").set(1)
+    counter = Counter("vllm:request_success", "s", [*labels, "finished_reason"], registry=registry)
+    counter.labels("m", "0", "stop").inc(success)
+    counter.labels("m", "0", "length").inc(1)
+    state = Gauge("vllm:engine_sleep_state", "s", [*labels, "sleep_state"], registry=registry)
+    for name in ("awake", "weights_offloaded", "discard_all"):
+        state.labels("m", "0", name).set(1 if name == "awake" else 0)
+    Histogram("vllm:e2e_request_latency_seconds", "h", labels, registry=registry).labels(
+        "m", "0"
+    ).observe(0.5)
+    return registry
+
+
+async def test_activity_against_prometheus_clients_own_app() -> None:
+    # The exposition vLLM mounts at /metrics: proves the `name[]` values are the ones it filters
+    # by (sample names: `vllm:request_success_total`, not the family `vllm:request_success`).
+    app = make_asgi_app(registry=vllm_like_registry(running=2, success=7))
+    requests: list[httpx.Request] = []
+
+    async def spy(request: httpx.Request) -> None:
+        requests.append(request)
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, event_hooks={"request": [spy]}) as shared:
+        client = EngineClient(URL, client=shared)
+        assert await client.activity() == ActivitySnapshot(
+            running=2, waiting=1, success_total=8.0, sleep_state=SleepState.AWAKE
+        )
+        assert len(requests) == 1  # the filter worked: no fallback scrape
+        filtered = await shared.get(URL + "/metrics", params={"name[]": list(ACTIVITY_METRICS)})
+        assert "e2e_request_latency" not in filtered.text
+        family = await shared.get(URL + "/metrics", params={"name[]": "vllm:request_success"})
+        assert family.text == ""
+
+
+class NamelessCollector:
+    """Like prometheus_client's MultiProcessCollector (vLLM with several API servers): no
+    `describe`, so a `name[]`-filtered scrape cannot find it."""
+
+    def collect(self) -> list[Metric]:
+        running = GaugeMetricFamily("vllm:num_requests_running", "r", labels=["model_name"])
+        running.add_metric(["m"], 1)
+        waiting = GaugeMetricFamily("vllm:num_requests_waiting", "w", labels=["model_name"])
+        waiting.add_metric(["m"], 0)
+        return [running, waiting]
+
+
+async def test_activity_falls_back_once_when_the_filter_finds_nothing() -> None:
+    registry = CollectorRegistry()
+    registry.register(NamelessCollector())
+    app = make_asgi_app(registry=registry)
+    queries: list[str] = []
+
+    async def spy(request: httpx.Request) -> None:
+        queries.append(request.url.query.decode())
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, event_hooks={"request": [spy]}) as shared:
+        client = EngineClient(URL, client=shared)
+        expected = ActivitySnapshot(running=1, waiting=0, success_total=0.0, sleep_state=None)
+        assert await client.activity() == expected
+        assert await client.activity() == expected
+    assert [bool(q) for q in queries] == [True, False, False]  # filtered once, then whole
+
+
+async def test_activity_without_any_gauge_raises() -> None:
+    engine = FakeEngine({("GET", "/metrics"): httpx.Response(200, text="up 1\n")})
+    async with engine.client() as client:
+        with pytest.raises(EngineHTTPError, match="num_requests_running"):
+            await client.activity()
+        # A payload without gauges is no proof that the filter is broken: keep filtering.
+        with pytest.raises(EngineHTTPError):
+            await client.activity()
+    assert [bool(r.url.query) for r in engine.requests] == [True, False, True, False]
+
+
+async def test_activity_not_prometheus_text() -> None:
+    engine = FakeEngine({("GET", "/metrics"): httpx.Response(200, text="{not metrics{")})
+    async with engine.client() as client:
+        with pytest.raises(EngineHTTPError, match="cannot read"):
+            await client.activity()
+
+
+# --- connection pool ownership -----------------------------------------------------------------
+
+
+async def test_a_shared_pool_outlives_its_engine_clients() -> None:
+    answer = httpx.Response(200, json={"is_sleeping": False})
+    shared = new_http_client(
+        transport=httpx.MockTransport(FakeEngine({("GET", "/is_sleeping"): answer}))
+    )
+    async with shared:
+        for host in ("http://10.0.0.1:8000", "http://10.0.0.2:8000/"):
+            async with EngineClient(host, client=shared) as client:
+                assert await client.is_sleeping() is False
+        assert not shared.is_closed
+    private = FakeEngine({}).client()
+    await private.aclose()
+    assert private._client.is_closed
+
+
+async def test_client_or_transport_not_both() -> None:
+    async with httpx.AsyncClient() as shared:
+        with pytest.raises(ValueError, match="not both"):
+            EngineClient(URL, client=shared, transport=httpx.MockTransport(FakeEngine({})))
+
+
+async def test_an_empty_transport_message_still_names_the_failure() -> None:
+    engine = FakeEngine({("GET", "/health"): raising(httpx.ConnectError(""))})
+    async with engine.client() as client:
+        with pytest.raises(EngineUnreachableError, match="ConnectError"):
+            await client.health()

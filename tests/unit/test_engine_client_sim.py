@@ -1,0 +1,242 @@
+"""The engine client against simulated engines over real HTTP on loopback: every failure class."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from snooze.engine import EngineClient, SleepState, new_http_client
+from snooze.engine_errors import (
+    EngineHTTPError,
+    EngineTimeoutError,
+    EngineUnreachableError,
+    HybridKVCacheReinitError,
+    SleepModeDisabledError,
+)
+from snooze.sim import EngineConfig, EnginePool, SimulatedEngine, serve_engines
+from snooze.sim.engine import GARBAGE_MARKER, WakeError
+
+FAST = EngineConfig(
+    model="m",
+    host="127.0.0.2",
+    port=0,
+    wake_seconds=0.01,
+    kv_wake_seconds=0.01,
+    sleep_seconds=0.01,
+    reload_seconds=0.01,
+    token_seconds=0.0,
+)
+
+
+def config(host: str, **changes: Any) -> EngineConfig:
+    return dataclasses.replace(FAST, host=host, **changes)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with new_http_client() as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def engine_and_client(
+    http: httpx.AsyncClient, cfg: EngineConfig
+) -> AsyncIterator[tuple[SimulatedEngine, EngineClient]]:
+    async with serve_engines([cfg]) as (engine,):
+        yield engine, EngineClient(engine.url, client=http, timeout=2.0)
+
+
+async def until(predicate: Callable[[], Any], *, within: float = 3.0) -> None:
+    """Poll `predicate` (sync or async) until it is true, instead of sleeping a fixed time."""
+    deadline = time.monotonic() + within
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+async def complete(http: httpx.AsyncClient, engine: SimulatedEngine, tokens: int = 4) -> str:
+    response = await http.post(
+        engine.url + "/v1/completions",
+        json={"model": engine.config.model, "prompt": "hello", "max_tokens": tokens},
+        timeout=10,
+    )
+    response.raise_for_status()
+    text: str = response.json()["choices"][0]["text"]
+    return text
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_level_1_sleep_and_wake(http: httpx.AsyncClient) -> None:
+    async with engine_and_client(http, config("127.0.0.2")) as (engine, client):
+        assert await client.health() is True
+        assert (await client.activity()).sleep_state is SleepState.AWAKE
+        await client.sleep(1)
+        assert engine.is_sleeping and engine.sleep_level == 1
+        assert await client.is_sleeping() is True
+        assert (await client.activity()).sleep_state is SleepState.WEIGHTS_OFFLOADED
+        await client.wake(1)
+        assert not engine.is_sleeping
+        assert await client.is_sleeping() is False
+        assert (await client.activity()).sleep_state is SleepState.AWAKE
+        assert GARBAGE_MARKER not in await complete(http, engine)
+
+
+async def test_level_1_staged_wake(http: httpx.AsyncClient) -> None:
+    async with engine_and_client(http, config("127.0.0.3")) as (engine, client):
+        await client.sleep(1)
+        calls = engine.wake_calls
+        await client.wake(1, staged=True)
+        assert not engine.is_sleeping
+        assert engine.wake_calls == calls + 2
+
+
+async def test_level_2_wake_reloads_the_weights(http: httpx.AsyncClient) -> None:
+    async with engine_and_client(http, config("127.0.0.4")) as (engine, client):
+        await client.sleep(2)
+        assert (await client.activity()).sleep_state is SleepState.DISCARD_ALL
+        await client.wake(2)
+        assert not engine.is_sleeping
+        assert GARBAGE_MARKER not in await complete(http, engine)
+
+
+async def test_level_2_woken_like_level_1_serves_garbage(http: httpx.AsyncClient) -> None:
+    # The control for the test above: it shows the simulator would catch a missing reload.
+    async with engine_and_client(http, config("127.0.0.4")) as (engine, client):
+        await client.sleep(2)
+        await client.wake(1)
+        assert GARBAGE_MARKER in await complete(http, engine)
+
+
+async def test_hybrid_crash_leaves_the_engine_asleep(http: httpx.AsyncClient) -> None:
+    cfg = config("127.0.0.5", hybrid_wake_crash=True)
+    async with engine_and_client(http, cfg) as (engine, client):
+        await client.sleep(1)
+        with pytest.raises(HybridKVCacheReinitError) as caught:
+            await client.wake(1)
+        assert caught.value.reason == "HybridKVCacheReinit"
+        assert caught.value.status == 500
+        assert "'list' object has no attribute 'zero_'" in caught.value.message
+        assert engine.is_sleeping
+        assert await client.is_sleeping() is True
+        assert await client.health() is True  # why health alone cannot detect it
+
+
+async def test_wake_longer_than_its_timeout(http: httpx.AsyncClient) -> None:
+    async with engine_and_client(http, config("127.0.0.6", wake_seconds=0.15)) as (engine, client):
+        await client.sleep(1)
+        with pytest.raises(EngineTimeoutError, match="may still be working") as caught:
+            await client.wake(1, timeout=0.03)
+        assert caught.value.reason == "Timeout"
+        # The engine keeps waking after the client gave up, as vLLM does.
+        await until(lambda: not engine.is_sleeping)
+        assert await client.is_sleeping() is False
+
+
+async def test_nothing_listening_is_unreachable(http: httpx.AsyncClient) -> None:
+    client = EngineClient(f"http://127.0.0.7:{free_port('127.0.0.7')}", client=http)
+    with pytest.raises(EngineUnreachableError) as caught:
+        await client.health()
+    assert caught.value.reason == "Unreachable"
+    with pytest.raises(EngineUnreachableError):
+        await client.activity()
+
+
+async def test_killed_and_restarted_engine(http: httpx.AsyncClient) -> None:
+    pool = EnginePool()
+    try:
+        engine = await pool.add(config("127.0.0.8", wake_seconds=5.0))
+        client = EngineClient(engine.url, client=http, timeout=2.0)
+        await client.sleep(1)
+        # Killed in the middle of a wake: the open connection is cut.
+        wake = asyncio.create_task(client.wake(1, timeout=10))
+        await until(lambda: engine.ops_in_flight["wake"] == 1)
+        await pool.kill(engine)
+        with pytest.raises(EngineUnreachableError, match="broke"):
+            await wake
+        # And dead: nothing listens any more.
+        with pytest.raises(EngineUnreachableError, match="cannot connect"):
+            await client.is_sleeping()
+        # A recreated pod on the same address answers again, awake.
+        fresh = await pool.restart(engine)
+        assert fresh.url == engine.url
+        assert await client.is_sleeping() is False
+    finally:
+        await pool.close()
+
+
+async def test_other_engine_error(http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with engine_and_client(http, config("127.0.0.9")) as (engine, client):
+
+        async def out_of_memory() -> None:
+            raise WakeError("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+
+        monkeypatch.setattr(engine, "reload_weights", out_of_memory)
+        await client.sleep(2)
+        with pytest.raises(EngineHTTPError) as caught:
+            await client.wake(2)
+        assert type(caught.value) is EngineHTTPError
+        assert caught.value.reason == "EngineError"
+        assert caught.value.status == 500
+        assert caught.value.message.startswith("torch.OutOfMemoryError: CUDA out of memory")
+        assert caught.value.url.endswith("/collective_rpc")
+
+
+async def test_dev_mode_off(http: httpx.AsyncClient) -> None:
+    async with engine_and_client(http, config("127.0.0.10", dev_mode=False)) as (_, client):
+        calls = [lambda: client.sleep(1), lambda: client.wake(1), client.is_sleeping]
+        for call in calls:
+            with pytest.raises(SleepModeDisabledError, match="VLLM_SERVER_DEV_MODE=1") as caught:
+                await call()
+            assert caught.value.reason == "SleepModeDisabled"
+            assert caught.value.status == 404
+        # Health and metrics do not depend on dev mode.
+        assert await client.health() is True
+        assert (await client.activity()).in_flight == 0
+
+
+async def test_activity_moves_with_traffic(http: httpx.AsyncClient) -> None:
+    cfg = config("127.0.0.11", max_concurrency=2, token_seconds=0.02)
+    async with engine_and_client(http, cfg) as (engine, client):
+        before = await client.activity()
+        assert (before.running, before.waiting) == (0, 0)
+        requests = [asyncio.create_task(complete(http, engine, tokens=5)) for _ in range(4)]
+
+        async def busy() -> bool:
+            snapshot = await client.activity()
+            return (snapshot.running, snapshot.waiting) == (2, 2)
+
+        await until(busy)
+        await asyncio.gather(*requests)
+        after = await client.activity()
+        assert (after.running, after.waiting) == (0, 0)
+        assert after.success_total == before.success_total + 4
+
+
+async def test_one_pool_many_engines(http: httpx.AsyncClient) -> None:
+    configs = [config(f"127.0.1.{n}") for n in range(1, 41)]
+    async with serve_engines(configs) as engines:
+        clients = [EngineClient(e.url, client=http) for e in engines]
+        snapshots = await asyncio.gather(*(c.activity() for c in clients))
+        assert all(s.sleep_state is SleepState.AWAKE for s in snapshots)
+        await asyncio.gather(*(c.sleep(1) for c in clients[::2]))
+        asleep = await asyncio.gather(*(c.is_sleeping() for c in clients))
+        assert asleep == [n % 2 == 0 for n in range(len(clients))]
