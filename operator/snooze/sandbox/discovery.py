@@ -1,0 +1,237 @@
+"""What the sandbox serves: built-in resources, those that CRDs add, and the discovery documents."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalePaths:
+    """Where a resource keeps what its `scale` subresource shows (JSON paths without the `$`)."""
+
+    spec_replicas: str = ".spec.replicas"
+    status_replicas: str = ".status.replicas"
+    label_selector: str | None = None  # None: render .spec.selector (a LabelSelector object)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceSpec:
+    """One served resource at one group/version, with what discovery says about it."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    singular: str
+    namespaced: bool
+    verbs: tuple[str, ...] = DEFAULT_VERBS
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    subresources: frozenset[str] = frozenset()
+    scale: ScalePaths | None = None
+    custom: bool = (
+        False  # defined by a CRD: its strategy differs from the built-ins' (see emulator)
+    )
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def has_status(self) -> bool:
+        return "status" in self.subresources
+
+
+_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+
+
+def version_priority(version: str) -> tuple[int, int, int]:
+    """Sort key of Kubernetes versions: GA before beta before alpha, higher numbers first; pure."""
+    match = _VERSION.match(version)
+    if match is None:
+        return (0, 0, 0)
+    stability = {"alpha": 1, "beta": 2, None: 3}[match[2]]
+    return (stability, int(match[1]), int(match[3] or 0))
+
+
+@dataclass(kw_only=True)
+class Registry:
+    """The resources the sandbox serves, keyed by (group, version, plural)."""
+
+    specs: dict[tuple[str, str, str], ResourceSpec] = field(default_factory=dict)
+    # A CRD's storage version is its group's preferred one, as the API server reports it.
+    preferred: dict[str, str] = field(default_factory=dict)
+
+    def add(self, spec: ResourceSpec) -> None:
+        self.specs[spec.group, spec.version, spec.plural] = spec
+
+    def get(self, group: str, version: str, plural: str) -> ResourceSpec | None:
+        return self.specs.get((group, version, plural))
+
+    def groups(self) -> dict[str, list[str]]:
+        """Group -> served versions, preferred first."""
+        result: dict[str, set[str]] = {}
+        for group, version, _ in self.specs:
+            result.setdefault(group, set()).add(version)
+        ordered: dict[str, list[str]] = {}
+        for group, versions in sorted(result.items()):
+            ranked = sorted(versions, key=version_priority, reverse=True)
+            if group in self.preferred and self.preferred[group] in versions:
+                ranked.remove(self.preferred[group])
+                ranked.insert(0, self.preferred[group])
+            ordered[group] = ranked
+        return ordered
+
+    # -- CRDs ------------------------------------------------------------------------------------
+
+    def register_crd(self, crd: Mapping[str, Any]) -> None:
+        """Serve the resource that a CustomResourceDefinition declares, at each served version."""
+        spec = crd.get("spec", {})
+        names = spec.get("names", {})
+        group = spec["group"]
+        for version in spec.get("versions", []):
+            if not version.get("served", True):
+                continue
+            declared = version.get("subresources") or {}
+            scale_decl = declared.get("scale")
+            scale = None
+            if scale_decl is not None:
+                scale = ScalePaths(
+                    spec_replicas=scale_decl.get("specReplicasPath", ".spec.replicas"),
+                    status_replicas=scale_decl.get("statusReplicasPath", ".status.replicas"),
+                    label_selector=scale_decl.get("labelSelectorPath") or "",
+                )
+            self.add(
+                ResourceSpec(
+                    group=group,
+                    version=version["name"],
+                    plural=names["plural"],
+                    kind=names["kind"],
+                    singular=names.get("singular") or names["kind"].lower(),
+                    namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                    short_names=tuple(names.get("shortNames") or ()),
+                    categories=tuple(names.get("categories") or ()),
+                    subresources=frozenset(key for key in ("status", "scale") if key in declared),
+                    scale=scale,
+                    custom=True,
+                )
+            )
+            if version.get("storage"):
+                self.preferred[group] = version["name"]
+
+    def unregister_crd(self, crd: Mapping[str, Any]) -> None:
+        spec = crd.get("spec", {})
+        group, plural = spec.get("group"), spec.get("names", {}).get("plural")
+        for key in [key for key in self.specs if key[0] == group and key[2] == plural]:
+            del self.specs[key]
+        if not any(key[0] == group for key in self.specs):
+            self.preferred.pop(group, None)
+
+    # -- Discovery documents ---------------------------------------------------------------------
+
+    def api_group(self, group: str) -> dict[str, Any] | None:
+        versions = self.groups().get(group)
+        if not versions:
+            return None
+        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        return {
+            "kind": "APIGroup",
+            "apiVersion": "v1",
+            "name": group,
+            "versions": entries,
+            "preferredVersion": entries[0],
+        }
+
+    def api_group_list(self) -> dict[str, Any]:
+        groups = [self.api_group(group) for group in self.groups() if group]
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [g for g in groups if g]}
+
+    def resource_list(self, group: str, version: str) -> dict[str, Any] | None:
+        specs = [s for (g, v, _), s in sorted(self.specs.items()) if g == group and v == version]
+        if not specs:
+            return None
+        resources: list[dict[str, Any]] = []
+        for spec in specs:
+            resources.append(
+                {
+                    "name": spec.plural,
+                    "singularName": spec.singular,
+                    "namespaced": spec.namespaced,
+                    "kind": spec.kind,
+                    "verbs": sorted(spec.verbs),
+                    **({"shortNames": list(spec.short_names)} if spec.short_names else {}),
+                    **({"categories": list(spec.categories)} if spec.categories else {}),
+                }
+            )
+            if spec.has_status:
+                resources.append(
+                    {
+                        "name": f"{spec.plural}/status",
+                        "singularName": "",
+                        "kind": spec.kind,
+                        "namespaced": spec.namespaced,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+            if spec.scale is not None:
+                resources.append(
+                    {
+                        "name": f"{spec.plural}/scale",
+                        "singularName": "",
+                        "kind": "Scale",
+                        "group": "autoscaling",
+                        "version": "v1",
+                        "namespaced": spec.namespaced,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": resources,
+        }
+
+
+# Built-ins whose `scale` subresource the sandbox serves (needed for scale-to-zero).
+_SCALABLE = {("apps", "deployments"), ("apps", "statefulsets"), ("apps", "replicasets")}
+# Built-in subresources that the sandbox really serves; the rest (exec, log, ...) are not listed.
+_SERVED_SUBRESOURCES = frozenset({"status"})
+
+
+def builtin_registry() -> Registry:
+    """The built-in resources of a recent cluster, from the list that kmock bundles."""
+    import kmock
+
+    bundled = kmock.ResourcesArray()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # kmock 0.8 uses read_binary()
+        bundled.load_bundled()
+    registry = Registry()
+    for res in bundled:
+        info = bundled[res]
+        if res.group is None or res.version is None or res.plural is None:
+            continue
+        scalable = (res.group, res.plural) in _SCALABLE
+        registry.add(
+            ResourceSpec(
+                group=res.group,
+                version=res.version,
+                plural=res.plural,
+                kind=info.kind or res.plural.capitalize(),
+                singular=info.singular or res.plural,
+                namespaced=bool(info.namespaced),
+                verbs=tuple(sorted(info.verbs)) or DEFAULT_VERBS,
+                short_names=tuple(sorted(info.shortnames)),
+                categories=tuple(sorted(info.categories)),
+                subresources=frozenset(set(info.subresources) & _SERVED_SUBRESOURCES),
+                scale=ScalePaths() if scalable else None,
+            )
+        )
+    return registry

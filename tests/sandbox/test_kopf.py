@@ -1,0 +1,130 @@
+"""Real kopf against the sandbox: a new CRD, a handled resource, a status patch, an Event."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kopf
+import kubernetes.client
+import pytest
+from kubernetes.client import ApiException, CoreV1Api, CustomObjectsApi
+
+from snooze.sandbox import Sandbox
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "sleepers.example.dev"},
+    "spec": {
+        "group": "example.dev",
+        "scope": "Namespaced",
+        "names": {"plural": "sleepers", "singular": "sleeper", "kind": "Sleeper"},
+        "versions": [
+            {"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}}
+        ],
+    },
+}
+ARGS = ("example.dev", "v1", "default", "sleepers")
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if result := condition():
+                return result
+        except ApiException:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("the condition was not met in time")
+
+
+@pytest.fixture
+def operator(sandbox: Sandbox) -> Iterator[kopf.OperatorRegistry]:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=sandbox.url)
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.level = logging.INFO
+        settings.watching.server_timeout = 5
+        settings.persistence.finalizer = "example.dev/kopf-finalizer"
+
+    @kopf.on.create("example.dev", "v1", "sleepers", registry=registry)
+    def created(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        patch.status["phase"] = "Seen"
+        kopf.info(body, reason="Seen", message="the sandbox works")
+
+    @kopf.on.delete("example.dev", "v1", "sleepers", registry=registry)
+    def deleted(**_: Any) -> None:
+        pass
+
+    stop_flag = threading.Event()
+    thread = threading.Thread(
+        target=lambda: asyncio.run(
+            kopf.operator(
+                registry=registry,
+                clusterwide=True,
+                standalone=True,
+                stop_flag=stop_flag,
+            )
+        ),
+        daemon=True,
+    )
+    thread.start()
+    yield registry
+    stop_flag.set()
+    thread.join(timeout=10)
+
+
+def test_kopf_handles_a_custom_resource(
+    sandbox: Sandbox, client: kubernetes.client.ApiClient, operator: kopf.OperatorRegistry
+) -> None:
+    kubernetes.client.ApiextensionsV1Api(client).create_custom_resource_definition(CRD)
+    custom = CustomObjectsApi(client)
+    custom.create_namespaced_custom_object(
+        *ARGS,
+        {
+            "apiVersion": "example.dev/v1",
+            "kind": "Sleeper",
+            "metadata": {"name": "s1"},
+            "spec": {"model": "tiny"},
+        },
+    )
+
+    def phase() -> Any:
+        return custom.get_namespaced_custom_object(*ARGS, "s1").get("status", {}).get("phase")
+
+    assert wait_for(phase) == "Seen"
+    obj = custom.get_namespaced_custom_object(*ARGS, "s1")
+    assert "example.dev/kopf-finalizer" in obj["metadata"]["finalizers"]
+
+    def events() -> list[Any]:
+        return [
+            e
+            for e in CoreV1Api(client)
+            .list_namespaced_event("default", field_selector="involvedObject.name=s1")
+            .items
+            if e.reason == "Seen"
+        ]
+
+    assert wait_for(events)[0].metadata.name.startswith("kopf-event-")
+
+    custom.delete_namespaced_custom_object(*ARGS, "s1")
+
+    def gone() -> bool:
+        try:
+            custom.get_namespaced_custom_object(*ARGS, "s1")
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    assert wait_for(gone)
