@@ -1,0 +1,331 @@
+"""One simulated engine's aiohttp application: vLLM's OpenAI routes, dev-mode admin, metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from snooze.sim import metrics
+from snooze.sim.engine import (
+    KNOWN_TAGS,
+    SLEEP_MODES,
+    EngineDead,
+    Request,
+    SimulatedEngine,
+    WakeError,
+)
+
+VLLM_VERSION = "0.33.0"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ENGINE_KEY = web.AppKey("engine", SimulatedEngine)
+
+
+def error(status: int, message: str, kind: str, param: str | None = None) -> web.Response:
+    """An OpenAI-shaped error, as vLLM's ErrorResponse prints it."""
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return web.json_response(body, status=status)
+
+
+@web.middleware
+async def fastapi_not_found(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # vLLM is FastAPI: an unknown route (dev mode off) answers FastAPI's JSON, not aiohttp's text.
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return web.json_response({"detail": "Not Found"}, status=404)
+    except web.HTTPMethodNotAllowed:
+        return web.json_response({"detail": "Method Not Allowed"}, status=405)
+
+
+def build_app(engine: SimulatedEngine) -> web.Application:
+    """One engine's routes; the admin ones exist only in dev mode, as in vLLM."""
+    app = web.Application(middlewares=[fastapi_not_found])
+    app[ENGINE_KEY] = engine
+    app.router.add_get("/health", health)
+    app.router.add_get("/version", version)
+    app.router.add_get("/metrics", metrics_route)
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    if engine.config.dev_mode:
+        app.router.add_post("/sleep", sleep)
+        app.router.add_post("/wake_up", wake_up)
+        app.router.add_get("/is_sleeping", is_sleeping)
+        app.router.add_post("/collective_rpc", collective_rpc)
+        app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
+    return app
+
+
+def _engine(request: web.Request) -> SimulatedEngine:
+    return request.app[ENGINE_KEY]
+
+
+async def health(request: web.Request) -> web.Response:
+    # 200 while asleep and after a failed wake: that is exactly what makes vLLM's /health useless
+    # as a wake probe.
+    return web.Response(status=200)
+
+
+async def version(request: web.Request) -> web.Response:
+    return web.json_response({"version": VLLM_VERSION})
+
+
+async def metrics_route(request: web.Request) -> web.Response:
+    names = request.query.getall("name[]") if "name[]" in request.query else None
+    text = metrics.render(_engine(request), names)
+    return web.Response(body=text.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
+async def models(request: web.Request) -> web.Response:
+    cfg = _engine(request).config
+    card = {
+        "id": cfg.model,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "vllm",
+        "root": cfg.model,
+        "parent": None,
+        "max_model_len": cfg.max_model_len,
+    }
+    return web.json_response({"object": "list", "data": [card]})
+
+
+# --- dev-mode admin --------------------------------------------------------------------------
+
+
+async def sleep(request: web.Request) -> web.Response:
+    try:
+        level = int(request.query.get("level", "1"))
+    except ValueError:
+        return error(400, "level must be 0, 1 or 2", "BadRequestError", "level")
+    mode = request.query.get("mode", "abort")
+    if level not in (0, 1, 2) or mode not in SLEEP_MODES:
+        return error(400, f"bad level {level} or mode {mode!r}", "BadRequestError")
+    slept = await _engine(request).sleep(level, mode)
+    return web.json_response({"status": "sleeping", "level": slept})
+
+
+async def wake_up(request: web.Request) -> web.Response:
+    tags = request.query.getall("tags") if "tags" in request.query else None
+    try:
+        awake = await _engine(request).wake_up(tags)
+    except WakeError as exc:
+        return error(500, str(exc), "InternalServerError")
+    return web.json_response(
+        {"status": "awake" if awake else "sleeping", "tags": tags or list(KNOWN_TAGS)}
+    )
+
+
+async def is_sleeping(request: web.Request) -> web.Response:
+    return web.json_response({"is_sleeping": _engine(request).is_sleeping})
+
+
+async def collective_rpc(request: web.Request) -> web.Response:
+    try:
+        body = await request.json()
+    except json.JSONDecodeError as exc:
+        return error(400, f"JSON decode error: {exc}", "BadRequestError")
+    method = body.get("method") if isinstance(body, dict) else None
+    if method is None:
+        return error(400, "Missing 'method' in request body", "BadRequestError")
+    if method != "reload_weights":
+        message = f"AttributeError: 'Worker' object has no attribute '{method}'"
+        return error(500, message, "InternalServerError")
+    try:
+        await _engine(request).reload_weights()
+    except WakeError as exc:
+        return error(500, str(exc), "InternalServerError")
+    # One result per worker; reload_weights returns None.
+    return web.json_response({"results": [None]})
+
+
+async def reset_prefix_cache(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+# --- inference ---------------------------------------------------------------------------------
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=False)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True)
+
+
+def _count_prompt(body: dict[str, Any], chat: bool) -> int:
+    if chat:
+        parts: list[Any] = []
+        for message in body.get("messages") or []:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, list):
+                parts.extend(p.get("text", "") for p in content if isinstance(p, dict))
+            elif content is not None:
+                parts.append(content)
+    else:
+        prompt = body.get("prompt", "")
+        parts = prompt if isinstance(prompt, list) else [prompt]
+    return max(1, sum(len(str(part).split()) for part in parts))
+
+
+def _validate(engine: SimulatedEngine, body: Any, chat: bool) -> web.Response | None:
+    if not isinstance(body, dict):
+        return error(400, "The request body must be a JSON object.", "BadRequestError")
+    if body.get("model") != engine.config.model:
+        message = f"The model `{body.get('model')}` does not exist."
+        return error(404, message, "NotFoundError", "model")
+    if chat and not isinstance(body.get("messages"), list):
+        return error(400, "Field required: messages", "BadRequestError", "messages")
+    if not chat and "prompt" not in body:
+        return error(400, "Field required: prompt", "BadRequestError", "prompt")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        return error(400, "max_tokens must be at least 1", "BadRequestError", "max_tokens")
+    return None
+
+
+async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
+    engine = _engine(request)
+    try:
+        body = await request.json()
+    except json.JSONDecodeError as exc:
+        return error(400, f"JSON decode error: {exc}", "BadRequestError")
+    invalid = _validate(engine, body, chat)
+    if invalid is not None:
+        return invalid
+    asked = body.get("max_completion_tokens", body.get("max_tokens"))
+    limit = asked if asked is not None else engine.config.max_tokens_default
+    sim = Request(prompt_tokens=_count_prompt(body, chat), max_tokens=limit)
+    reply = Reply(engine, sim, chat=chat, stream=bool(body.get("stream")))
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    reason = "abort"
+    try:
+        await engine.admit(sim)
+        if reply.stream:
+            await reply.start(request)
+        pieces: list[str] = []
+        for index in range(limit):
+            token = await engine.next_token(sim, index)
+            if token is None:
+                break
+            piece = token if index == 0 else " " + token
+            pieces.append(piece)
+            if reply.stream:
+                await reply.send(reply.chunk(piece, None))
+        else:
+            # A request that set max_tokens ran into it; otherwise the filler "ends naturally".
+            reason = "length" if asked is not None else "stop"
+        if not reply.stream:
+            return web.json_response(reply.full("".join(pieces), reason))
+        await reply.send(reply.chunk("", reason))
+        if include_usage:
+            await reply.send(reply.usage_chunk())
+        await reply.send_raw(b"data: [DONE]\n\n")
+        return reply.started
+    except (EngineDead, ConnectionResetError):
+        # The pod died or the client left: nothing more can be sent on this connection.
+        return reply.response if reply.response is not None else web.Response(status=503)
+    finally:
+        await engine.finish(sim, reason)
+
+
+class Reply:
+    """Builds the OpenAI-shaped bodies and chunks of one answer."""
+
+    def __init__(self, engine: SimulatedEngine, sim: Request, *, chat: bool, stream: bool):
+        self.engine = engine
+        self.sim = sim
+        self.chat = chat
+        self.stream = stream
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        self.created = int(time.time())
+        self.response: web.StreamResponse | None = None
+        self._first = True
+
+    def _head(self, kind: str) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.engine.config.model,
+        }
+
+    def usage(self) -> dict[str, Any]:
+        prompt, done = self.sim.prompt_tokens, self.sim.generated
+        return {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + done,
+            "completion_tokens": done,
+            "prompt_tokens_details": None,
+        }
+
+    def full(self, text: str, reason: str) -> dict[str, Any]:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "logprobs": None,
+            "finish_reason": reason,
+            "stop_reason": None,
+        }
+        if self.chat:
+            choice["message"] = {
+                "role": "assistant",
+                "content": text,
+                "refusal": None,
+                "tool_calls": [],
+                "reasoning_content": None,
+            }
+            kind = "chat.completion"
+        else:
+            choice["text"] = text
+            choice["prompt_logprobs"] = None
+            kind = "text_completion"
+        return {
+            **self._head(kind),
+            "choices": [choice],
+            "usage": self.usage(),
+            "system_fingerprint": None,
+        }
+
+    def chunk(self, piece: str, reason: str | None) -> dict[str, Any]:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "logprobs": None,
+            "finish_reason": reason,
+            "stop_reason": None,
+        }
+        if self.chat:
+            delta: dict[str, Any] = {"content": piece}
+            if self._first:
+                delta = {"role": "assistant", **delta}
+            choice["delta"] = delta
+        else:
+            choice["text"] = piece
+        self._first = False
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        return {**self._head(kind), "choices": [choice]}
+
+    def usage_chunk(self) -> dict[str, Any]:
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        return {**self._head(kind), "choices": [], "usage": self.usage()}
+
+    @property
+    def started(self) -> web.StreamResponse:
+        assert self.response is not None
+        return self.response
+
+    async def start(self, request: web.Request) -> None:
+        self.response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await self.response.prepare(request)
+
+    async def send(self, payload: dict[str, Any]) -> None:
+        await self.send_raw(b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+    async def send_raw(self, data: bytes) -> None:
+        assert self.response is not None
+        await self.response.write(data)
