@@ -41,6 +41,11 @@ class Settings:
     probe_timeout: float = 5.0
 
 
+def sleep_timeout(spec: InferenceModelSpec) -> float:
+    """How long a /sleep call may take: freeing tens of GiB takes seconds, not minutes."""
+    return max(spec.wake_timeout_seconds, 60.0)
+
+
 def engine_url(spec: InferenceModelSpec, pod: PodInfo) -> str:
     return f"{spec.engine.scheme}://{pod.ip}:{spec.engine.port}"
 
@@ -166,11 +171,13 @@ class Executor:
                 await asyncio.wait_for(engine.cancel.wait(), self.settings.drain_poll)
         if engine.cancel.is_set():
             await self.label(pod, EngineState.AWAKE, engine)
-            self.emit("Normal", "SleepCancelled", f"{pod.name}: a wake request cancelled the sleep")
+            self.emit(
+                "Normal", "SleepCancelled", f"{pod.name}: sleep cancelled, the model is wanted"
+            )
             return
         level = spec.sleep.level
         try:
-            await client.sleep(level, "wait", timeout=max(spec.wake_timeout_seconds, 60.0))
+            await client.sleep(level, "wait", timeout=sleep_timeout(spec))
             if not await client.is_sleeping():
                 raise EngineError(
                     "the engine answered /sleep but still says it is awake", url=client.base_url
@@ -213,6 +220,7 @@ class Executor:
             engine.last_failure = time.time()
             engine.last_failure_reason = exc.reason
             engine.last_failure_message = str(exc)
+            self.memory.failure = (pod.name, exc.reason, str(exc))
             sleeping = await _sleeping_or_none(client)
             await self.label(
                 pod, EngineState.AWAKE if sleeping is False else EngineState.ASLEEP, engine
@@ -235,6 +243,7 @@ class Executor:
         await self.label(pod, EngineState.AWAKE, engine)
         self.memory.last_wake_time = now
         self.memory.last_wake_seconds = seconds
+        self.memory.failure = None
         self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({_why(action)})")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from snooze import kube, policy, status
-from snooze.actions import Emit, Executor, Settings, engine_url
+from snooze.actions import Emit, Executor, Settings, engine_url, sleep_timeout
 from snooze.engine import EngineClient
 from snooze.engine_errors import EngineError
 from snooze.memory import ModelMemory, rebuild
@@ -117,7 +117,12 @@ class ModelLoop:
         self.memory.forget_missing({p.name for p in pods})
         views = await self._observe(spec, pods, now)
         wake_requested = parse_time((meta.get("annotations") or {}).get(WAKE_REQUESTED_ANNOTATION))
-        model = policy.ModelView(spec=spec, wake_requested=wake_requested, now=now)
+        model = policy.ModelView(
+            spec=spec,
+            wake_requested=wake_requested,
+            now=now,
+            drain_grace=self.settings.drain_timeout + sleep_timeout(spec),
+        )
         by_name = {p.name: p for p in pods}
         for action in policy.decide(views, model):
             self.executor.start(action, by_name[action.pod], spec)

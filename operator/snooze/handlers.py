@@ -88,7 +88,9 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             if loop_namespace == namespace:
                 loop.memory.poke.set()
 
-    @kopf.on.event(models.GROUP, models.VERSION, models.PLURAL, id="model_changed", registry=registry)
+    @kopf.on.event(
+        models.GROUP, models.VERSION, models.PLURAL, id="model_changed", registry=registry
+    )
     def model_changed(namespace: str | None, name: str, **_: Any) -> None:
         # The daemon's body is live; a poke makes it act on a spec change or a wake request
         # within one watch event rather than at the next probe.

@@ -47,6 +47,9 @@ class ModelMemory:
     last_sleep_time: float | None = None
     last_wake_time: float | None = None
     last_wake_seconds: float | None = None
+    failure: tuple[str, str, str] | None = None
+    """(pod, reason, message) of the last failed wake, until a wake succeeds: it outlives a
+    pod restarted to remedy it, so WakeFailed says what happened."""
     poke: asyncio.Event = field(default_factory=asyncio.Event)
     """Set to run the next cycle now rather than at the next probe interval."""
 
@@ -72,6 +75,10 @@ def rebuild(status: dict[str, Any] | None) -> ModelMemory:
     memory.last_wake_time = parse_time(status.get("lastWakeTime"))
     seconds = status.get("lastWakeSeconds")
     memory.last_wake_seconds = float(seconds) if isinstance(seconds, int | float) else None
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "WakeFailed" and condition.get("status") == "True":
+            pod, _, message = str(condition.get("message") or "").partition(": ")
+            memory.failure = (pod, str(condition.get("reason") or ""), message)
     for pod in status.get("pods") or []:
         name = pod.get("name")
         activity = parse_time(pod.get("lastActivityTime"))

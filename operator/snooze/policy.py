@@ -76,6 +76,10 @@ class ModelView:
     wake_requested: float | None
     """The time in the `snooze.dev/wake-requested-at` annotation."""
     now: float
+    drain_grace: float = 0.0
+    """How long a drain (and the sleep it sends) may take: a `draining` label left by an
+    operator that stopped is left alone this long after the drain began, since the engine
+    may still be carrying out the sleep that was sent."""
 
 
 def retry_delay(failures: int) -> float:
@@ -93,7 +97,8 @@ def wants_wake(engine: EngineView, model: ModelView) -> bool:
 
 
 def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
-    """The actions to take now: at most one per engine, none on an engine already acting."""
+    """The actions to take now: at most one per engine, and none on an engine already acting,
+    but for CANCEL_SLEEP, which speaks to the drain running there."""
     spec = model.spec
     actions: list[Action] = []
     candidates = [e for e in engines if e.ready and not e.action_running and e.sleeping is not None]
@@ -102,7 +107,7 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     #    is a leftover (operator restarted mid-step, or a new pod with no label yet).
     settled: list[EngineView] = []
     for engine in candidates:
-        label = _settled_label(engine)
+        label = _settled_label(engine, model)
         if label is not None:
             actions.append(
                 Action(kind=ActionKind.LABEL, pod=engine.pod, reason="Observed", label=label)
@@ -111,7 +116,9 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
 
     awake = [e for e in settled if e.label is EngineState.AWAKE]
     # A drain is the one action that another may interrupt: the running drain is told to stop.
-    draining = [e for e in engines if e.action_running and e.label is EngineState.DRAINING]
+    draining = [
+        e for e in engines if e.ready and e.action_running and e.label is EngineState.DRAINING
+    ]
     asleep = [e for e in settled if e.label in (EngineState.ASLEEP, EngineState.FAILED)]
     in_flight_awake = sum(
         1
@@ -130,7 +137,8 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
         if desired is not DesiredState.ASLEEP and (
             desired is DesiredState.AWAKE or wants_wake(engine, model)
         ):
-            act(ActionKind.CANCEL_SLEEP, engine, "WakeRequested")
+            reason = "DesiredAwake" if desired is DesiredState.AWAKE else "WakeRequested"
+            act(ActionKind.CANCEL_SLEEP, engine, reason)
     for engine in asleep:
         reason = _wake_reason(engine, model)
         if reason is None:
@@ -147,7 +155,13 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
         for engine in sorted(asleep, key=lambda e: e.wake_failures):
             if missing <= 0:
                 break
-            if engine.pod in decided or _failure_gate(engine, model) is not None:
+            if engine.pod in decided:
+                continue
+            gate = _failure_gate(engine, model)
+            if gate is ActionKind.WAKE:
+                continue
+            if gate is not None:
+                act(gate, engine, engine.last_failure_reason or "WakeFailed")
                 continue
             act(ActionKind.WAKE, engine, "MinAwake")
             missing -= 1
@@ -165,7 +179,10 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
         idle = [e for e in awake if not e.busy and model.now - e.last_activity >= idle_after]
         # Longest idle first, so that the engines kept for minAwake are the most recently used.
         idle.sort(key=lambda e: e.last_activity)
-        may_sleep = len(awake) - max(spec.min_awake - in_flight_awake, 0)
+        # Only a wake in flight holds the floor: an engine acting under an awake label may be
+        # starting its drain (the draining label is its first step).
+        waking = sum(1 for e in engines if e.action_running and e.label is EngineState.WAKING)
+        may_sleep = len(awake) - max(spec.min_awake - waking, 0)
         for engine in idle[: max(may_sleep, 0)]:
             act(ActionKind.SLEEP, engine, "Idle")
     return actions
@@ -210,17 +227,23 @@ def _failure_gate(engine: EngineView, model: ModelView) -> ActionKind | None:
     return None
 
 
-def _settled_label(engine: EngineView) -> EngineState | None:
+def _settled_label(engine: EngineView, model: ModelView) -> EngineState | None:
     """The label to publish when the current one is stale; None when it stands.
 
     With no action in flight, `waking` and `draining` are leftovers of an interrupted step
     (the operator restarted): the engine's own answer says where it really is. A cut-off wake
     leaves it asleep, and the wake request that started it is still newer than its sleep, so
-    it is woken again; a cut-off drain leaves it awake, and the idle rule decides anew.
+    it is woken again. A cut-off drain is left alone while the sleep it may have sent can
+    still be running, unless the model is wanted; then it is published awake again.
     """
     if engine.sleeping:
         keep = (EngineState.ASLEEP, EngineState.FAILED)
         return None if engine.label in keep else EngineState.ASLEEP
+    if engine.label is EngineState.DRAINING:
+        wanted = model.spec.desired_state is DesiredState.AWAKE or wants_wake(engine, model)
+        started = engine.sleep_started
+        if not wanted and started is not None and model.now - started < model.drain_grace:
+            return None
     return None if engine.label is EngineState.AWAKE else EngineState.AWAKE
 
 

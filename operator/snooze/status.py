@@ -128,7 +128,7 @@ def build(
             reason="AllAsleep" if ready and asleep == len(ready) else "NotAllAsleep",
             message=f"{asleep} of {len(ready)} ready engines asleep",
         ),
-        _wake_failed(failing),
+        _wake_failed(failing or ([memory.failure] if memory.failure else [])),
     ]
     return {
         "phase": model_phase.value,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,8 +29,10 @@ CRD = ROOT / "crds" / "inferencemodels.snooze.dev.yaml"
 MODELS = "/apis/snooze.dev/v1alpha1/namespaces/{ns}/inferencemodels"
 PODS = "/api/v1/namespaces/{ns}/pods"
 
-# Each engine gets an address of its own, never reused within a run.
-_addresses = (f"127.0.{n // 250 + 10}.{n % 250 + 2}" for n in itertools.count())
+# Each engine gets an address of its own, never reused within a run; the second octet comes
+# from the process id so that test runs side by side do not collide.
+_OCTET = 20 + os.getpid() % 200
+_addresses = (f"127.{_OCTET}.{n // 250}.{n % 250 + 2}" for n in itertools.count())
 
 
 def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
@@ -146,7 +149,9 @@ class Cluster:
         from snooze.pods import format_time
 
         stamp = format_time(time.time() if at is None else at)
-        self.patch_model(name, {"metadata": {"annotations": {"snooze.dev/wake-requested-at": stamp}}})
+        self.patch_model(
+            name, {"metadata": {"annotations": {"snooze.dev/wake-requested-at": stamp}}}
+        )
 
     def model(self, name: str) -> dict[str, Any]:
         return self._check(self.http.get(f"{MODELS.format(ns=self.ns)}/{name}"))

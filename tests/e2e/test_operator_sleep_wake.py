@@ -8,14 +8,18 @@ LABELS = {"app": "chat"}
 SPEC = {"selector": {"matchLabels": LABELS}, "idle": {"after": "1s"}, "sleep": {"level": 1}}
 
 
-def test_idle_engine_sleeps_and_wakes_on_request(cluster: Cluster, operator: OperatorThread) -> None:
+def test_idle_engine_sleeps_and_wakes_on_request(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
     engine = cluster.create_pod("chat-0", labels=LABELS)
     cluster.create_model("chat", SPEC)
 
     wait_for("the pod labelled awake", lambda: cluster.pod_state("chat-0") == "awake")
     wait_for("the engine asleep", lambda: engine.is_sleeping)
     wait_for("the pod labelled asleep", lambda: cluster.pod_state("chat-0") == "asleep")
-    status = wait_for("phase Asleep", lambda: (s := cluster.status("chat"))["phase"] == "Asleep" and s)
+    status = wait_for(
+        "phase Asleep", lambda: (s := cluster.status("chat"))["phase"] == "Asleep" and s
+    )
     assert status["asleep"] == 1 and status["awake"] == 0
     assert status["lastSleepTime"]
     assert cluster.condition("chat", "Asleep")["status"] == "True"
@@ -25,7 +29,9 @@ def test_idle_engine_sleeps_and_wakes_on_request(cluster: Cluster, operator: Ope
 
     cluster.request_wake("chat")
     wait_for("the engine awake", lambda: not engine.is_sleeping)
-    status = wait_for("phase Awake", lambda: (s := cluster.status("chat"))["phase"] == "Awake" and s)
+    status = wait_for(
+        "phase Awake", lambda: (s := cluster.status("chat"))["phase"] == "Awake" and s
+    )
     assert status["lastWakeSeconds"] > 0
     assert status["lastWakeTime"]
     assert cluster.pod_state("chat-0") == "awake"

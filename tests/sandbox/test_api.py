@@ -381,3 +381,19 @@ def test_fault_injection_and_counts(sandbox: Sandbox, client: kubernetes.client.
     assert core.read_namespace("default").metadata.name == "default"
     assert sandbox.requests_count("GET") == before + 2
     assert sandbox.requests_count() >= sandbox.requests_count("GET")
+
+
+def test_merge_patch_of_spec_keeps_system_metadata(client: kubernetes.client.ApiClient) -> None:
+    """A merge patch that names only .spec leaves name, uid and timestamps as they were."""
+    api = kubernetes.client.CoreV1Api(client)
+    api.create_namespaced_config_map(
+        "default", {"metadata": {"name": "keep-meta"}, "data": {"a": "1"}}
+    )
+    before = api.read_namespaced_config_map("keep-meta", "default").metadata
+    api.patch_namespaced_config_map(
+        "keep-meta", "default", {"data": {"a": "2"}}, _content_type="application/merge-patch+json"
+    )
+    after = api.read_namespaced_config_map("keep-meta", "default").metadata
+    assert (after.name, after.namespace, after.uid) == (before.name, before.namespace, before.uid)
+    assert after.creation_timestamp == before.creation_timestamp
+    assert int(after.resource_version) > int(before.resource_version)

@@ -394,7 +394,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     def _patch(self, spec: ResourceSpec, path: ApiPath, data: Any, content_type: str) -> Obj:
         assert path.name is not None
         old = self._load(spec, path.namespace, path.name)
-        return self._commit(spec, path, old, views.apply_patch(old, data, content_type))
+        # A merge patch shares the untouched parts of `old`; committing edits metadata in place.
+        patched = copy.deepcopy(views.apply_patch(old, data, content_type))
+        return self._commit(spec, path, old, patched)
 
     def _commit(self, spec: ResourceSpec, path: ApiPath, old: Obj, new: Obj) -> Obj:
         """Store an update as the API server does: preconditions, system fields, no-op skipping."""
