@@ -19,6 +19,7 @@ from snooze import kube
 from snooze.engine import EngineClient
 from snooze.engine_errors import EngineError
 from snooze.memory import EngineMemory, ModelMemory
+from snooze.metrics import OperatorMetrics
 from snooze.models import STATE_LABEL, EngineState, InferenceModelSpec
 from snooze.pods import SLEEP_STARTED_ANNOTATION, PodInfo, format_time
 from snooze.policy import Action, ActionKind
@@ -62,8 +63,12 @@ class Executor:
         memory: ModelMemory,
         settings: Settings,
         emit: Emit,
+        metrics: OperatorMetrics,
+        model: str,
     ) -> None:
         self.namespace = namespace
+        self.model = model
+        self.metrics = metrics
         self.api = api
         self.http = http
         self.memory = memory
@@ -143,6 +148,8 @@ class Executor:
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
         await self.api.delete(kube.pods(self.namespace), pod.name)
+        reason = engine.last_failure_reason or "WakeFailed"
+        self.metrics.restarts.labels(self.namespace, self.model, reason).inc()
         self.emit(
             "Warning",
             "PodRestarted",
@@ -186,12 +193,16 @@ class Executor:
             engine.busy = False
             sleeping = await _sleeping_or_none(client)
             await self.label(pod, EngineState.ASLEEP if sleeping else EngineState.AWAKE, engine)
+            self.metrics.sleep_failures.labels(self.namespace, self.model, exc.reason).inc()
             self.emit("Warning", "SleepFailed", f"{pod.name}: sleep failed ({exc.reason}): {exc}")
             return
         finished = time.time()
         engine.sleeping = True
         await self.label(pod, EngineState.ASLEEP, engine)
         self.memory.last_sleep_time = finished
+        self.metrics.sleep_duration.labels(self.namespace, self.model, str(level)).observe(
+            finished - started
+        )
         self.emit(
             "Normal",
             "Slept",
@@ -221,6 +232,7 @@ class Executor:
             engine.last_failure_reason = exc.reason
             engine.last_failure_message = str(exc)
             self.memory.failure = (pod.name, exc.reason, str(exc))
+            self.metrics.wake_failures.labels(self.namespace, self.model, exc.reason).inc()
             sleeping = await _sleeping_or_none(client)
             await self.label(
                 pod, EngineState.AWAKE if sleeping is False else EngineState.ASLEEP, engine
@@ -244,6 +256,9 @@ class Executor:
         self.memory.last_wake_time = now
         self.memory.last_wake_seconds = seconds
         self.memory.failure = None
+        self.metrics.wake_duration.labels(
+            self.namespace, self.model, str(spec.sleep.level)
+        ).observe(seconds)
         self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({_why(action)})")
 
 

@@ -17,7 +17,14 @@ from snooze.actions import Emit, Executor, Settings, engine_url, sleep_timeout
 from snooze.engine import EngineClient
 from snooze.engine_errors import EngineError
 from snooze.memory import ModelMemory, rebuild
-from snooze.models import WAKE_REQUESTED_ANNOTATION, InferenceModelSpec, SpecError, parse_spec
+from snooze.metrics import OperatorMetrics
+from snooze.models import (
+    WAKE_REQUESTED_ANNOTATION,
+    EngineState,
+    InferenceModelSpec,
+    SpecError,
+    parse_spec,
+)
 from snooze.pods import PodInfo, parse_time
 
 log = logging.getLogger(__name__)
@@ -61,8 +68,11 @@ class ModelLoop:
         http: httpx.AsyncClient,
         settings: Settings,
         emit: Emit,
+        metrics: OperatorMetrics,
     ) -> None:
         self.namespace = namespace
+        self.metrics = metrics
+        self._counted_at: float | None = None
         self.name = name
         self.body = body  # kopf's live view: it follows the resource as it changes
         self.pods = pods
@@ -78,6 +88,8 @@ class ModelLoop:
             memory=self.memory,
             settings=settings,
             emit=emit,
+            metrics=metrics,
+            model=name,
         )
         self.written: JSON = dict(body.get("status") or {})
         self._reported_error: str | None = None
@@ -91,11 +103,13 @@ class ModelLoop:
             except Exception:
                 # One bad cycle must not end the model's loop; the next one starts afresh.
                 log.exception("cycle of %s/%s failed", self.namespace, self.name)
+                self.metrics.reconcile_errors.labels(self.namespace, self.name).inc()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.memory.poke.wait(), self.settings.probe_interval)
             self.memory.poke.clear()
 
     def stop(self) -> None:
+        self.metrics.forget_model(self.namespace, self.name)
         for engine in self.memory.engines.values():
             if engine.task is not None and not engine.task.done():
                 engine.task.cancel()
@@ -203,7 +217,21 @@ class ModelLoop:
             generation=generation,
             now=now,
         )
+        self._count(pods, str(new["phase"]), now)
         await self._patch_status(new)
+
+    def _count(self, pods: list[PodInfo], phase: str, now: float) -> None:
+        """Publish engine states and phase, and add the engine-seconds asleep since last time."""
+        states = {p.name: (p.state.value if p.ready and p.state else None) for p in pods}
+        self.metrics.set_engine_states(self.namespace, self.name, states)
+        self.metrics.set_phase(self.namespace, self.name, phase)
+        if self._counted_at is not None:
+            asleep = sum(1 for p in pods if p.ready and p.state is EngineState.ASLEEP)
+            if asleep:
+                self.metrics.asleep_seconds.labels(self.namespace, self.name).inc(
+                    asleep * (now - self._counted_at)
+                )
+        self._counted_at = now
 
     async def _patch_status(self, new: JSON) -> None:
         if new == {k: self.written.get(k) for k in new}:

@@ -13,6 +13,7 @@ from snooze import kube, models
 from snooze.actions import Settings
 from snooze.daemon import ModelLoop
 from snooze.engine import new_http_client
+from snooze.metrics import OperatorMetrics
 from snooze.pods import PodInfo, pod_info
 
 PREFIX = models.GROUP
@@ -24,6 +25,7 @@ class Runtime:
     """What every handler shares, kept in kopf's memo."""
 
     settings: Settings
+    metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
     api: kube.KubeApi | None = None
     http: Any = None
     loops: dict[tuple[str, str], ModelLoop] = dataclasses.field(default_factory=dict)
@@ -132,6 +134,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             http=runtime.http,
             settings=runtime.settings,
             emit=emit,
+            metrics=runtime.metrics,
         )
         runtime.loops[(namespace, name)] = loop
         try:

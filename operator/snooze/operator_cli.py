@@ -35,6 +35,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="serve kopf's liveness probe at http://0.0.0.0:PORT/healthz",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics",
+    )
+    parser.add_argument(
+        "--peering",
+        default=None,
+        metavar="NAME",
+        help="run with kopf peering under this name, so that of several replicas only one "
+        "acts (needs kopf's peering CRDs); default: standalone",
+    )
     parser.add_argument("--verbose", action="store_true", help="log at debug level")
 
 
@@ -54,13 +68,23 @@ def run(args: argparse.Namespace) -> int:
     )
     settings = Settings(probe_interval=args.probe_interval, drain_timeout=args.drain_timeout)
     runtime = Runtime(settings=settings)
+    if args.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        try:
+            start_http_server(args.metrics_port, registry=runtime.metrics.registry)
+        except OSError as exc:
+            raise SystemExit(
+                f"snooze operator: cannot serve metrics on port {args.metrics_port}: {exc}"
+            ) from None
     liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
     asyncio.run(
         kopf.operator(
             registry=build_registry(runtime),
             clusterwide=not args.namespace,
             namespaces=args.namespace,
-            standalone=True,
+            standalone=args.peering is None,
+            peering_name=args.peering,
             liveness_endpoint=liveness,
         )
     )

@@ -137,8 +137,8 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
         if desired is not DesiredState.ASLEEP and (
             desired is DesiredState.AWAKE or wants_wake(engine, model)
         ):
-            reason = "DesiredAwake" if desired is DesiredState.AWAKE else "WakeRequested"
-            act(ActionKind.CANCEL_SLEEP, engine, reason)
+            why = "DesiredAwake" if desired is DesiredState.AWAKE else "WakeRequested"
+            act(ActionKind.CANCEL_SLEEP, engine, why)
     for engine in asleep:
         reason = _wake_reason(engine, model)
         if reason is None:

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from snooze.actions import Settings
+from snooze.metrics import OperatorMetrics
 from snooze.sandbox import Sandbox
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 
@@ -176,8 +177,9 @@ class Cluster:
 class OperatorThread:
     """The real operator (kopf and Snooze's handlers) in a thread with its own event loop."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, metrics: OperatorMetrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics or OperatorMetrics()
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
@@ -198,7 +200,7 @@ class OperatorThread:
         try:
             asyncio.run(
                 kopf.operator(
-                    registry=build_registry(Runtime(settings=self.settings)),
+                    registry=build_registry(Runtime(settings=self.settings, metrics=self.metrics)),
                     clusterwide=True,
                     standalone=True,
                     stop_flag=self._stop,
@@ -250,4 +252,11 @@ def cluster(sandbox: Sandbox, sim: SimulatorHost) -> Iterator[Cluster]:
 def operator(sandbox: Sandbox) -> Iterator[OperatorThread]:
     thread = OperatorThread(FAST).start()
     yield thread
+    thread.stop()
+
+
+@pytest.fixture
+def operator_with_metrics(sandbox: Sandbox) -> Iterator[tuple[OperatorThread, OperatorMetrics]]:
+    thread = OperatorThread(FAST).start()
+    yield thread, thread.metrics
     thread.stop()

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from snooze_vllm_patch.fix import flatten_kv_caches, is_hybrid_safe, make_hybrid_safe
 from snooze_vllm_patch.versions import Verdict, classify, release_of
 

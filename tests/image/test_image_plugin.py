@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from snooze_vllm_patch.plugin import TARGET_MODULE
 
 PLUGIN_SRC = Path(__file__).resolve().parents[2] / "images" / "vllm" / "plugin" / "src"

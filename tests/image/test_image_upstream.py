@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from snooze_vllm_patch.fix import make_hybrid_safe
 from snooze_vllm_patch.versions import Verdict, classify
 

@@ -1,0 +1,120 @@
+"""The operator's Prometheus metrics, all in one place: names, units, labels and buckets.
+
+Labels stay bounded: namespace, model, pod, level, state, phase and a failure reason from a
+closed set; never a request or an error message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from snooze import __version__
+from snooze.models import EngineState, Phase
+
+# From a fast level-1 wake (0.1 s) to a cold reload (minutes).
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+STATES = [state.value for state in EngineState]
+
+
+class _ModelsByPhase(Collector):
+    """`snooze_models{phase}`: how many models are in each phase, counted at scrape time."""
+
+    def __init__(self) -> None:
+        self.phases: dict[tuple[str, str], str] = {}
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily("snooze_models", "InferenceModels by phase.", labels=["phase"])
+        for phase in Phase:
+            count = sum(1 for value in self.phases.values() if value == phase.value)
+            family.add_metric([phase.value], count)
+        yield family
+
+
+class OperatorMetrics:
+    """Every metric the operator exports, on a registry of its own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.wake_duration = Histogram(
+            "snooze_wake_duration_seconds",
+            "Time from the start of a wake to the engine confirming it is awake.",
+            ["namespace", "model", "level"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.sleep_duration = Histogram(
+            "snooze_sleep_duration_seconds",
+            "Time from the start of a drain to the engine confirming it sleeps.",
+            ["namespace", "model", "level"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.wake_failures = Counter(
+            "snooze_wake_failures_total",
+            "Failed wakes, by reason (HybridKVCacheReinit, Timeout, Unreachable, EngineError).",
+            ["namespace", "model", "reason"],
+            registry=r,
+        )
+        self.sleep_failures = Counter(
+            "snooze_sleep_failures_total",
+            "Failed sleeps, by reason.",
+            ["namespace", "model", "reason"],
+            registry=r,
+        )
+        self.restarts = Counter(
+            "snooze_pod_restarts_total",
+            "Pods deleted so that their controller recreates them (wake.onFailure: Restart).",
+            ["namespace", "model", "reason"],
+            registry=r,
+        )
+        self.engine_state = Gauge(
+            "snooze_engine_state",
+            "1 for each engine's current published state, 0 for the others.",
+            ["namespace", "model", "pod", "state"],
+            registry=r,
+        )
+        self.asleep_seconds = Counter(
+            "snooze_asleep_seconds_total",
+            "Engine-seconds spent asleep: the GPU time given back.",
+            ["namespace", "model"],
+            registry=r,
+        )
+        self.reconcile_errors = Counter(
+            "snooze_reconcile_errors_total",
+            "Cycles of a model's loop that ended in an unexpected error.",
+            ["namespace", "model"],
+            registry=r,
+        )
+        self.build_info = Info("snooze_operator_build", "The operator's version.", registry=r)
+        self.build_info.info({"version": __version__})
+        self.models = _ModelsByPhase()
+        r.register(self.models)
+        self._pods: dict[tuple[str, str], set[str]] = {}
+
+    def set_engine_states(
+        self, namespace: str, model: str, states: Mapping[str, str | None]
+    ) -> None:
+        """Publish each pod's state; drop the series of pods that are gone."""
+        key = (namespace, model)
+        for pod in self._pods.get(key, set()) - set(states):
+            for state in STATES:
+                self.engine_state.remove(namespace, model, pod, state)
+        for pod, current in states.items():
+            for state in STATES:
+                self.engine_state.labels(namespace, model, pod, state).set(
+                    1 if state == current else 0
+                )
+        self._pods[key] = set(states)
+
+    def set_phase(self, namespace: str, model: str, phase: str) -> None:
+        self.models.phases[(namespace, model)] = phase
+
+    def forget_model(self, namespace: str, model: str) -> None:
+        self.set_engine_states(namespace, model, {})
+        self._pods.pop((namespace, model), None)
+        self.models.phases.pop((namespace, model), None)
