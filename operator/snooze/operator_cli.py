@@ -66,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # One line per probe request or per handled watch event drowns what matters.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings = Settings(probe_interval=args.probe_interval, drain_timeout=args.drain_timeout)
     runtime = Runtime(settings=settings)
     if args.metrics_port is not None:
