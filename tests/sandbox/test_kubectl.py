@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from snooze.sandbox import Sandbox
@@ -88,3 +89,83 @@ def test_cli_refuses_a_port_in_use(sandbox: Sandbox, tmp_path: Path) -> None:
         timeout=30,
     )
     assert result.returncode == 2 and "in use" in result.stderr
+
+
+def test_crd_printer_columns(kubectl: Any, sandbox: Sandbox) -> None:
+    crd = Path(__file__).parents[2] / "crds" / "inferencemodels.snooze.dev.yaml"
+    applied = kubectl("apply", "--validate=false", "-f", str(crd))
+    assert applied.returncode == 0, applied.stderr
+    model = {
+        "apiVersion": "snooze.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": "llama"},
+        "spec": {"selector": {"matchLabels": {"app": "llama"}}},
+    }
+    created = kubectl("create", "--validate=false", "-f", "-", stdin=json.dumps(model))
+    assert created.returncode == 0, created.stderr
+    status = {"phase": "Asleep", "modelName": "meta/llama-3", "awake": 0, "asleep": 2}
+    patched = httpx.patch(
+        f"{sandbox.url}/apis/snooze.dev/v1alpha1/namespaces/default/inferencemodels/llama/status",
+        content=json.dumps({"status": status}),
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert patched.status_code == 200, patched.text
+    lines = kubectl("get", "im").stdout.splitlines()
+    assert lines[0].split() == ["NAME", "MODEL", "PHASE", "AWAKE", "ASLEEP", "LAST", "WAKE", "AGE"]
+    assert lines[1].split()[:5] == ["llama", "meta/llama-3", "Asleep", "0", "2"]
+    assert lines[1].split()[-1].endswith("s")  # an age, not a timestamp
+    wide = kubectl("get", "im", "llama", "-o", "wide").stdout.splitlines()
+    assert "WAKE SECONDS" in wide[0]
+    assert "WAKE SECONDS" not in lines[0]
+    assert kubectl("delete", "crd", "inferencemodels.snooze.dev").returncode == 0
+
+
+def test_event_columns(kubectl: Any, sandbox: Sandbox) -> None:
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "llama.1"},
+        "involvedObject": {"kind": "InferenceModel", "name": "llama", "namespace": "default"},
+        "type": "Normal",
+        "reason": "Slept",
+        "message": "put 2 engines to sleep ",
+        "source": {"component": "snooze"},
+        "lastTimestamp": "2020-01-01T00:00:00Z",
+    }
+    created = kubectl("create", "--validate=false", "-f", "-", stdin=json.dumps(event))
+    assert created.returncode == 0, created.stderr
+    lines = kubectl("get", "events").stdout.splitlines()
+    assert lines[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    row = lines[1].split()
+    assert row[0].endswith(("y", "d")) and row[1:4] == ["Normal", "Slept", "inferencemodel/llama"]
+    assert " ".join(row[4:]) == "put 2 engines to sleep"
+    wide = kubectl("get", "events", "-o", "wide").stdout.splitlines()
+    headers = ["SUBOBJECT", "SOURCE", "MESSAGE", "FIRST", "SEEN", "COUNT", "NAME"]
+    assert wide[0].split()[5:] == headers
+    assert wide[1].split()[-2:] == ["1", "llama.1"]
+    assert kubectl("delete", "event", "llama.1").returncode == 0
+
+
+def test_pod_columns(kubectl: Any, sandbox: Sandbox) -> None:
+    assert kubectl("run", "cols", "--image=busybox").returncode == 0
+    status = {
+        "phase": "Running",
+        "podIP": "10.0.0.7",
+        "podIPs": [{"ip": "10.0.0.7"}],
+        "containerStatuses": [
+            {"name": "cols", "ready": True, "restartCount": 3, "state": {"running": {}}}
+        ],
+    }
+    patched = httpx.patch(
+        f"{sandbox.url}/api/v1/namespaces/default/pods/cols/status",
+        content=json.dumps({"status": status}),
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert patched.status_code == 200, patched.text
+    lines = kubectl("get", "pods").stdout.splitlines()
+    assert lines[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert lines[1].split()[:4] == ["cols", "1/1", "Running", "3"]
+    wide = kubectl("get", "pod", "cols", "-o", "wide").stdout.splitlines()
+    assert wide[0].split()[5:7] == ["IP", "NODE"]
+    assert wide[1].split()[5:7] == ["10.0.0.7", "<none>"]
+    assert kubectl("delete", "pod", "cols").returncode == 0

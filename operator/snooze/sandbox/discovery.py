@@ -21,6 +21,29 @@ class ScalePaths:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PrinterColumn:
+    """One of a CRD version's additionalPrinterColumns, as the Table of its objects shows it."""
+
+    name: str
+    type: str
+    json_path: str
+    format: str = ""
+    priority: int = 0
+    description: str = ""
+
+    @classmethod
+    def from_crd(cls, column: Mapping[str, Any]) -> PrinterColumn:
+        return cls(
+            name=column["name"],
+            type=column.get("type", "string"),
+            json_path=column["jsonPath"],
+            format=column.get("format", ""),
+            priority=int(column.get("priority", 0)),
+            description=column.get("description", ""),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class ResourceSpec:
     """One served resource at one group/version, with what discovery says about it."""
 
@@ -38,6 +61,8 @@ class ResourceSpec:
     custom: bool = (
         False  # defined by a CRD: its strategy differs from the built-ins' (see emulator)
     )
+    # A CRD's additionalPrinterColumns at this version; empty: NAME and AGE.
+    printer_columns: tuple[PrinterColumn, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -120,6 +145,10 @@ class Registry:
                     subresources=frozenset(key for key in ("status", "scale") if key in declared),
                     scale=scale,
                     custom=True,
+                    printer_columns=tuple(
+                        PrinterColumn.from_crd(column)
+                        for column in version.get("additionalPrinterColumns") or ()
+                    ),
                 )
             )
             if version.get("storage"):

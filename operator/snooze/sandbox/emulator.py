@@ -16,7 +16,7 @@ import aiohttp.web
 import attrs
 import kmock
 
-from snooze.sandbox import api, discovery, selectors, views
+from snooze.sandbox import api, discovery, selectors, tables, views
 from snooze.sandbox.api import ApiError, ApiPath
 from snooze.sandbox.discovery import ResourceSpec
 from snooze.sandbox.views import Change, Obj, ResourceKey
@@ -190,7 +190,11 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 return views.respond(self._delete_collection(spec, path, query))
         elif path.subresource in (None, "status"):
             if method == "GET":
-                return views.respond(self._get(spec, path))
+                obj = self._get(spec, path)
+                if path.subresource is None and "as=Table" in raw.headers.get("Accept", ""):
+                    meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+                    return views.respond(tables.table(spec, [obj], meta))
+                return views.respond(obj)
             if method == "PUT":
                 return views.respond(self._replace(spec, path, data))
             if method == "PATCH":
@@ -294,7 +298,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             items = items[:limit]
             meta["continue"] = views.encode_continue(views.sort_key(items[-1]))
         if "as=Table" in accept:
-            return views.table(items, meta)
+            return tables.table(spec, items, meta)
         return {
             "kind": f"{spec.kind}List",
             "apiVersion": spec.api_version,

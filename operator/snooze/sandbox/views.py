@@ -1,9 +1,8 @@
-"""What the sandbox answers besides stored objects: watch events, Tables, patches, JSON bodies."""
+"""What the sandbox answers besides stored objects: watch events, patches, JSON bodies."""
 
 from __future__ import annotations
 
 import base64
-import datetime
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -126,52 +125,6 @@ def decode_continue(token: str) -> str | None:
     except (ValueError, KeyError, TypeError) as exc:
         raise ApiError(400, "continue key is not valid") from exc
     return start
-
-
-def table(items: list[Obj], meta: Obj) -> Obj:
-    """The Table that kubectl asks for: name and age columns, with the objects included."""
-    return {
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": meta,
-        "columnDefinitions": [
-            {
-                "name": "Name",
-                "type": "string",
-                "format": "name",
-                "priority": 0,
-                "description": "Name must be unique within a namespace.",
-            },
-            {
-                "name": "Age",
-                "type": "date",
-                "format": "",
-                "priority": 0,
-                "description": "When the object was created.",
-            },
-        ],
-        "rows": [
-            {
-                "cells": [o["metadata"]["name"], age(o["metadata"].get("creationTimestamp"))],
-                "object": o,
-            }
-            for o in items
-        ],
-    }
-
-
-def age(timestamp: str | None) -> str:
-    """A duration as kubectl's AGE column shows it (the API server renders it, not kubectl)."""
-    if not timestamp:
-        return "<unknown>"
-    created = datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=datetime.UTC
-    )
-    seconds = int((datetime.datetime.now(datetime.UTC) - created).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{max(seconds, 0)}s"
 
 
 def decode(body: bytes) -> Any:

@@ -1,0 +1,133 @@
+{{/* Names, labels and the RBAC rules shared by the templates. */}}
+
+{{- define "snooze.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* RELEASE-snooze, or the release name alone when it already contains the chart name. */}}
+{{- define "snooze.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "snooze.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object; call with (dict "ctx" $ "component" "operator"|"gateway"). */}}
+{{- define "snooze.labels" -}}
+helm.sh/chart: {{ include "snooze.chart" .ctx }}
+{{ include "snooze.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: snooze
+{{- end }}
+
+{{/* The labels that select one component's pods; they never change after install. */}}
+{{- define "snooze.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "snooze.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+{{- if .component }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+{{- end }}
+
+{{- define "snooze.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "snooze.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (printf "%s-operator" (include "snooze.fullname" .)) .Values.operator.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "snooze.gateway.serviceAccountName" -}}
+{{- if .Values.gateway.serviceAccount.create }}
+{{- default (printf "%s-gateway" (include "snooze.fullname" .)) .Values.gateway.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.gateway.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when kopf peering is on: asked for, or implied by more than one operator replica. */}}
+{{- define "snooze.peering" -}}
+{{- if or .Values.operator.peering.enabled (gt (int .Values.operator.replicas) 1) }}true{{ end }}
+{{- end }}
+
+{{/*
+RBAC rules. Each list below is exactly one tuple of operator/snooze/rbac.py, one rule per
+Permission, its comment the Permission's `why` (tests/chart/test_rbac.py checks both ways).
+Plain YAML only inside these blocks: no template actions, no wildcards.
+*/}}
+
+{{- define "snooze.rules.operator" -}}
+# watch InferenceModels; kopf patches its finalizer and progress annotations
+- apiGroups: ["snooze.dev"]
+  resources: ["inferencemodels"]
+  verbs: ["get", "list", "watch", "patch"]
+# report phase, engines, wakes and conditions on the status subresource
+- apiGroups: ["snooze.dev"]
+  resources: ["inferencemodels/status"]
+  verbs: ["get", "patch"]
+# find each model's pods, publish their snooze.dev/state label, and delete a pod whose engine
+# cannot wake (wake.onFailure: Restart)
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+# post an Event for each sleep, wake and failure
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+# scale a model's Deployment to zero after scaleToZeroAfter, and back on demand
+- apiGroups: ["apps"]
+  resources: ["deployments/scale"]
+  verbs: ["get", "patch"]
+# scale a model's StatefulSet to zero after scaleToZeroAfter, and back on demand
+- apiGroups: ["apps"]
+  resources: ["statefulsets/scale"]
+  verbs: ["get", "patch"]
+{{- end }}
+
+{{- define "snooze.rules.gateway" -}}
+# know every model (also sleeping ones) by its modelName, and ask for a wake by merge-patching
+# the snooze.dev/wake-requested-at annotation
+- apiGroups: ["snooze.dev"]
+  resources: ["inferencemodels"]
+  verbs: ["list", "watch", "patch"]
+# follow each model's pods, their snooze.dev/state label and address, to route only to awake
+# ones
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{- define "snooze.rules.peering.cluster" -}}
+# kopf peering, cluster-wide: see the other operator replicas and keep this one's entry alive,
+# so that only the highest-priority replica acts
+- apiGroups: ["kopf.dev"]
+  resources: ["clusterkopfpeerings"]
+  verbs: ["list", "watch", "patch"]
+{{- end }}
+
+{{- define "snooze.rules.peering.namespaced" -}}
+# kopf peering, per watched namespace: see the other operator replicas and keep this one's
+# entry alive, so that only the highest-priority replica acts
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["list", "watch", "patch"]
+{{- end }}
+
+{{- define "snooze.peeringName" -}}
+{{- default (include "snooze.fullname" .) .Values.operator.peering.name }}
+{{- end }}
