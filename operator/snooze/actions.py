@@ -200,6 +200,7 @@ class Executor:
         engine.sleeping = True
         await self.label(pod, EngineState.ASLEEP, engine)
         self.memory.last_sleep_time = finished
+        self.metrics.tier_transitions.labels(self.namespace, self.model, "Asleep").inc()
         self.metrics.sleep_duration.labels(self.namespace, self.model, str(level)).observe(
             finished - started
         )
@@ -252,10 +253,12 @@ class Executor:
         engine.last_failure_reason = engine.last_failure_message = ""
         # A woken engine starts a fresh idle period: it was woken because it is wanted.
         engine.last_activity = now
+        self.memory.last_activity = now
         await self.label(pod, EngineState.AWAKE, engine)
         self.memory.last_wake_time = now
         self.memory.last_wake_seconds = seconds
         self.memory.failure = None
+        self.metrics.tier_transitions.labels(self.namespace, self.model, "Awake").inc()
         self.metrics.wake_duration.labels(
             self.namespace, self.model, str(spec.sleep.level)
         ).observe(seconds)

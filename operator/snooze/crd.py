@@ -99,10 +99,29 @@ def _ordered(schema: Any) -> Any:
     return {key: _ordered(schema[key]) for key in first + rest}
 
 
+# Rules across fields, in CEL: the API server refuses what breaks them, as the models do.
+SPEC_RULES: list[JSON] = [
+    {
+        "rule": "!has(self.scaleToZeroAfter) || has(self.scaleTargetRef)",
+        "message": "scaleToZeroAfter needs scaleTargetRef: name the Deployment or "
+        "StatefulSet to scale",
+        "fieldPath": ".scaleToZeroAfter",
+    },
+    {
+        "rule": "!has(self.scaleToZeroAfter) || "
+        "duration(self.idle.after) < duration(self.scaleToZeroAfter)",
+        "message": "scaleToZeroAfter must be longer than idle.after: engines sleep first, "
+        "then scale to zero",
+        "fieldPath": ".scaleToZeroAfter",
+    },
+]
+
+
 def spec_schema() -> JSON:
     spec = _object_schema(models.InferenceModelSpec)
     _selector_constraints(spec)
     _object_defaults(spec)
+    spec["x-kubernetes-validations"] = SPEC_RULES
     return dict(_ordered(spec))
 
 

@@ -26,6 +26,7 @@ from snooze.models import (
     parse_spec,
 )
 from snooze.pods import PodInfo, parse_time
+from snooze.scaling import Scaler
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -81,6 +82,9 @@ class ModelLoop:
         self.settings = settings
         self.emit = emit
         self.memory: ModelMemory = rebuild(dict(body.get("status") or {}))
+        if self.memory.last_activity is None:
+            # The model's idle clock starts when the operator first sees it.
+            self.memory.last_activity = time.time()
         self.executor = Executor(
             namespace=namespace,
             api=api,
@@ -90,6 +94,9 @@ class ModelLoop:
             emit=emit,
             metrics=metrics,
             model=name,
+        )
+        self.scaler = Scaler(
+            namespace=namespace, model=name, api=api, memory=self.memory, emit=emit, metrics=metrics
         )
         self.written: JSON = dict(body.get("status") or {})
         self._reported_error: str | None = None
@@ -140,7 +147,18 @@ class ModelLoop:
         by_name = {p.name: p for p in pods}
         for action in policy.decide(views, model):
             self.executor.start(action, by_name[action.pod], spec)
-        await self._write_status(spec, pods, generation, now)
+        replicas = await self.scaler.replicas(spec)
+        scale = self.scaler.view(
+            spec, views, replicas=replicas, wake_requested=wake_requested, now=now
+        )
+        decision = policy.decide_scale(scale)
+        if decision is not None:
+            await self.scaler.apply(decision, spec)
+            if decision.kind is policy.ScaleKind.UP:
+                replicas = decision.replicas
+        awake = sum(1 for p in pods if p.ready and p.state is EngineState.AWAKE)
+        self.scaler.check_cold_start(spec, awake, now)
+        await self._write_status(spec, pods, generation, now, replicas=replicas)
 
     async def _observe(
         self, spec: InferenceModelSpec, pods: list[PodInfo], now: float
@@ -171,6 +189,7 @@ class ModelLoop:
                 engine.busy = result.in_flight > 0
                 if engine.busy or moved:
                     engine.last_activity = now
+                    self.memory.last_activity = now
                 engine.success_total = result.success_total
                 engine.sleeping = result.sleeping
             views.append(
@@ -207,7 +226,13 @@ class ModelLoop:
         await self._patch_status(new)
 
     async def _write_status(
-        self, spec: InferenceModelSpec, pods: list[PodInfo], generation: int | None, now: float
+        self,
+        spec: InferenceModelSpec,
+        pods: list[PodInfo],
+        generation: int | None,
+        now: float,
+        *,
+        replicas: int | None,
     ) -> None:
         new = status.build(
             model_name=spec.model_name or self.name,
@@ -216,6 +241,7 @@ class ModelLoop:
             previous=self.written,
             generation=generation,
             now=now,
+            replicas=replicas,
         )
         self._count(pods, str(new["phase"]), now)
         await self._patch_status(new)

@@ -47,6 +47,15 @@ class ModelMemory:
     last_sleep_time: float | None = None
     last_wake_time: float | None = None
     last_wake_seconds: float | None = None
+    last_activity: float | None = None
+    """The model's latest real activity (requests, or a wake), across every engine it has had:
+    engines go at zero replicas, and new pods are not activity."""
+    scaled_from: int | None = None
+    """Replicas to restore: set while Snooze holds the workload at zero."""
+    scaled_at: float | None = None
+    manual_at: float | None = None
+    scale_up_time: float | None = None
+    """When Snooze scaled the workload back up, until an engine answers."""
     failure: tuple[str, str, str] | None = None
     """(pod, reason, message) of the last failed wake, until a wake succeeds: it outlives a
     pod restarted to remedy it, so WakeFailed says what happened."""
@@ -75,6 +84,12 @@ def rebuild(status: dict[str, Any] | None) -> ModelMemory:
     memory.last_wake_time = parse_time(status.get("lastWakeTime"))
     seconds = status.get("lastWakeSeconds")
     memory.last_wake_seconds = float(seconds) if isinstance(seconds, int | float) else None
+    memory.last_activity = parse_time(status.get("lastActivityTime"))
+    scaled_from = status.get("scaledFromReplicas")
+    memory.scaled_from = scaled_from if isinstance(scaled_from, int) else None
+    memory.scaled_at = parse_time(status.get("scaledToZeroTime"))
+    memory.manual_at = parse_time(status.get("manualScaleTime"))
+    memory.scale_up_time = parse_time(status.get("scaleUpTime"))
     for condition in status.get("conditions") or []:
         if condition.get("type") == "WakeFailed" and condition.get("status") == "True":
             pod, _, message = str(condition.get("message") or "").partition(": ")

@@ -84,6 +84,13 @@ class OperatorMetrics:
             ["namespace", "model"],
             registry=r,
         )
+        self.tier_transitions = Counter(
+            "snooze_tier_transitions_total",
+            "Transitions between tiers: Asleep and Awake per engine, ScaledToZero and "
+            "ScalingUp per workload.",
+            ["namespace", "model", "tier"],
+            registry=r,
+        )
         self.reconcile_errors = Counter(
             "snooze_reconcile_errors_total",
             "Cycles of a model's loop that ended in an unexpected error.",

@@ -13,6 +13,8 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -187,6 +189,9 @@ class WakeSpec(_Wire):
     failure_threshold: int = Field(default=2, ge=1, le=100)
     """Failed wakes in a row before onFailure applies. A wake that hit the hybrid KV-cache
     crash is never retried: only a restart recovers the engine."""
+    cold_start_timeout: Duration = "10m"
+    """How long a scale-up from zero may take until an engine answers (scheduling, image pull,
+    model load); the gateway holds requests as long."""
 
 
 class DesiredState(StrEnum):
@@ -216,6 +221,37 @@ class InferenceModelSpec(_Wire):
     """Engines kept awake whatever the traffic."""
     desired_state: DesiredState = DesiredState.AUTO
     """Auto: sleep when idle, wake on request. Awake or Asleep: a manual override."""
+    scale_to_zero_after: Duration | None = None
+    """Optional: idle this long (longer than idle.after), the scaleTargetRef workload is scaled
+    to zero replicas, freeing host RAM and the GPU reservation too; a request scales it back
+    to the replicas it had. Never while minAwake > 0."""
+
+    @field_validator("scale_to_zero_after")
+    @classmethod
+    def _tiers_in_order(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        if info.data.get("scale_target_ref") is None:
+            raise ValueError(
+                "scaleToZeroAfter needs scaleTargetRef: name the Deployment or StatefulSet to scale"
+            )
+        idle = info.data.get("idle")
+        if idle is not None and parse_duration(value) <= parse_duration(idle.after):
+            raise ValueError(
+                f"scaleToZeroAfter ({value}) must be longer than idle.after ({idle.after}): "
+                "engines sleep first, then scale to zero"
+            )
+        return value
+
+    @property
+    def scale_to_zero_after_seconds(self) -> float | None:
+        return (
+            None if self.scale_to_zero_after is None else parse_duration(self.scale_to_zero_after)
+        )
+
+    @property
+    def cold_start_timeout_seconds(self) -> float:
+        return parse_duration(self.wake.cold_start_timeout)
 
     @property
     def idle_after_seconds(self) -> float:
@@ -262,6 +298,8 @@ class Phase(StrEnum):
     WAKING = "Waking"
     DRAINING = "Draining"
     DEGRADED = "Degraded"
+    SCALED_TO_ZERO = "ScaledToZero"
+    SCALING_UP = "ScalingUp"
     INVALID = "Invalid"
 
 
@@ -326,7 +364,7 @@ class InferenceModelStatus(_Status):
     """What the operator last saw and did; the summary for people and dashboards."""
 
     phase: Phase = Phase.PENDING
-    """Pending, Awake, Asleep, Waking, Draining, Degraded or Invalid."""
+    """Pending, Awake, Asleep, Waking, Draining, Degraded, ScaledToZero, ScalingUp or Invalid."""
     model_name: str = ""
     """The model name that the gateway routes by."""
     engines: int = 0
@@ -349,8 +387,17 @@ class InferenceModelStatus(_Status):
     """When an engine last finished waking."""
     last_wake_seconds: float | None = None
     """How long the last wake took, in seconds."""
-    handled_wake_request: str = ""
-    """The last wake-requested-at annotation value the operator acted on."""
+    replicas: int | None = None
+    """The scaleTargetRef workload's replicas, as last seen."""
+    scaled_from_replicas: int | None = None
+    """The replicas the workload had before Snooze scaled it to zero; restored on wake."""
+    scaled_to_zero_time: datetime | None = None
+    """When Snooze scaled the workload to zero."""
+    scale_up_time: datetime | None = None
+    """When Snooze scaled the workload back up, until an engine answers."""
+    manual_scale_time: datetime | None = None
+    """When someone else scaled the workload while Snooze had it at zero, or scaled it to zero
+    themselves: Snooze leaves the scale alone until the model is next active."""
     conditions: list[Condition] = Field(default_factory=list)
     """Ready, Asleep, WakeFailed and SpecValid."""
     observed_generation: int | None = None

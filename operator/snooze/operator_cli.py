@@ -49,11 +49,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run with kopf peering under this name, so that of several replicas only one "
         "acts (needs kopf's peering CRDs); default: standalone",
     )
+    parser.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        metavar="N",
+        help="peering priority: the live replica with the highest acts, the others stand by "
+        "(default with --peering: random, so that replicas never tie)",
+    )
     parser.add_argument("--verbose", action="store_true", help="log at debug level")
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
+    import random
 
     import kopf
 
@@ -71,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings = Settings(probe_interval=args.probe_interval, drain_timeout=args.drain_timeout)
+    # kopf pauses every replica that sees a live peer of the same priority: equal priorities
+    # would leave the cluster unserved, so each replica draws its own.
+    priority = args.priority
+    if args.peering is not None and priority is None:
+        priority = random.randint(1, 2**31 - 1)
     runtime = Runtime(settings=settings)
     if args.metrics_port is not None:
         from prometheus_client import start_http_server
@@ -89,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             namespaces=args.namespace,
             standalone=args.peering is None,
             peering_name=args.peering,
+            priority=priority,
             liveness_endpoint=liveness,
         )
     )

@@ -43,4 +43,54 @@ OPERATOR: tuple[Permission, ...] = (
         verbs=("create",),
         why="post an Event for each sleep, wake and failure",
     ),
+    Permission(
+        group="apps",
+        resource="deployments/scale",
+        verbs=("get", "patch"),
+        why="scale a model's Deployment to zero after scaleToZeroAfter, and back on demand",
+    ),
+    Permission(
+        group="apps",
+        resource="statefulsets/scale",
+        verbs=("get", "patch"),
+        why="scale a model's StatefulSet to zero after scaleToZeroAfter, and back on demand",
+    ),
+)
+
+GATEWAY: tuple[Permission, ...] = (
+    Permission(
+        group=models.GROUP,
+        resource=models.PLURAL,
+        verbs=("list", "watch", "patch"),
+        why="know every model (also sleeping ones) by its modelName, and ask for a wake by "
+        "merge-patching the snooze.dev/wake-requested-at annotation",
+    ),
+    Permission(
+        group="",
+        resource="pods",
+        verbs=("list", "watch"),
+        why="follow each model's pods, their snooze.dev/state label and address, to route "
+        "only to awake ones",
+    ),
+)
+
+# Only with kopf peering (more than one operator replica): kopf lists and watches its peering
+# object to see the other replicas, and patches its own entry into the object's status as a
+# keep-alive. ClusterKopfPeering serves a cluster-wide operator, KopfPeering (one per watched
+# namespace) a namespaced one; the chart grants the one its mode uses.
+PEERING: tuple[Permission, ...] = (
+    Permission(
+        group="kopf.dev",
+        resource="clusterkopfpeerings",
+        verbs=("list", "watch", "patch"),
+        why="kopf peering, cluster-wide: see the other operator replicas and keep this one's "
+        "entry alive, so that only the highest-priority replica acts",
+    ),
+    Permission(
+        group="kopf.dev",
+        resource="kopfpeerings",
+        verbs=("list", "watch", "patch"),
+        why="kopf peering, per watched namespace: see the other operator replicas and keep "
+        "this one's entry alive, so that only the highest-priority replica acts",
+    ),
 )

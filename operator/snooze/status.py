@@ -78,15 +78,20 @@ def build(
     generation: int | None,
     now: float,
     spec_error: str | None = None,
+    replicas: int | None = None,
 ) -> JSON:
     """The whole status to write."""
     ready = [p for p in pods if p.ready]
     labels = [p.state for p in ready]
     count = {state: sum(1 for label in labels if label is state) for state in EngineState}
     model_phase = phase(labels, ready=len(ready), spec_valid=spec_error is None)
+    if spec_error is None and not count[EngineState.AWAKE]:
+        if memory.scaled_from is not None:
+            model_phase = Phase.SCALED_TO_ZERO
+        elif memory.scale_up_time is not None:
+            model_phase = Phase.SCALING_UP
 
     pod_entries = []
-    latest_activity: float | None = None
     failing: list[tuple[str, str, str]] = []
     for pod in sorted(pods, key=lambda p: p.name):
         engine = memory.engines.get(pod.name)
@@ -102,8 +107,6 @@ def build(
                 entry["lastFailureTime"] = _time(engine.last_failure)
                 entry["message"] = engine.last_failure_message
                 failing.append((pod.name, engine.last_failure_reason, engine.last_failure_message))
-            if latest_activity is None or engine.last_activity > latest_activity:
-                latest_activity = engine.last_activity
         pod_entries.append({k: v for k, v in entry.items() if v is not None})
 
     awake, asleep = count[EngineState.AWAKE], count[EngineState.ASLEEP]
@@ -139,12 +142,19 @@ def build(
         "waking": count[EngineState.WAKING],
         "draining": count[EngineState.DRAINING],
         "pods": pod_entries,
-        "lastActivityTime": _time(None if latest_activity is None else _coarse(latest_activity)),
+        "lastActivityTime": _time(
+            None if memory.last_activity is None else _coarse(memory.last_activity)
+        ),
         "lastSleepTime": _time(memory.last_sleep_time),
         "lastWakeTime": _time(memory.last_wake_time),
         "lastWakeSeconds": (
             None if memory.last_wake_seconds is None else round(memory.last_wake_seconds, 3)
         ),
+        "replicas": replicas,
+        "scaledFromReplicas": memory.scaled_from,
+        "scaledToZeroTime": _time(memory.scaled_at),
+        "scaleUpTime": _time(memory.scale_up_time),
+        "manualScaleTime": _time(memory.manual_at),
         "conditions": conditions(
             previous.get("conditions") or [], values, now=now, generation=generation
         ),

@@ -223,3 +223,57 @@ def test_selector_string_and_matching() -> None:
     assert not selector.matches({"app": "m", "tier": "a", "gpu": "1", "canary": "y"})
     assert not selector.matches({"app": "m", "tier": "a", "gpu": "1", "zone": "z"})
     assert not selector.matches({"app": "m", "tier": "a"})
+
+
+def _cel_refusals(spec: dict[str, Any]) -> list[str]:
+    """The messages of the CRD's CEL rules that `spec` breaks, evaluated as the API server
+    does: after defaulting (here: the nested defaults the rules read)."""
+    import celpy
+
+    defaulted = {**spec, "idle": {"after": "10m", **spec.get("idle", {})}}
+    env = celpy.Environment()
+    refused = []
+    for rule in crd.SPEC_RULES:
+        program = env.program(env.compile(rule["rule"]))
+        if not program.evaluate({"self": celpy.json_to_cel(defaulted)}):
+            refused.append(f"spec{rule['fieldPath']}: {rule['message']}")
+    return refused
+
+
+TARGET = {"kind": "Deployment", "name": "chat"}
+TIERS: list[tuple[str, dict[str, Any], str | None]] = [
+    (
+        "in order",
+        {"idle": {"after": "10m"}, "scaleToZeroAfter": "2h", "scaleTargetRef": TARGET},
+        None,
+    ),
+    ("default idle", {"scaleToZeroAfter": "1h", "scaleTargetRef": TARGET}, None),
+    ("no target", {"scaleToZeroAfter": "2h"}, "needs scaleTargetRef"),
+    (
+        "zero before sleep",
+        {"idle": {"after": "2h"}, "scaleToZeroAfter": "30m", "scaleTargetRef": TARGET},
+        "must be longer than idle.after",
+    ),
+    (
+        "equal",
+        {"idle": {"after": "60m"}, "scaleToZeroAfter": "1h", "scaleTargetRef": TARGET},
+        "must be longer than idle.after",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "refusal"), TIERS, ids=[t[0] for t in TIERS])
+def test_tier_order_refused_by_api_rules_and_models(
+    case: str, spec: dict[str, Any], refusal: str | None
+) -> None:
+    full = {"selector": {"matchLabels": {"app": "m"}}, **spec}
+    cel = _cel_refusals(full)
+    if refusal is None:
+        assert cel == []
+        assert models.parse_spec(full).scale_to_zero_after == spec["scaleToZeroAfter"]
+        return
+    assert len(cel) == 1 and refusal in cel[0] and cel[0].startswith("spec.scaleToZeroAfter")
+    with pytest.raises(models.SpecError) as raised:
+        models.parse_spec(full)
+    message = str(raised.value)
+    assert message.startswith("spec.scaleToZeroAfter: ") and refusal in message, message

@@ -1,0 +1,156 @@
+"""The second tier, applied: read a model's workload scale, ask the policy, scale it, report it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from snooze import kube, policy
+from snooze.actions import Emit
+from snooze.memory import ModelMemory
+from snooze.metrics import OperatorMetrics
+from snooze.models import EngineState, InferenceModelSpec, ScaleTargetRef
+
+log = logging.getLogger(__name__)
+
+
+def scale_path(namespace: str, target: ScaleTargetRef) -> str:
+    plural = {"Deployment": "deployments", "StatefulSet": "statefulsets"}[target.kind]
+    return f"/apis/{target.api_version}/namespaces/{namespace}/{plural}/{target.name}/scale"
+
+
+class Scaler:
+    """Scales one model's workload through its scale subresource."""
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        model: str,
+        api: kube.KubeApi,
+        memory: ModelMemory,
+        emit: Emit,
+        metrics: OperatorMetrics,
+    ) -> None:
+        self.namespace = namespace
+        self.model = model
+        self.api = api
+        self.memory = memory
+        self.emit = emit
+        self.metrics = metrics
+        self._missing_reported = False
+
+    async def replicas(self, spec: InferenceModelSpec) -> int | None:
+        """The workload's replicas now; None without a target, or when it cannot be read."""
+        target = spec.scale_target_ref
+        if target is None:
+            return None
+        try:
+            scale = await self.api.request("GET", scale_path(self.namespace, target))
+        except kube.NotFound:
+            if not self._missing_reported:
+                self.emit(
+                    "Warning",
+                    "ScaleTargetNotFound",
+                    f"{target.kind} {target.name} not found: scale to zero is off until it exists",
+                )
+                self._missing_reported = True
+            return None
+        self._missing_reported = False
+        value = (scale.get("spec") or {}).get("replicas", 0)
+        return int(value) if isinstance(value, int) else 0
+
+    def view(
+        self,
+        spec: InferenceModelSpec,
+        engines: Sequence[policy.EngineView],
+        *,
+        replicas: int | None,
+        wake_requested: float | None,
+        now: float,
+    ) -> policy.ScaleView:
+        ready = [e for e in engines if e.ready]
+        asleep = (EngineState.ASLEEP, EngineState.FAILED)
+        memory = self.memory
+        return policy.ScaleView(
+            spec=spec,
+            replicas=replicas,
+            scaled_from=memory.scaled_from,
+            scaled_at=memory.scaled_at,
+            manual_at=memory.manual_at,
+            last_activity=memory.last_activity if memory.last_activity is not None else now,
+            all_asleep=bool(ready)
+            and all(e.label in asleep and not e.action_running for e in ready),
+            wake_requested=wake_requested,
+            now=now,
+        )
+
+    async def apply(self, decision: policy.ScaleDecision, spec: InferenceModelSpec) -> None:
+        target = spec.scale_target_ref
+        assert target is not None
+        memory, now = self.memory, time.time()
+        what = f"{target.kind} {target.name}"
+        if decision.kind is policy.ScaleKind.NOTE_MANUAL:
+            memory.scaled_from = memory.scaled_at = None
+            memory.manual_at = now
+            self.emit(
+                "Normal",
+                "ScaledByHand",
+                f"{what} was scaled to {decision.replicas} by someone else: left as it is "
+                "until the model is next active",
+            )
+            return
+        body = {
+            "spec": {
+                "replicas": 0 if decision.kind is policy.ScaleKind.TO_ZERO else decision.replicas
+            }
+        }
+        await self.api.request(
+            "PATCH", scale_path(self.namespace, target), body=body, content_type=kube.MERGE_PATCH
+        )
+        if decision.kind is policy.ScaleKind.TO_ZERO:
+            memory.scaled_from, memory.scaled_at = decision.replicas, now
+            memory.scale_up_time = None
+            self.metrics.tier_transitions.labels(self.namespace, self.model, "ScaledToZero").inc()
+            self.emit(
+                "Normal",
+                "ScaledToZero",
+                f"{what} scaled from {decision.replicas} to 0 replicas: idle longer than "
+                f"scaleToZeroAfter ({spec.scale_to_zero_after})",
+            )
+        else:
+            memory.scaled_from = memory.scaled_at = None
+            memory.manual_at = None
+            memory.scale_up_time = now
+            self.metrics.tier_transitions.labels(self.namespace, self.model, "ScalingUp").inc()
+            self.emit(
+                "Normal",
+                "ScalingUp",
+                f"{what} scaled back to {decision.replicas} replicas ({decision.reason}); "
+                f"engines have wake.coldStartTimeout ({spec.wake.cold_start_timeout}) to answer",
+            )
+
+    def check_cold_start(self, spec: InferenceModelSpec, awake: int, now: float) -> None:
+        """Report a scale-up whose engines did not answer within wake.coldStartTimeout."""
+        started = self.memory.scale_up_time
+        if started is None:
+            return
+        if awake > 0:
+            self.metrics.wake_duration.labels(self.namespace, self.model, "cold").observe(
+                now - started
+            )
+            self.memory.scale_up_time = None
+            self.memory.last_wake_time, self.memory.last_wake_seconds = now, now - started
+            self.emit(
+                "Normal", "ScaledUp", f"an engine answers {now - started:.1f}s after scale-up"
+            )
+            return
+        if now - started > spec.cold_start_timeout_seconds and self.memory.failure is None:
+            message = (
+                f"no engine answered within wake.coldStartTimeout ({spec.wake.cold_start_timeout}) "
+                "after scale-up: check the pods' events (scheduling, image pull, model load)"
+            )
+            self.memory.failure = ("", "ColdStartTimeout", message)
+            self.metrics.wake_failures.labels(self.namespace, self.model, "ColdStartTimeout").inc()
+            self.emit("Warning", "WakeFailed", message)

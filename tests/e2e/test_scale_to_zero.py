@@ -1,0 +1,122 @@
+"""The second tier end to end: asleep, then zero replicas, then back on request."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from conftest import Cluster, OperatorThread, _addresses, wait_for
+from replicaset import ReplicaSetStandIn, deployment
+
+LABELS = {"app": "chat"}
+DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
+
+
+@pytest.fixture
+def replicaset(cluster: Cluster) -> Iterator[ReplicaSetStandIn]:
+    stand_in = ReplicaSetStandIn(
+        url=cluster.sandbox.url, sim=cluster.sim, addresses=_addresses, startup_seconds=0.3
+    ).start()
+    yield stand_in
+    stand_in.stop()
+
+
+def replicas(cluster: Cluster, name: str = "chat") -> int:
+    return int(cluster.http.get(f"{DEPLOYMENTS}/{name}").json()["spec"]["replicas"])
+
+
+def scale(cluster: Cluster, count: int, name: str = "chat") -> None:
+    response = cluster.http.patch(
+        f"{DEPLOYMENTS}/{name}/scale",
+        json={"spec": {"replicas": count}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status_code == 200, response.text
+
+
+def live_pods(cluster: Cluster) -> list[str]:
+    items = cluster.http.get("/api/v1/namespaces/default/pods").json()["items"]
+    return [p["metadata"]["name"] for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+SPEC = {
+    "selector": {"matchLabels": LABELS},
+    "scaleTargetRef": {"kind": "Deployment", "name": "chat"},
+    "idle": {"after": "1s"},
+    "scaleToZeroAfter": "2s",
+    "wake": {"coldStartTimeout": "30s"},
+}
+
+
+def test_asleep_then_zero_then_back(
+    cluster: Cluster, operator: OperatorThread, replicaset: ReplicaSetStandIn
+) -> None:
+    cluster.http.post(
+        DEPLOYMENTS, json=deployment("chat", replicas=2, labels=LABELS)
+    ).raise_for_status()
+    wait_for("two pods", lambda: len(live_pods(cluster)) == 2)
+    cluster.create_model("chat", SPEC)
+
+    wait_for("Asleep first", lambda: cluster.status("chat").get("phase") == "Asleep")
+    zero = wait_for(
+        "ScaledToZero", lambda: (s := cluster.status("chat")).get("phase") == "ScaledToZero" and s
+    )
+    assert zero["scaledFromReplicas"] == 2
+    assert replicas(cluster) == 0
+    wait_for("pods gone", lambda: live_pods(cluster) == [])
+    wait_for("a ScaledToZero event", lambda: cluster.events("ScaledToZero"))
+
+    cluster.request_wake("chat")
+    wait_for("scaled back to 2", lambda: replicas(cluster) == 2)
+    status = wait_for(
+        "Awake again",
+        lambda: (s := cluster.status("chat")).get("phase") == "Awake" and s["awake"] == 2 and s,
+    )
+    assert status.get("scaledFromReplicas") is None
+    assert status["lastWakeSeconds"] > 0
+    wait_for("a ScaledUp event", lambda: cluster.events("ScaledUp"))
+
+
+def test_manual_scale_is_respected(
+    cluster: Cluster, operator: OperatorThread, replicaset: ReplicaSetStandIn
+) -> None:
+    cluster.http.post(
+        DEPLOYMENTS, json=deployment("chat", replicas=1, labels=LABELS)
+    ).raise_for_status()
+    cluster.create_model("chat", SPEC)
+    wait_for("ScaledToZero", lambda: cluster.status("chat").get("phase") == "ScaledToZero")
+
+    scale(cluster, 3)  # by hand, while Snooze holds it at zero
+    wait_for("a ScaledByHand event", lambda: cluster.events("ScaledByHand"))
+    wait_for("three pods", lambda: len(live_pods(cluster)) == 3)
+    # The pods sleep (first tier), but the workload is not taken to zero again.
+    wait_for("asleep", lambda: cluster.status("chat").get("asleep") == 3)
+    time.sleep(3)
+    assert replicas(cluster) == 3
+    assert cluster.status("chat")["phase"] == "Asleep"
+
+
+def test_min_awake_forbids_zero(
+    cluster: Cluster, operator: OperatorThread, replicaset: ReplicaSetStandIn
+) -> None:
+    cluster.http.post(
+        DEPLOYMENTS, json=deployment("chat", replicas=2, labels=LABELS)
+    ).raise_for_status()
+    cluster.create_model("chat", {**SPEC, "minAwake": 1})
+    wait_for("one asleep", lambda: cluster.status("chat").get("asleep") == 1)
+    time.sleep(3)
+    assert replicas(cluster) == 2
+
+
+def test_desired_awake_scales_up(
+    cluster: Cluster, operator: OperatorThread, replicaset: ReplicaSetStandIn
+) -> None:
+    cluster.http.post(
+        DEPLOYMENTS, json=deployment("chat", replicas=1, labels=LABELS)
+    ).raise_for_status()
+    cluster.create_model("chat", SPEC)
+    wait_for("ScaledToZero", lambda: cluster.status("chat").get("phase") == "ScaledToZero")
+    cluster.patch_model("chat", {"spec": {"desiredState": "Awake"}})
+    wait_for("Awake", lambda: cluster.status("chat").get("phase") == "Awake")
+    assert replicas(cluster) == 1
