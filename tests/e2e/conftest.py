@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from gateway_fixtures import gateway  # noqa: F401 (a fixture for every e2e test)
 
 from snooze.actions import Settings
 from snooze.metrics import OperatorMetrics

@@ -55,6 +55,12 @@ class GatewayThread:
         return result
 
     @property
+    def g(self) -> Gateway:
+        """The running Gateway; read its state through `call`."""
+        assert self.gateway is not None, "start() first"
+        return self.gateway
+
+    @property
     def url(self) -> str:
         assert self.gateway is not None
         return f"http://127.0.0.1:{self.gateway.port}"

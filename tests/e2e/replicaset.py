@@ -77,9 +77,14 @@ class ReplicaSetStandIn:
         }
         self.http.post(f"/api/v1/namespaces/{self.ns}/pods", json=pod).raise_for_status()
         # Scheduled, image pulled, model loading: the engine listens once loaded, then Ready.
-        options = {"sleep_seconds": 0.05, "wake_seconds": 0.05, "reload_seconds": 0.05}
+        options: dict[str, Any] = {
+            "model": "m",
+            "sleep_seconds": 0.05,
+            "wake_seconds": 0.05,
+            "reload_seconds": 0.05,
+        }
         options.update(self.engine_options)
-        self.engines[name] = self.sim.add(EngineConfig(model="m", host=ip, port=8000, **options))
+        self.engines[name] = self.sim.add(EngineConfig(host=ip, port=8000, **options))
         status = {
             "phase": "Running",
             "podIP": ip,

@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+import openai
 import pytest
 from conftest import Cluster, OperatorThread, _addresses, wait_for
+from gateway_fixtures import GatewayThread
 from replicaset import ReplicaSetStandIn, deployment
 
 LABELS = {"app": "chat"}
@@ -120,3 +122,49 @@ def test_desired_awake_scales_up(
     cluster.patch_model("chat", {"spec": {"desiredState": "Awake"}})
     wait_for("Awake", lambda: cluster.status("chat").get("phase") == "Awake")
     assert replicas(cluster) == 1
+
+
+def test_requests_through_the_gateway_at_each_tier(
+    cluster: Cluster, operator: OperatorThread, gateway: GatewayThread
+) -> None:
+    """Awake: no wait. Asleep: a wake's wait. At zero: a cold start's wait, held all along."""
+    stand_in = ReplicaSetStandIn(
+        url=cluster.sandbox.url,
+        sim=cluster.sim,
+        addresses=_addresses,
+        startup_seconds=1.0,  # the cold start: the engine listens only once "loaded"
+        wake_seconds=0.1,
+        model="chat",
+    ).start()
+    try:
+        cluster.http.post(
+            DEPLOYMENTS, json=deployment("chat", replicas=1, labels=LABELS)
+        ).raise_for_status()
+        cluster.create_model("chat", {**SPEC, "idle": {"after": "2s"}, "scaleToZeroAfter": "4s"})
+        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+
+        def held() -> float:
+            raw = client.chat.completions.with_raw_response.create(
+                model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+            assert raw.parse().choices[0].message.content
+            return float(raw.headers["x-snooze-held-seconds"])
+
+        wait_for("Awake", lambda: cluster.status("chat").get("phase") == "Awake")
+        wait_for("the gateway to know it", lambda: [m.id for m in client.models.list()] == ["chat"])
+        awake = held()
+        wait_for("Asleep", lambda: cluster.status("chat").get("phase") == "Asleep", timeout=20)
+        asleep = held()
+        wait_for(
+            "ScaledToZero",
+            lambda: cluster.status("chat").get("phase") == "ScaledToZero",
+            timeout=30,
+        )
+        wait_for("no pods", lambda: live_pods(cluster) == [])
+        zero = held()
+        assert awake < 0.05
+        assert 0.1 <= asleep < 1.0
+        assert zero >= 1.0 and zero > asleep
+        assert replicas(cluster) == 1
+    finally:
+        stand_in.stop()

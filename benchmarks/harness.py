@@ -1,0 +1,137 @@
+"""Shared set-up for the gateway benchmarks: a sandbox API, one simulated engine, processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from snooze.sandbox import Sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+CRD = ROOT / "crds" / "inferencemodels.snooze.dev.yaml"
+NS = "default"
+ENGINE_HOST = "127.0.77.2"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(what: str, check: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if check():
+                return
+        time.sleep(0.05)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+class Bench:
+    """The sandbox in this process; engine, gateway (and operator) as separate processes, so
+    that the load generator does not share their interpreter lock."""
+
+    def __init__(self, sandbox: Sandbox, workdir: Path) -> None:
+        self.sandbox = sandbox
+        self.api = httpx.Client(base_url=sandbox.url, timeout=10)
+        self.env = {**os.environ, "KUBECONFIG": str(sandbox.write_kubeconfig(workdir / "kc"))}
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.gateway_url = ""
+
+    def spawn(self, *args: str) -> None:
+        self.procs.append(
+            subprocess.Popen(
+                [sys.executable, *args],
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+
+    def engine(self, *, model: str, token_seconds: float, wake_seconds: float = 0.3) -> str:
+        self.spawn(
+            "-m", "snooze.cli", "sim", "--host", ENGINE_HOST, "--port", "8000",
+            "--model", model, "--token-seconds", str(token_seconds),
+            "--wake-seconds", str(wake_seconds), "--sleep-seconds", "0.05",
+            "--max-concurrency", "512",
+        )  # fmt: skip
+        url = f"http://{ENGINE_HOST}:8000"
+        wait_until("the engine", lambda: httpx.get(url + "/health").status_code == 200)
+        return url
+
+    def pod_and_model(self, name: str, *, state: str | None, spec: dict[str, Any]) -> None:
+        crd = yaml.safe_load(CRD.read_text())
+        self.api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
+        labels = {"app": name, **({"snooze.dev/state": state} if state else {})}
+        pods = f"/api/v1/namespaces/{NS}/pods"
+        self.api.post(pods, json={"metadata": {"name": f"{name}-0", "labels": labels}})
+        self.api.patch(
+            f"{pods}/{name}-0/status",
+            json={
+                "status": {
+                    "phase": "Running",
+                    "podIP": ENGINE_HOST,
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                }
+            },
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        body = {
+            "apiVersion": "snooze.dev/v1alpha1",
+            "kind": "InferenceModel",
+            "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"app": name}}, **spec},
+        }
+        response = self.api.post(
+            f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels", json=body
+        )
+        response.raise_for_status()
+
+    def gateway(self) -> str:
+        port = free_port()
+        code = (
+            "import argparse, sys; from snooze.gateway import cli; p = argparse.ArgumentParser();"
+            " cli.add_arguments(p); sys.exit(cli.run(p.parse_args(sys.argv[1:])))"
+        )
+        self.spawn("-c", code, "--host", "127.0.0.1", "--port", str(port))
+        self.gateway_url = f"http://127.0.0.1:{port}"
+        wait_until(
+            "the gateway", lambda: httpx.get(self.gateway_url + "/readyz").status_code == 200
+        )
+        return self.gateway_url
+
+    def operator(self) -> None:
+        self.spawn("-m", "snooze.cli", "operator", "--probe-interval", "0.1")
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.api.close()
+
+
+@contextlib.contextmanager
+def bench() -> Iterator[Bench]:
+    with tempfile.TemporaryDirectory() as tmp, Sandbox() as sandbox:
+        setup = Bench(sandbox, Path(tmp))
+        try:
+            yield setup
+        finally:
+            setup.close()

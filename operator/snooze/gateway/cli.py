@@ -1,0 +1,80 @@
+"""`snooze gateway`: serve the OpenAI-compatible front door against the current kubeconfig."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="serve only models in this namespace (repeatable); default: all namespaces",
+    )
+    parser.add_argument(
+        "--max-held-per-model",
+        type=int,
+        default=256,
+        metavar="N",
+        help="requests held per model while it wakes; more get 429 (default: 256)",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=10 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest request body accepted; larger gets 413 (default: 10 MiB)",
+    )
+    parser.add_argument(
+        "--keepalive-seconds",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="interval of SSE comments to held streaming requests (default: 5)",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="engine connect timeout before another pod is tried (default: 5)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="log at debug level")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import contextlib
+
+    from snooze.gateway.server import serve
+    from snooze.gateway.settings import GatewaySettings
+
+    for flag, value in (
+        ("--max-held-per-model", args.max_held_per_model),
+        ("--max-body-bytes", args.max_body_bytes),
+        ("--keepalive-seconds", args.keepalive_seconds),
+        ("--connect-timeout", args.connect_timeout),
+    ):
+        if value <= 0:
+            raise SystemExit(f"snooze gateway: {flag} must be greater than zero")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    settings = GatewaySettings(
+        host=args.host,
+        port=args.port,
+        namespaces=tuple(args.namespace),
+        max_held_per_model=args.max_held_per_model,
+        max_body_bytes=args.max_body_bytes,
+        keepalive_seconds=args.keepalive_seconds,
+        connect_timeout=args.connect_timeout,
+    )
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a person stops it
+        asyncio.run(serve(settings))
+    return 0

@@ -1,0 +1,347 @@
+"""The gateway's aiohttp application: OpenAI routes, health, and its life (watchers, sessions)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from snooze import kube
+from snooze.gateway import proxy
+from snooze.gateway.errors import error_response, sse_error
+from snooze.gateway.hold import Holds, Outcome
+from snooze.gateway.registry import MODELS, PODS, Model, Registry
+from snooze.gateway.router import Router
+from snooze.gateway.settings import GatewaySettings
+from snooze.gateway.watch import follow
+
+log = logging.getLogger(__name__)
+HELD_HEADER = "x-snooze-held-seconds"
+
+
+class Gateway:
+    """One gateway replica: its registry, holds and router, served by an aiohttp runner."""
+
+    def __init__(self, settings: GatewaySettings, api: kube.KubeApi) -> None:
+        self.settings = settings
+        self.api = api
+        scopes: list[str | None] = list(settings.namespaces) or [None]
+        self.scopes = scopes
+        self.registry = Registry(scopes=scopes)
+        self.holds = Holds(
+            api=api,
+            registry=self.registry,
+            max_held=settings.max_held_per_model,
+            recent=settings.wake_recent_seconds,
+        )
+        self.router = Router()
+        self.held_seconds: list[float] = []
+        """How long each held request waited, for tests and benchmarks."""
+        self._tasks: list[asyncio.Task[None]] = []
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self.port = settings.port
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.settings.max_body_bytes)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/v1/models", self.list_models)
+        app.router.add_get("/v1/models/{name:.+}", self.get_model)
+        app.router.add_post("/v1/{tail:.+}", self.inference)
+        return app
+
+    async def start(self) -> None:
+        # No read timeout: a long generation may pause between tokens for as long as it likes.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout)
+        self._session = aiohttp.ClientSession(
+            timeout=timeout,
+            auto_decompress=False,
+            connector=aiohttp.TCPConnector(limit=0, force_close=False),
+        )
+        for scope in self.scopes:
+            for kind in (MODELS, PODS):
+                coro = follow(
+                    self.api,
+                    self.registry,
+                    kind=kind,
+                    scope=scope,
+                    watch_seconds=self.settings.watch_seconds,
+                )
+                self._tasks.append(asyncio.create_task(coro, name=f"watch-{kind}-{scope}"))
+        # handler_cancellation: a client that leaves cancels its handler, so a held request
+        # gives up its place in the queue at once.
+        self._runner = web.AppRunner(
+            self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        log.info("gateway listening on %s:%d", self.settings.host, self.port)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+        await self.api.aclose()
+
+    # --- routes ---------------------------------------------------------------------------
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        if self.registry.ready:
+            return web.json_response({"status": "ready"})
+        return web.json_response({"status": "listing models and pods"}, status=503)
+
+    def describe(self, model: Model) -> dict[str, Any]:
+        """A model in OpenAI's shape, with Snooze's view of it under `snooze`."""
+        return {
+            "id": model.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "snooze",
+            "snooze": {
+                "phase": model.phase,
+                "awake": len(self.registry.awake_pods(model)),
+                "pods": len(self.registry.pods_of(model)),
+                "namespace": model.namespace,
+                "name": model.name,
+            },
+        }
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        models = sorted(self.registry.models.values(), key=lambda m: m.key)
+        return web.json_response({"object": "list", "data": [self.describe(m) for m in models]})
+
+    async def get_model(self, request: web.Request) -> web.Response:
+        model = self.registry.find(request.match_info["name"])
+        if model is None:
+            return _unknown(request.match_info["name"])
+        return web.json_response(self.describe(model))
+
+    async def inference(self, request: web.Request) -> web.StreamResponse:
+        raw = await read_body(request, self.settings.max_body_bytes)
+        if isinstance(raw, web.Response):
+            return raw
+        parsed = parse_request(raw)
+        if isinstance(parsed, web.Response):
+            return parsed
+        name, stream = parsed
+        if not self.registry.ready:
+            return error_response(
+                503,
+                "the gateway is still loading the list of models; retry in a moment",
+                code="not_ready",
+                headers={"Retry-After": "1"},
+            )
+        model = self.registry.find(name)
+        if model is None:
+            return _unknown(name)
+        started: web.StreamResponse | None = None
+        held = 0.0
+        if not self.registry.awake_pods(model):
+            result = await self._hold(request, model, stream)
+            if not isinstance(result, Held):
+                return result
+            started, held = result.stream, result.seconds
+            model = self.registry.get(model.key) or model  # its spec may have changed meanwhile
+        return await self._forward(request, model, raw, started, held)
+
+    async def _hold(
+        self, request: web.Request, model: Model, stream: bool
+    ) -> web.StreamResponse | Held:
+        refusal = model.refusal()
+        if refusal is not None:
+            return error_response(503, refusal, code="model_asleep")
+        assert model.spec is not None  # refusal() said so
+        if not self.holds.enter(model):
+            retry = max(1, math.ceil(model.last_wake_seconds or 5.0))
+            return error_response(
+                429,
+                f"too many requests are waiting for model {model.model_name!r} to wake "
+                f"(limit {self.holds.max_held}); retry in {retry}s",
+                code="wake_queue_full",
+                headers={"Retry-After": str(retry)},
+            )
+        begun = time.monotonic()
+        response: web.StreamResponse | None = None
+        try:
+            try:
+                await self.holds.ensure_wake(model)
+            except kube.KubeError as exc:
+                return error_response(
+                    503, f"could not ask for a wake of model {model.model_name!r}: {exc}"
+                )
+            if stream:
+                # Begin the SSE now, so that clients and proxies see life while the model wakes.
+                response = web.StreamResponse(
+                    status=200,
+                    headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                )
+                await response.prepare(request)
+            comment = f": waiting for model {model.model_name} to wake\n\n".encode()
+
+            async def keepalive() -> None:
+                if response is not None:
+                    await response.write(comment)
+
+            outcome, _ = await self.holds.wait_awake(
+                model,
+                deadline=begun + model.hold_seconds(),
+                tick=self.settings.keepalive_seconds,
+                on_tick=keepalive if response is not None else None,
+            )
+        finally:
+            self.holds.leave(model)
+        seconds = time.monotonic() - begun
+        if outcome is Outcome.AWAKE:
+            self.held_seconds.append(seconds)
+            log.info("held a request for %s for %.3fs", model.model_name, seconds)
+            if response is not None:
+                await response.write(f": held {seconds:.3f}s while the model woke\n\n".encode())
+            return Held(stream=response, seconds=seconds)
+        status, message, code = _failure(model, outcome)
+        if response is None:
+            return error_response(status, message, code=code)
+        await response.write(sse_error(status, message, code=code))
+        await response.write_eof()
+        return response
+
+    async def _forward(
+        self,
+        request: web.Request,
+        model: Model,
+        body: bytes,
+        started: web.StreamResponse | None,
+        held: float,
+    ) -> web.StreamResponse:
+        assert model.spec is not None
+        tried: set[str] = set()
+        extra = {HELD_HEADER: f"{held:.3f}"}
+        while True:
+            candidates = [p for p in self.registry.awake_pods(model) if p.name not in tried]
+            pod = self.router.choose(candidates)
+            if pod is None:
+                message = (
+                    f"no awake pod of model {model.model_name!r} could be reached"
+                    + (f" (tried {', '.join(sorted(tried))})" if tried else "")
+                    + "; retry shortly"
+                )
+                if started is None:
+                    return error_response(502, message, code="no_pod_reachable")
+                await started.write(sse_error(502, message, code="no_pod_reachable"))
+                await started.write_eof()
+                return started
+            url = f"{model.spec.engine.scheme}://{pod.ip}:{model.spec.engine.port}{request.path_qs}"
+            with self.router.track(pod):
+                try:
+                    return await proxy.forward(
+                        self._session_or_fail(),
+                        request,
+                        url=url,
+                        body=body,
+                        started=started,
+                        extra_headers=extra,
+                        pod_name=pod.name,
+                    )
+                except proxy.ConnectFailed as exc:
+                    log.warning("%s; trying another pod", exc)
+                    tried.add(pod.name)
+                    self.router.unreachable(pod)
+
+    def _session_or_fail(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("the gateway is not started")
+        return self._session
+
+
+@dataclass(frozen=True, kw_only=True)
+class Held:
+    """A request held until its model woke: the SSE begun early (if streaming), and the wait."""
+
+    stream: web.StreamResponse | None
+    seconds: float
+
+
+def _unknown(name: str) -> web.Response:
+    return error_response(
+        404,
+        f"The model `{name}` does not exist; GET /v1/models lists the models served here.",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def _failure(model: Model, outcome: Outcome) -> tuple[int, str, str]:
+    if outcome is Outcome.TIMEOUT:
+        limit = model.hold_limit_name() if model.spec else "wake timeout"
+        return (
+            504,
+            f"model {model.model_name!r} did not wake within its {limit}; "
+            "kubectl describe inferencemodel shows why",
+            "wake_timeout",
+        )
+    if outcome is Outcome.GONE:
+        return 404, f"model {model.model_name!r} was deleted while waiting", "model_not_found"
+    current = model.refusal() or "the model may no longer be woken on request"
+    return 503, current, "model_asleep"
+
+
+async def read_body(request: web.Request, limit: int) -> bytes | web.Response:
+    """The body, read in chunks so that an oversized one is refused without being kept."""
+    too_big = error_response(
+        413,
+        f"the request body is larger than the gateway's limit of {limit} bytes",
+        code="body_too_large",
+    )
+    if request.content_length is not None and request.content_length > limit:
+        return too_big
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            return too_big
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def parse_request(raw: bytes) -> tuple[str, bool] | web.Response:
+    """The `model` and `stream` fields of an OpenAI request body, or a 400."""
+    try:
+        body: Any = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return error_response(400, f"the request body is not valid JSON: {exc}")
+    if not isinstance(body, dict):
+        return error_response(400, "the request body must be a JSON object")
+    name = body.get("model")
+    if not isinstance(name, str) or not name:
+        return error_response(400, "the request body must name a `model` (a string)", param="model")
+    return name, body.get("stream") is True
+
+
+async def serve(settings: GatewaySettings, stop: asyncio.Event | None = None) -> None:
+    """Run a gateway until `stop` is set (or forever), logged in as kopf would."""
+    gateway = Gateway(settings, kube.KubeApi.from_environment())
+    await gateway.start()
+    try:
+        await (stop or asyncio.Event()).wait()
+    finally:
+        await gateway.stop()

@@ -1,0 +1,48 @@
+"""Keeps the registry in step with the API: list, then watch, and re-list whenever a watch ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from snooze import kube
+from snooze.gateway.registry import MODELS, Registry
+
+log = logging.getLogger(__name__)
+# Backoff after a failed list or watch, so that an API outage is not hammered.
+RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+def ref_for(kind: str, scope: str | None) -> kube.Ref:
+    return kube.inference_models(scope) if kind == MODELS else kube.pods(scope)
+
+
+async def follow(
+    api: kube.KubeApi, registry: Registry, *, kind: str, scope: str | None, watch_seconds: int
+) -> None:
+    """Run until cancelled. Re-lists after every watch end: events may have been missed."""
+    ref = ref_for(kind, scope)
+    failures = 0
+    while True:
+        try:
+            listing = await api.list(ref)
+            registry.replace(kind, scope, listing.get("items") or [])
+            version = str((listing.get("metadata") or {}).get("resourceVersion", ""))
+            async for event in api.watch(
+                ref, resource_version=version, timeout_seconds=watch_seconds
+            ):
+                failures = 0
+                kind_of_event = str(event.get("type", ""))
+                if kind_of_event == "ERROR":
+                    # Typically 410 Gone (our version is too old): only a re-list recovers.
+                    log.info("watch %s ended with %s; re-listing", ref.path, event.get("object"))
+                    break
+                if kind_of_event != "BOOKMARK":
+                    registry.apply(kind, kind_of_event, event.get("object") or {})
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # any failure of list or watch: back off and re-list
+            delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
+            failures += 1
+            log.warning("list/watch of %s failed (%s); retrying in %ss", ref.path, exc, delay)
+            await asyncio.sleep(delay)
