@@ -15,6 +15,7 @@ from snooze.daemon import ModelLoop
 from snooze.engine import new_http_client
 from snooze.metrics import OperatorMetrics
 from snooze.pods import PodInfo, pod_info
+from snooze.release import release
 
 PREFIX = models.GROUP
 log = logging.getLogger(__name__)
@@ -142,5 +143,27 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         finally:
             loop.stop()
             runtime.loops.pop((namespace, name), None)
+
+    @kopf.on.delete(models.GROUP, models.VERSION, models.PLURAL, id="hand_back", registry=registry)
+    async def hand_back(
+        body: kopf.Body, spec: kopf.Spec, status: kopf.Status, namespace: str | None, **kwargs: Any
+    ) -> None:
+        # Deleting a model must not strand its engines asleep (requests would hang there) or
+        # its workload at zero: give everything back as it was before Snooze.
+        assert runtime.api is not None
+        index: kopf.Index[str, PodInfo] = kwargs["pods_by_namespace"]
+
+        def emit(kind: str, reason: str, message: str) -> None:
+            kopf.event(body, type=kind, reason=reason, message=message)
+
+        await release(
+            api=runtime.api,
+            http=runtime.http,
+            namespace=namespace or "",
+            raw_spec=dict(spec),
+            status=dict(status),
+            pods=list(index.get(namespace or "", [])),
+            emit=emit,
+        )
 
     return registry

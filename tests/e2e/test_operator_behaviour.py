@@ -206,3 +206,30 @@ def test_busy_engine_is_not_slept(cluster: Cluster, operator: OperatorThread) ->
         completion(engine.url)  # each takes a moment: the engine is never idle for a second
     assert not engine.is_sleeping
     wait_for("asleep once traffic stops", lambda: engine.is_sleeping)
+
+
+def test_deleting_a_model_hands_its_pods_back_awake(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    engine = cluster.create_pod("chat-0", labels=LABELS)
+    cluster.create_model("chat", spec(idle={"after": "1s"}, sleep={"level": 2}))
+    wait_for("asleep", lambda: cluster.pod_state("chat-0") == "asleep" and engine.is_sleeping)
+    response = cluster.http.delete(
+        "/apis/snooze.dev/v1alpha1/namespaces/default/inferencemodels/chat"
+    )
+    assert response.status_code in (200, 202)
+    wait_for(
+        "the model gone",
+        lambda: (
+            cluster.http.get(
+                "/apis/snooze.dev/v1alpha1/namespaces/default/inferencemodels/chat"
+            ).status_code
+            == 404
+        ),
+    )
+    assert not engine.is_sleeping
+    pod = cluster.pod("chat-0")
+    assert pod is not None
+    assert "snooze.dev/state" not in (pod["metadata"].get("labels") or {})
+    assert "snooze.dev/sleep-started-at" not in (pod["metadata"].get("annotations") or {})
+    assert GARBAGE_MARKER not in completion(engine.url)

@@ -1,0 +1,74 @@
+"""Hand a deleted model's pods back as they were before Snooze: awake, unlabelled, scaled up."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+
+from snooze import kube
+from snooze.actions import engine_url
+from snooze.engine import EngineClient
+from snooze.engine_errors import EngineError
+from snooze.models import STATE_LABEL, SpecError, parse_spec
+from snooze.pods import SLEEP_STARTED_ANNOTATION, PodInfo
+from snooze.scaling import scale_path
+
+log = logging.getLogger(__name__)
+
+
+async def release(
+    *,
+    api: kube.KubeApi,
+    http: httpx.AsyncClient,
+    namespace: str,
+    raw_spec: dict[str, Any],
+    status: dict[str, Any],
+    pods: Sequence[PodInfo],
+    emit: Callable[[str, str, str], None],
+) -> None:
+    """Wake every sleeping engine, drop Snooze's marks from the pods, restore the replicas.
+
+    Best effort: an engine that cannot be woken is reported, never a reason to keep the
+    model from being deleted.
+    """
+    try:
+        spec = parse_spec(raw_spec)
+    except SpecError:
+        return  # an invalid spec never acted on anything
+    mine = [p for p in pods if spec.selector.matches(p.labels)]
+    woken = 0
+    for pod in mine:
+        if pod.ready and pod.ip:
+            client = EngineClient(engine_url(spec, pod), client=http)
+            try:
+                if await client.is_sleeping():
+                    await client.wake(spec.sleep.level, timeout=spec.wake_timeout_seconds)
+                    woken += 1
+            except EngineError as exc:
+                emit("Warning", "ReleaseFailed", f"{pod.name}: could not wake it: {exc}")
+        if STATE_LABEL in pod.labels or pod.sleep_started is not None:
+            patch = {
+                "metadata": {
+                    "labels": {STATE_LABEL: None},
+                    "annotations": {SLEEP_STARTED_ANNOTATION: None},
+                }
+            }
+            with contextlib.suppress(kube.NotFound):  # the pod went meanwhile: nothing to undo
+                await api.patch(kube.pods(namespace), pod.name, patch)
+    scaled_from = status.get("scaledFromReplicas")
+    if spec.scale_target_ref is not None and isinstance(scaled_from, int):
+        body = {"spec": {"replicas": scaled_from}}
+        try:
+            await api.request(
+                "PATCH",
+                scale_path(namespace, spec.scale_target_ref),
+                body=body,
+                content_type=kube.MERGE_PATCH,
+            )
+        except kube.KubeError as exc:
+            emit("Warning", "ReleaseFailed", f"could not restore {scaled_from} replicas: {exc}")
+    log.info("released %s pods of a deleted model in %s (%s woken)", len(mine), namespace, woken)
