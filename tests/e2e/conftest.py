@@ -74,11 +74,12 @@ class Cluster:
         labels: dict[str, str],
         engine: EngineConfig | None = None,
         ready: bool = True,
+        model: str = "m",
         **engine_options: Any,
     ) -> SimulatedEngine:
         """A Running, Ready pod whose podIP is a simulated engine's address."""
         config = engine or EngineConfig(
-            model="m",
+            model=model,
             host=next(_addresses),
             port=8000,
             **{

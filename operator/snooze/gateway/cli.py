@@ -44,6 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="engine connect timeout before another pod is tried (default: 5)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics",
+    )
     parser.add_argument("--verbose", action="store_true", help="log at debug level")
 
 
@@ -51,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import contextlib
 
+    from snooze.gateway.metrics import GatewayMetrics
     from snooze.gateway.server import serve
     from snooze.gateway.settings import GatewaySettings
 
@@ -75,6 +83,16 @@ def run(args: argparse.Namespace) -> int:
         keepalive_seconds=args.keepalive_seconds,
         connect_timeout=args.connect_timeout,
     )
+    metrics = GatewayMetrics()
+    if args.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        try:
+            start_http_server(args.metrics_port, registry=metrics.registry)
+        except OSError as exc:
+            raise SystemExit(
+                f"snooze gateway: cannot serve metrics on port {args.metrics_port}: {exc}"
+            ) from None
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a person stops it
-        asyncio.run(serve(settings))
+        asyncio.run(serve(settings, metrics=metrics))
     return 0

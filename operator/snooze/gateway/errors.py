@@ -19,6 +19,20 @@ TYPES = {
 }
 
 
+# Why the gateway refused a request, for `snooze_gateway_rejected_requests_total{reason}`.
+REASONS = {
+    400: "bad_request",
+    404: "unknown_model",
+    413: "too_large",
+    429: "limit",
+    502: "upstream_error",
+    503: "unavailable",
+    504: "timeout",
+}
+REJECTED = web.ResponseKey("snooze_rejected", str)
+"""The key, on a response the gateway made itself, of its rejection reason."""
+
+
 def error_body(
     status: int, message: str, *, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
@@ -34,9 +48,11 @@ def error_response(
     code: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> web.Response:
-    return web.json_response(
+    response = web.json_response(
         error_body(status, message, param=param, code=code), status=status, headers=headers
     )
+    response[REJECTED] = REASONS.get(status, "upstream_error")
+    return response
 
 
 def sse_error(status: int, message: str, *, code: str | None = None) -> bytes:

@@ -16,8 +16,9 @@ from aiohttp import web
 
 from snooze import kube
 from snooze.gateway import proxy
-from snooze.gateway.errors import error_response, sse_error
+from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
 from snooze.gateway.hold import Holds, Outcome
+from snooze.gateway.metrics import GatewayMetrics
 from snooze.gateway.registry import MODELS, PODS, Model, Registry
 from snooze.gateway.router import Router
 from snooze.gateway.settings import GatewaySettings
@@ -30,9 +31,15 @@ HELD_HEADER = "x-snooze-held-seconds"
 class Gateway:
     """One gateway replica: its registry, holds and router, served by an aiohttp runner."""
 
-    def __init__(self, settings: GatewaySettings, api: kube.KubeApi) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        api: kube.KubeApi,
+        metrics: GatewayMetrics | None = None,
+    ) -> None:
         self.settings = settings
         self.api = api
+        self.metrics = metrics or GatewayMetrics()
         scopes: list[str | None] = list(settings.namespaces) or [None]
         self.scopes = scopes
         self.registry = Registry(scopes=scopes)
@@ -137,6 +144,17 @@ class Gateway:
         return web.json_response(self.describe(model))
 
     async def inference(self, request: web.Request) -> web.StreamResponse:
+        begun = time.monotonic()
+        labels: list[str] = ["", ""]  # namespace and InferenceModel name, once known
+        response = await self._inference(request, labels)
+        namespace, model = labels
+        self.metrics.request_done(namespace, model, response.status, time.monotonic() - begun)
+        reason = response.get(REJECTED)
+        if reason is not None:
+            self.metrics.rejected(reason, namespace=namespace, model=model)
+        return response
+
+    async def _inference(self, request: web.Request, labels: list[str]) -> web.StreamResponse:
         raw = await read_body(request, self.settings.max_body_bytes)
         if isinstance(raw, web.Response):
             return raw
@@ -154,6 +172,7 @@ class Gateway:
         model = self.registry.find(name)
         if model is None:
             return _unknown(name)
+        labels[:] = [model.namespace, model.name]
         started: web.StreamResponse | None = None
         held = 0.0
         if not self.registry.awake_pods(model):
@@ -183,31 +202,35 @@ class Gateway:
         begun = time.monotonic()
         response: web.StreamResponse | None = None
         try:
-            try:
-                await self.holds.ensure_wake(model)
-            except kube.KubeError as exc:
-                return error_response(
-                    503, f"could not ask for a wake of model {model.model_name!r}: {exc}"
-                )
-            if stream:
-                # Begin the SSE now, so that clients and proxies see life while the model wakes.
-                response = web.StreamResponse(
-                    status=200,
-                    headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
-                )
-                await response.prepare(request)
-            comment = f": waiting for model {model.model_name} to wake\n\n".encode()
+            with self.metrics.held(model.namespace, model.name):
+                asked = self.holds.wake_requests
+                try:
+                    await self.holds.ensure_wake(model)
+                except kube.KubeError as exc:
+                    return error_response(
+                        503, f"could not ask for a wake of model {model.model_name!r}: {exc}"
+                    )
+                if self.holds.wake_requests > asked:
+                    self.metrics.wake_requested(model.namespace, model.name)
+                if stream:
+                    # Begin the SSE now, so that clients and proxies see life while it wakes.
+                    response = web.StreamResponse(
+                        status=200,
+                        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                    )
+                    await response.prepare(request)
+                comment = f": waiting for model {model.model_name} to wake\n\n".encode()
 
-            async def keepalive() -> None:
-                if response is not None:
-                    await response.write(comment)
+                async def keepalive() -> None:
+                    if response is not None:
+                        await response.write(comment)
 
-            outcome, _ = await self.holds.wait_awake(
-                model,
-                deadline=begun + model.hold_seconds(),
-                tick=self.settings.keepalive_seconds,
-                on_tick=keepalive if response is not None else None,
-            )
+                outcome, _ = await self.holds.wait_awake(
+                    model,
+                    deadline=begun + model.hold_seconds(),
+                    tick=self.settings.keepalive_seconds,
+                    on_tick=keepalive if response is not None else None,
+                )
         finally:
             self.holds.leave(model)
         seconds = time.monotonic() - begun
@@ -222,6 +245,7 @@ class Gateway:
             return error_response(status, message, code=code)
         await response.write(sse_error(status, message, code=code))
         await response.write_eof()
+        response[REJECTED] = REASONS[status]
         return response
 
     async def _forward(
@@ -248,6 +272,7 @@ class Gateway:
                     return error_response(502, message, code="no_pod_reachable")
                 await started.write(sse_error(502, message, code="no_pod_reachable"))
                 await started.write_eof()
+                started[REJECTED] = REASONS[502]
                 return started
             url = f"{model.spec.engine.scheme}://{pod.ip}:{model.spec.engine.port}{request.path_qs}"
             with self.router.track(pod):
@@ -337,9 +362,13 @@ def parse_request(raw: bytes) -> tuple[str, bool] | web.Response:
     return name, body.get("stream") is True
 
 
-async def serve(settings: GatewaySettings, stop: asyncio.Event | None = None) -> None:
+async def serve(
+    settings: GatewaySettings,
+    stop: asyncio.Event | None = None,
+    metrics: GatewayMetrics | None = None,
+) -> None:
     """Run a gateway until `stop` is set (or forever), logged in as kopf would."""
-    gateway = Gateway(settings, kube.KubeApi.from_environment())
+    gateway = Gateway(settings, kube.KubeApi.from_environment(), metrics)
     await gateway.start()
     try:
         await (stop or asyncio.Event()).wait()

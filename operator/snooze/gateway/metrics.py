@@ -1,0 +1,146 @@
+"""The gateway's Prometheus metrics, all in one place: names, units, labels and buckets.
+
+Labels stay bounded: the InferenceModel's namespace and name (the operator's `namespace` and
+`model` labels, so that dashboards join the two; "" when no model matched), an HTTP status
+code, and a rejection reason from a closed set; never a request id or an error message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Literal, get_args
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from snooze import __version__
+
+RejectReason = Literal[
+    "timeout",  # held past the model's wake timeout: 504
+    "limit",  # too many requests already held for the model: 429
+    "unknown_model",  # no InferenceModel serves the requested name: 404
+    "bad_request",  # not JSON, not an object, no `model`: 400
+    "too_large",  # body over the gateway's limit: 413
+    "unavailable",  # the model cannot be woken (wake.onRequest false, no wake possible): 503
+    "upstream_error",  # no awake pod could be reached: 502
+]
+REJECT_REASONS: tuple[RejectReason, ...] = get_args(RejectReason)
+# Reasons that name a model; their series are created at zero when a model is first seen, so
+# that the first timeout of a model is an increase that `increase()` and the alerts can see.
+_MODEL_REASONS: tuple[RejectReason, ...] = ("timeout", "limit", "unavailable", "upstream_error")
+
+# A proxied completion: from a cached answer (tens of ms) to a long stream held for a wake.
+REQUEST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# A hold: from a model that woke at once (10 ms) to a cold start's 10 min timeout.
+HOLD_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600.0)
+
+
+class GatewayMetrics:
+    """Every metric the gateway exports, on a registry of its own.
+
+    `model` is the InferenceModel's `metadata.name` (not the `modelName` clients send), the
+    same value as the operator's `model` label; None or "" stands for "no model matched".
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry or CollectorRegistry()
+        self._clock = clock
+        self._seen: set[tuple[str, str]] = set()
+        r = self.registry
+        self.requests = Counter(
+            "snooze_gateway_requests",
+            "Requests answered, by model and HTTP status code (the gateway's own errors too).",
+            ["namespace", "model", "code"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            "snooze_gateway_request_duration_seconds",
+            "Time from a request's arrival to its last byte sent, holds included.",
+            ["namespace", "model"],
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.held_requests = Gauge(
+            "snooze_gateway_held_requests",
+            "Requests waiting now for their model to wake.",
+            ["namespace", "model"],
+            registry=r,
+        )
+        self.hold_duration = Histogram(
+            "snooze_gateway_hold_duration_seconds",
+            "How long requests waited for a wake, whatever the outcome (timeouts included).",
+            ["namespace", "model"],
+            buckets=HOLD_BUCKETS,
+            registry=r,
+        )
+        self.wake_requests = Counter(
+            "snooze_gateway_wake_requests",
+            "Wake requests the gateway sent to the operator (the model's annotation written).",
+            ["namespace", "model"],
+            registry=r,
+        )
+        self.rejected_requests = Counter(
+            "snooze_gateway_rejected_requests",
+            "Requests the gateway answered itself with an error, by reason: "
+            + ", ".join(REJECT_REASONS)
+            + ".",
+            ["namespace", "model", "reason"],
+            registry=r,
+        )
+        self.build_info = Info("snooze_gateway_build", "The gateway's version.", registry=r)
+        self.build_info.info({"version": __version__})
+        # Rejections without a model exist from the start, so `rate()` has a zero to start from.
+        for reason in REJECT_REASONS:
+            if reason not in _MODEL_REASONS:
+                self.rejected_requests.labels("", "", reason)
+
+    def _labels(self, namespace: str | None, model: str | None) -> tuple[str, str]:
+        """The label values of a model, created at zero the first time it is seen."""
+        key = (namespace or "", model or "")
+        if key not in self._seen and key[1]:
+            self._seen.add(key)
+            self.held_requests.labels(*key)
+            for reason in _MODEL_REASONS:
+                self.rejected_requests.labels(*key, reason)
+        return key
+
+    def request_done(
+        self, namespace: str | None, model: str | None, code: int, seconds: float
+    ) -> None:
+        """One request answered with status `code` after `seconds` (call it for every answer)."""
+        if not 100 <= code <= 599:
+            raise ValueError(f"not an HTTP status code: {code}")
+        key = self._labels(namespace, model)
+        self.requests.labels(*key, str(code)).inc()
+        self.request_duration.labels(*key).observe(seconds)
+
+    @contextmanager
+    def held(self, namespace: str, model: str) -> Iterator[None]:
+        """Count a request as held while inside; its wait is observed on leaving, however."""
+        key = self._labels(namespace, model)
+        gauge = self.held_requests.labels(*key)
+        began = self._clock()
+        gauge.inc()
+        try:
+            yield
+        finally:
+            gauge.dec()
+            self.hold_duration.labels(*key).observe(max(0.0, self._clock() - began))
+
+    def wake_requested(self, namespace: str, model: str) -> None:
+        """The gateway asked the operator to wake a model."""
+        self.wake_requests.labels(*self._labels(namespace, model)).inc()
+
+    def rejected(
+        self, reason: RejectReason, *, namespace: str | None = None, model: str | None = None
+    ) -> None:
+        """The gateway refused a request itself; `reason` is one of REJECT_REASONS."""
+        if reason not in REJECT_REASONS:
+            raise ValueError(f"unknown rejection reason {reason!r}; one of {REJECT_REASONS}")
+        self.rejected_requests.labels(*self._labels(namespace, model), reason).inc()

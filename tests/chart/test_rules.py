@@ -1,0 +1,93 @@
+"""The alert rules pass `promtool check rules`, and each has `promtool test rules` unit tests."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chart_helpers import CHART, load_yaml
+
+RULES = CHART / "rules" / "snooze.rules.yaml"
+RULE_TESTS = sorted((CHART / "rules" / "tests").glob("*.yaml"))
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool is missing: apt-get install prometheus (tests/run does)"
+)
+# What each alert is for; a new rule must be added here, and so be thought about.
+ALERTS = {
+    "SnoozeWakeFailures",
+    "SnoozeWakeLatencyHigh",
+    "SnoozeHeldRequestsTimingOut",
+    "SnoozeModelStuckWaking",
+    "SnoozeModelStuckDraining",
+    "SnoozeOperatorDown",
+    "SnoozeGatewayDown",
+}
+
+
+def rules() -> list[dict[str, Any]]:
+    return [rule for group in load_yaml(RULES)["groups"] for rule in group["rules"]]
+
+
+def promtool(*args: str | Path) -> str:
+    assert PROMTOOL is not None
+    result = subprocess.run([PROMTOOL, *map(str, args)], capture_output=True, text=True, timeout=60)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    return output
+
+
+@needs_promtool
+def test_promtool_check_rules() -> None:
+    assert f"SUCCESS: {len(rules())} rules found" in promtool("check", "rules", RULES)
+
+
+@needs_promtool
+@pytest.mark.parametrize("path", RULE_TESTS, ids=lambda p: p.stem)
+def test_promtool_test_rules(path: Path) -> None:
+    assert "SUCCESS" in promtool("test", "rules", path)
+
+
+def test_the_alerts_are_the_issue_s_and_each_is_labelled_and_explained() -> None:
+    assert {rule["alert"] for rule in rules()} == ALERTS
+    for rule in rules():
+        name = rule["alert"]
+        assert rule["labels"]["severity"] in {"warning", "critical"}, name
+        assert set(rule["annotations"]) == {"summary", "description", "runbook"}, name
+        if "absent(" not in rule["expr"]:
+            # absent() carries no labels: only per-model alerts can name the model.
+            assert "$labels.model" in rule["annotations"]["description"], name
+
+
+def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
+    firing: set[str] = set()
+    quiet: set[str] = set()
+    for path in RULE_TESTS:
+        document = load_yaml(path)
+        assert document["rule_files"] == ["../snooze.rules.yaml"], path.name
+        for test in document["tests"]:
+            for case in test["alert_rule_test"]:
+                (firing if case["exp_alerts"] else quiet).add(case["alertname"])
+    assert firing == ALERTS and quiet == ALERTS
+
+
+@pytest.mark.parametrize("release", ["prod", "snooze", "snooze-canary"])
+def test_the_down_alerts_match_the_chart_s_job_names(release: str) -> None:
+    """The ServiceMonitor names a job after its Service, FULLNAME-COMPONENT-metrics
+    (templates/metrics-services.yaml), FULLNAME being RELEASE-snooze or the release name when
+    it contains "snooze"; Prometheus anchors the alerts' regexes at both ends."""
+    services = (CHART / "templates" / "metrics-services.yaml").read_text()
+    assert '{{ include "snooze.fullname" $ }}-{{ $component }}-metrics' in services
+    fullname = release if "snooze" in release else f"{release}-snooze"
+    exprs = {rule["alert"]: rule["expr"] for rule in rules()}
+    for alert, component, other in [
+        ("SnoozeOperatorDown", "operator", "gateway"),
+        ("SnoozeGatewayDown", "gateway", "operator"),
+    ]:
+        [pattern] = re.findall(r'job=~"([^"]+)"', exprs[alert])
+        assert re.fullmatch(pattern, f"{fullname}-{component}-metrics"), alert
+        assert not re.fullmatch(pattern, f"{fullname}-{other}-metrics"), alert

@@ -1,0 +1,301 @@
+"""A real Prometheus scrapes the operator and the gateway while models sleep, wake and fail:
+every dashboard query then returns data and every alert rule evaluates without error.
+
+The operator and the gateway are the real ones (kopf and Snooze's handlers, and the gateway's
+server, against the sandbox), and the traffic is real requests through the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+import httpx
+import pytest
+import yaml
+from conftest import Cluster, OperatorThread, wait_for
+from gateway_fixtures import GatewayThread
+from prometheus_client import CollectorRegistry, start_http_server
+
+from snooze.metrics import OperatorMetrics
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "charts" / "snooze" / "dashboards" / "snooze.json"
+RULES = ROOT / "charts" / "snooze" / "rules" / "snooze.rules.yaml"
+PROMETHEUS = shutil.which("prometheus")
+pytestmark = pytest.mark.skipif(
+    PROMETHEUS is None, reason="prometheus is missing: apt-get install prometheus (tests/run does)"
+)
+NS = "default"
+# Jobs named as the chart's ServiceMonitor names them (after the metrics Services of a release
+# called "snooze"), so that the Down alerts' job matchers are tried on realistic names.
+OPERATOR_JOB = "snooze-operator-metrics"
+GATEWAY_JOB = "snooze-gateway-metrics"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def serving(registry: CollectorRegistry) -> Iterator[int]:
+    """A registry's /metrics on a free loopback port, shut down afterwards."""
+    port = free_port()
+    server: WSGIServer
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    try:
+        yield port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+class Prometheus:
+    """A real Prometheus server in a subprocess, and the bits of its HTTP API the test reads."""
+
+    def __init__(self, tmp_path: Path, targets: dict[str, int]) -> None:
+        config = {
+            # Scrapes and rule evaluations every second, so that a few seconds make a history.
+            "global": {
+                "scrape_interval": "1s",
+                "scrape_timeout": "1s",
+                "evaluation_interval": "1s",
+            },
+            "rule_files": [str(RULES)],
+            "scrape_configs": [
+                {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+                for job, port in targets.items()
+            ],
+        }
+        config_file = tmp_path / "prometheus.yml"
+        config_file.write_text(yaml.safe_dump(config))
+        self.port = free_port()
+        self.log = tmp_path / "prometheus.log"
+        assert PROMETHEUS is not None
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [
+                    PROMETHEUS,
+                    f"--config.file={config_file}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=5)
+
+    def ready(self) -> bool:
+        assert self.process.poll() is None, f"prometheus exited: {self.log.read_text()[-2000:]}"
+        try:
+            return self.http.get("/-/ready").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def api(self, path: str, **params: str) -> Any:
+        response = self.http.get(f"/api/v1/{path}", params=params)
+        body = response.json()
+        assert body["status"] == "success", f"{path} {params}: {body}"
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        data = self.api("query", query=expr)
+        assert data["resultType"] == "vector", data
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def value(self, expr: str) -> float | None:
+        result = self.query(expr)
+        return float(result[0]["value"][1]) if result else None
+
+    def rules(self) -> list[dict[str, Any]]:
+        return [rule for group in self.api("rules")["groups"] for rule in group["rules"]]
+
+    def stop(self) -> None:
+        self.http.close()
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+
+@pytest.fixture
+def prometheus(
+    tmp_path: Path,
+    operator_with_metrics: tuple[OperatorThread, OperatorMetrics],
+    gateway: GatewayThread,
+) -> Iterator[Prometheus]:
+    _, operator_metrics = operator_with_metrics
+    with (
+        serving(operator_metrics.registry) as op_port,
+        serving(gateway.g.metrics.registry) as gw_port,
+    ):
+        server = Prometheus(tmp_path, {OPERATOR_JOB: op_port, GATEWAY_JOB: gw_port})
+        try:
+            wait_for("prometheus ready", server.ready, timeout=20)
+            yield server
+        finally:
+            server.stop()
+
+
+def scraped(prom: Prometheus, expr: str, check: Callable[[float], bool] = bool) -> None:
+    """Wait until Prometheus itself has a sample of `expr` that passes `check`."""
+
+    def seen() -> bool:
+        value = prom.value(expr)
+        return value is not None and check(value)
+
+    wait_for(f"Prometheus to scrape {expr}", seen, timeout=10)
+
+
+def panel_targets() -> list[tuple[str, str]]:
+    board = json.loads(DASHBOARD.read_text())
+
+    def panels(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        for panel in node.get("panels", []):
+            yield panel
+            yield from panels(panel)
+
+    return [
+        (panel["title"], target["expr"])
+        for panel in panels(board)
+        for target in panel.get("targets", [])
+    ]
+
+
+def grafana(expr: str) -> str:
+    """The query as Grafana sends it with both models picked (a multi-value regex)."""
+    for name, value in [
+        ("$__rate_interval", "1m"),
+        ("$__range", "5m"),
+        ("$namespace", NS),
+        ("$model", "(chat|hybrid)"),
+    ]:
+        expr = expr.replace(name, value)
+    return expr
+
+
+def test_dashboard_queries_return_data_and_rules_evaluate(
+    cluster: Cluster,
+    operator_with_metrics: tuple[OperatorThread, OperatorMetrics],
+    gateway: GatewayThread,
+    prometheus: Prometheus,
+) -> None:
+    prom = prometheus
+    http = httpx.Client(base_url=gateway.url, timeout=30)
+    pool = ThreadPoolExecutor(4)
+
+    def ask(model: str) -> int:
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        return http.post("/v1/chat/completions", json=body).status_code
+
+    # chat wakes slowly enough for a scrape to see its request held.
+    chat = cluster.create_pod("chat-0", labels={"app": "chat"}, model="chat", wake_seconds=2.5)
+    cluster.create_pod("hybrid-0", labels={"app": "hybrid"}, model="hybrid", hybrid_wake_crash=True)
+    for name, wake in (("chat", {}), ("hybrid", {"timeout": "2s"})):
+        cluster.create_model(
+            name,
+            {"selector": {"matchLabels": {"app": name}}, "idle": {"after": "2s"}, "wake": wake},
+        )
+    wait_for("the gateway knows both", lambda: len(http.get("/v1/models").json()["data"]) == 2)
+    for pod in ("chat-0", "hybrid-0"):
+        wait_for(f"{pod} labelled awake", lambda pod=pod: cluster.pod_state(pod) == "awake")
+    # Traffic before the sleeps, so that the gateway's series exist in Prometheus before they
+    # move (rate() and increase() need two samples).
+    assert ask("chat") == 200
+    assert ask("hybrid") == 200
+    assert ask("nobody") == 404
+    scraped(prom, f'snooze_gateway_requests_total{{namespace="{NS}",model="chat",code="200"}}')
+    scraped(
+        prom,
+        'snooze_gateway_rejected_requests_total{model="hybrid",reason="timeout"}',
+        lambda v: True,
+    )
+    wait_for("chat asleep", lambda: cluster.pod_state("chat-0") == "asleep")
+    scraped(prom, 'snooze_engine_state{model="chat",state="asleep"}')
+
+    # A request to the sleeping model is held while it wakes: held requests rise, then fall.
+    held = pool.submit(ask, "chat")
+    scraped(
+        prom, f'snooze_gateway_held_requests{{namespace="{NS}",model="chat"}}', lambda v: v == 1
+    )
+    assert held.result(30) == 200 and not chat.is_sleeping
+    scraped(prom, 'snooze_gateway_held_requests{model="chat"}', lambda v: v == 0)
+    scraped(prom, 'snooze_wake_duration_seconds_count{model="chat"}', lambda v: v == 1)
+    scraped(prom, 'snooze_gateway_wake_requests_total{model="chat"}', lambda v: v == 1)
+
+    # A second sleep and wake: the wake histogram then moves between two scrapes.
+    wait_for("chat asleep again", lambda: cluster.pod_state("chat-0") == "asleep")
+    assert ask("chat") == 200
+    scraped(prom, 'snooze_wake_duration_seconds_count{model="chat"}', lambda v: v == 2)
+
+    # The hybrid model's wake crashes; the request held for it times out (504).
+    wait_for("hybrid asleep", lambda: cluster.pod_state("hybrid-0") == "asleep")
+    assert ask("hybrid") == 504
+    scraped(prom, 'snooze_wake_failures_total{model="hybrid"}')
+    scraped(prom, 'snooze_gateway_rejected_requests_total{model="hybrid",reason="timeout"}')
+    http.close()
+    pool.shutdown()
+
+    # Every panel's every query returns data.
+    targets = panel_targets()
+    assert len(targets) >= 15
+    for title, expr in targets:
+        query = grafana(expr)
+        wait_for(f"data for {title!r}: {query}", partial(prom.query, query))
+    for expr in [
+        "histogram_quantile(0.99, sum by (le) ("
+        'rate(snooze_wake_duration_seconds_bucket{model="chat"}[1m])))',
+        "histogram_quantile(0.5, sum by (le) ("
+        "rate(snooze_gateway_hold_duration_seconds_bucket[1m])))",
+        f'sum(increase(snooze_asleep_seconds_total{{namespace="{NS}"}}[5m]))',
+    ]:
+        # Not just series: these figures are real (a quantile of nothing would be NaN).
+        value = prom.value(expr)
+        assert value is not None and 0 < value < 600, f"{expr}: {value}"
+
+    # Every rule has been evaluated without error, and the right ones are active.
+    def evaluated() -> list[dict[str, Any]] | None:
+        rules = prom.rules()
+        return rules if all(rule["health"] != "unknown" for rule in rules) else None
+
+    rules = wait_for("every rule evaluated", evaluated)
+    assert {rule["name"] for rule in rules} == {
+        rule["alert"]
+        for group in yaml.safe_load(RULES.read_text())["groups"]
+        for rule in group["rules"]
+    }
+    for rule in rules:
+        assert rule["health"] == "ok", f"{rule['name']}: {rule.get('lastError')}"
+
+    def active() -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for rule in prom.rules():
+            for alert in rule.get("alerts", []):
+                found.setdefault(rule["name"], set()).add(alert["labels"].get("model", ""))
+        return found
+
+    wait_for(
+        "the failure and the timeout alerts for the hybrid model",
+        lambda: {"SnoozeWakeFailures", "SnoozeHeldRequestsTimingOut"} <= set(active()),
+    )
+    alerts = active()
+    assert alerts["SnoozeWakeFailures"] == {"hybrid"}
+    assert alerts["SnoozeHeldRequestsTimingOut"] == {"hybrid"}
+    # Both processes are up under chart-style job names: the Down alerts stay quiet.
+    assert "SnoozeOperatorDown" not in alerts and "SnoozeGatewayDown" not in alerts
