@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "snooze.operator_cli",
         "run the operator: sleep idle engines, wake them on request",
     ),
+    "demo": ("snooze.demo.cli", "run the whole system on this machine with a traffic scenario"),
 }
 
 

@@ -9,7 +9,8 @@ import openai
 import pytest
 from conftest import Cluster, OperatorThread, _addresses, wait_for
 from gateway_fixtures import GatewayThread
-from replicaset import ReplicaSetStandIn, deployment
+
+from snooze.demo.controller import ReplicaSetStandIn, deployment
 
 LABELS = {"app": "chat"}
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"

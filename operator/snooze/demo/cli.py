@@ -1,0 +1,73 @@
+"""`snooze demo`: the whole system on this machine, a minute of traffic, a summary and a PNG."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="length of the scenario; its traffic is stretched to fit (default: 60)",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="multiply every engine latency and idle timer: 0.25 makes them 4x shorter "
+        "(default: 1)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("snooze-demo"),
+        metavar="DIR",
+        help="where the timeline PNG, summary.json and the log go (default: ./snooze-demo)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=8080, help="the gateway's port; 0 picks one (default: 8080)"
+    )
+    parser.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="run a real Prometheus (the `prometheus` binary) scraping the operator's metrics",
+    )
+    parser.add_argument(
+        "--hybrid-wake-crash",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the unpatched hybrid model's engine crashes on wake, as vLLM 0.18-0.26 does "
+        "(default: on)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the traffic's jitter")
+
+
+def run(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    if args.duration <= 0 or args.time_scale <= 0:
+        raise SystemExit("snooze demo: --duration and --time-scale must be greater than zero")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SystemExit("snooze demo: install the demo extra: pip install -e '.[demo]'")
+    from snooze.demo.run import Options, main
+    from snooze.demo.services import PortInUse
+
+    options = Options(
+        duration=args.duration,
+        scale=args.time_scale,
+        out=args.out,
+        port=args.port,
+        prometheus=args.prometheus,
+        hybrid_crash=args.hybrid_wake_crash,
+        seed=args.seed,
+    )
+    try:
+        return main(options)
+    except PortInUse as exc:
+        print(f"snooze demo: port {exc.port} is in use; pick another with --port")
+        return 2

@@ -1,0 +1,422 @@
+"""Run the demo: every part in one process, the scenario's traffic, the live view, the results."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from snooze.actions import Settings
+from snooze.demo import scenario as scenarios
+from snooze.demo import summary, timeline, traffic, view
+from snooze.demo.controller import ReplicaSetStandIn, deployment
+from snooze.demo.services import GatewayThread, OperatorThread, Prometheus, check_port
+from snooze.metrics import OperatorMetrics
+
+log = logging.getLogger(__name__)
+NS = "default"
+MODELS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels"
+PODS = f"/api/v1/namespaces/{NS}/pods"
+DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments"
+STATE_LABEL = "snooze.dev/state"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    duration: float = 60.0
+    scale: float = 1.0
+    out: Path = Path("snooze-demo")
+    port: int = 8080
+    prometheus: bool = False
+    hybrid_crash: bool = True
+    seed: int = 0
+
+
+def addresses() -> Iterator[str]:
+    """Loopback addresses for the pods, one each; the octet keeps side-by-side runs apart."""
+    octet = 20 + (os.getpid() + 100) % 200
+    n = 0
+    while True:
+        yield f"127.{octet}.{n // 250}.{n % 250 + 2}"
+        n += 1
+
+
+def metric_total(metrics: OperatorMetrics, name: str, model: str) -> float:
+    """A sample's value summed over every label but the model (all levels, all reasons)."""
+    total = 0.0
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name == name and sample.labels.get("model") == model:
+                total += sample.value
+    return total
+
+
+class Sampler:
+    """Samples the cluster into a timeline, and turns the wake metric into wake durations."""
+
+    def __init__(
+        self,
+        *,
+        api: httpx.AsyncClient,
+        controller: ReplicaSetStandIn,
+        gateway: GatewayThread,
+        metrics: OperatorMetrics,
+        models: list[str],
+    ) -> None:
+        self.api = api
+        self.controller = controller
+        self.gateway = gateway
+        self.metrics = metrics
+        self.models = models
+        self.timeline = timeline.Timeline()
+        self._seen: dict[str, tuple[float, float]] = {m: (0.0, 0.0) for m in models}
+
+    async def sample(self, t: float) -> timeline.Sample:
+        pods_body = (await self.api.get(PODS)).json()
+        models_body = (await self.api.get(MODELS)).json()
+        held = await self.gateway.held()
+        engines = self.controller.engines
+        pods: dict[str, timeline.PodSample] = {}
+        for pod in pods_body.get("items", []):
+            meta = pod["metadata"]
+            model = (meta.get("labels") or {}).get("app")
+            if model is None or meta.get("deletionTimestamp"):
+                continue
+            engine = engines.get(meta["name"])
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (pod.get("status") or {}).get("conditions") or []
+            )
+            state = (meta.get("labels") or {}).get(STATE_LABEL) if ready else "loading"
+            pods[meta["name"]] = timeline.PodSample(
+                model=model,
+                state=state or "awake",
+                gpu_bytes=engine.gpu_memory_bytes if engine is not None else 0,
+            )
+        models: dict[str, timeline.ModelSample] = {}
+        for item in models_body.get("items", []):
+            name = item["metadata"]["name"]
+            status = item.get("status") or {}
+            models[name] = timeline.ModelSample(
+                phase=str(status.get("phase") or ""),
+                awake=int(status.get("awake") or 0),
+                asleep=int(status.get("asleep") or 0),
+                held=held.get(name, 0),
+                last_wake_time=status.get("lastWakeTime"),
+                last_wake_seconds=status.get("lastWakeSeconds"),
+            )
+        self._wakes(t)
+        sample = timeline.Sample(t=t, pods=pods, models=models)
+        self.timeline.add(sample)
+        return sample
+
+    def _wakes(self, t: float) -> None:
+        # Each new observation of snooze_wake_duration_seconds shows as count+1 and sum+seconds;
+        # two in one sampling interval (rare) are recorded as two of their mean.
+        for model in self.models:
+            count = metric_total(self.metrics, "snooze_wake_duration_seconds_count", model)
+            total = metric_total(self.metrics, "snooze_wake_duration_seconds_sum", model)
+            seen_count, seen_total = self._seen[model]
+            new = round(count - seen_count)
+            if new > 0:
+                mean = (total - seen_total) / new
+                self.timeline.wakes.setdefault(model, []).extend([(t, mean)] * new)
+            self._seen[model] = (count, total)
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> bool:
+    """Sleep up to `seconds`; True when `stop` was set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), max(0.0, seconds))
+    return stop.is_set()
+
+
+async def _setup(api: httpx.AsyncClient, scenario: scenarios.Scenario, crd: dict[str, Any]) -> None:
+    response = await api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
+    response.raise_for_status()
+    for m in scenario.models:
+        body = deployment(m.name, replicas=m.replicas, labels={"app": m.name})
+        (await api.post(DEPLOYMENTS, json=body)).raise_for_status()
+
+
+async def _create_models(api: httpx.AsyncClient, scenario: scenarios.Scenario) -> None:
+    for m in scenario.models:
+        body = {
+            "apiVersion": "snooze.dev/v1alpha1",
+            "kind": "InferenceModel",
+            "metadata": {"name": m.name, "namespace": NS},
+            "spec": m.spec,
+        }
+        (await api.post(MODELS, json=body)).raise_for_status()
+
+
+async def _pods_ready(api: httpx.AsyncClient, scenario: scenarios.Scenario) -> bool:
+    """Every Deployment has its replicas Running and Ready (the engines loaded)."""
+    items = (await api.get(PODS)).json().get("items", [])
+    ready: dict[str, int] = {}
+    for pod in items:
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            app = (pod["metadata"].get("labels") or {}).get("app", "")
+            ready[app] = ready.get(app, 0) + 1
+    return all(ready.get(m.name, 0) >= m.replicas for m in scenario.models)
+
+
+async def _awake_models(
+    api: httpx.AsyncClient, gateway_url: str, scenario: scenarios.Scenario
+) -> set[str]:
+    """The models that are Awake with all their replicas and that the gateway knows."""
+    items = (await api.get(MODELS)).json().get("items", [])
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=5) as client:
+        listed = {m["id"] for m in (await client.get("/v1/models")).json().get("data", [])}
+    return {
+        i["metadata"]["name"]
+        for i in items
+        if (i.get("status") or {}).get("phase") == "Awake"
+        and (i.get("status") or {}).get("awake") == scenario.model(i["metadata"]["name"]).replicas
+        and i["metadata"]["name"] in listed
+    }
+
+
+class Demo:
+    """One run: start everything, play the scenario, stop everything, report."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.scenario = scenarios.build(
+            duration=options.duration,
+            scale=options.scale,
+            seed=options.seed,
+            hybrid_crash=options.hybrid_crash,
+        )
+        self.metrics = OperatorMetrics()
+        self.records: list[traffic.Record] = []
+        self.stop = asyncio.Event()
+        self.interrupted = False
+        self.sampler: Sampler | None = None
+        self.elapsed = 0.0
+        self.events: list[dict[str, str]] = []
+
+    def _interrupt(self) -> None:
+        if not self.stop.is_set():
+            self.interrupted = True
+            print("\nsnooze demo: stopping (the results so far follow)", file=sys.stderr)
+        self.stop.set()
+
+    async def run(self) -> int:
+        from snooze.crd import crd
+        from snooze.gateway.settings import GatewaySettings
+        from snooze.sandbox import Sandbox
+        from snooze.sim import SimulatorHost
+
+        o, sc = self.options, self.scenario
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._interrupt)
+        for line in scenarios.describe(sc):
+            print(line)
+        stack = contextlib.ExitStack()
+        closers: list[Any] = []
+        try:
+            sandbox = stack.enter_context(Sandbox())
+            os.environ["KUBECONFIG"] = str(sandbox.write_kubeconfig(o.out / "kubeconfig"))
+            sim = stack.enter_context(SimulatorHost())
+            api = httpx.AsyncClient(base_url=sandbox.url, timeout=10)
+            closers.append(api.aclose)
+            await _setup(api, sc, crd())
+            controller = ReplicaSetStandIn(
+                url=sandbox.url,
+                sim=sim,
+                addresses=addresses(),
+                namespace=NS,
+                per_deployment={m.name: {"model": m.name, **m.engine} for m in sc.models},
+                interval=0.1,
+            ).start()
+            stack.callback(controller.stop)
+            settings = Settings(
+                probe_interval=max(0.2, o.scale),
+                drain_timeout=max(1.0, 5.0 * o.scale),
+                drain_poll=0.05,
+                probe_timeout=2.0,
+            )
+            operator = OperatorThread(settings, self.metrics).start()
+            stack.callback(operator.stop)
+            gateway = GatewayThread(
+                GatewaySettings(host="127.0.0.1", port=o.port, keepalive_seconds=max(0.2, o.scale))
+            ).start()
+            stack.callback(gateway.stop)
+            gateway_url = f"http://127.0.0.1:{gateway.port}"
+            if o.prometheus:
+                self._prometheus(stack, gateway)
+            print(f"gateway: {gateway_url}/v1 (OpenAI API); loading models ...", flush=True)
+            begun = time.monotonic()
+            while not await _pods_ready(api, sc):
+                await self._setup_wait(begun, "the pods' engines to load")
+            await _create_models(api, sc)
+            # Each model counts once it was seen Awake: the quick ones may sleep meanwhile.
+            seen: set[str] = set()
+            while not self.stop.is_set() and seen != set(sc.model_names):
+                seen |= await _awake_models(api, gateway_url, sc)
+                await self._setup_wait(begun, f"models awake (so far: {sorted(seen)})")
+            print(f"all models awake after {time.monotonic() - begun:.1f}s; traffic starts")
+            self.sampler = Sampler(
+                api=api,
+                controller=controller,
+                gateway=gateway,
+                metrics=self.metrics,
+                models=sc.model_names,
+            )
+            await self._play(gateway_url)
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            print("stopping ...", flush=True)
+            for close in closers:
+                await close()
+            # The parts stop in reverse: gateway, operator, controller, engines, API server.
+            await asyncio.to_thread(stack.close)
+        return self.report()
+
+    async def _setup_wait(self, begun: float, what: str) -> None:
+        if await _wait(self.stop, 0.1):
+            raise KeyboardInterrupt
+        if time.monotonic() - begun > 120:
+            raise RuntimeError(f"snooze demo: gave up after 2 minutes waiting for {what}")
+
+    def _prometheus(self, stack: contextlib.ExitStack, gateway: GatewayThread) -> None:
+        from prometheus_client import start_http_server
+
+        registries = {"snooze-operator": self.metrics.registry}
+        gateway_metrics = getattr(gateway.gateway, "metrics", None)
+        if gateway_metrics is not None:
+            registries["snooze-gateway"] = gateway_metrics.registry
+        targets: dict[str, str] = {}
+        for job, registry in registries.items():
+            server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+            stack.callback(thread.join, 5)
+            stack.callback(server.shutdown)
+            targets[job] = f"127.0.0.1:{server.server_port}"
+        prometheus = Prometheus(targets=targets, out=self.options.out, scale=self.options.scale)
+        prometheus.start()
+        stack.callback(prometheus.stop)
+        print(f"prometheus: {prometheus.url} (scraping {', '.join(targets.values())})")
+
+    async def _play(self, gateway_url: str) -> None:
+        assert self.sampler is not None
+        sc = self.scenario
+        live = view.LiveView(sc.model_names)
+        t0 = time.monotonic()
+        sending = asyncio.create_task(
+            traffic.run_traffic(
+                url=gateway_url, plan=list(sc.traffic), t0=t0, stop=self.stop, records=self.records
+            )
+        )
+        every = max(0.05, 0.2 * sc.scale)
+        shown = -1.0
+        # The scenario's clock, then a grace for requests still held (a cold start, a restart).
+        grace = 30.0 + 30.0 * sc.scale
+        while True:
+            now = time.monotonic() - t0
+            sample = await self.sampler.sample(now)
+            if not live.tty or now - shown >= 1.0:
+                live.show(sample, self.records)
+                shown = now
+            over = now >= sc.duration and (sending.done() or now >= sc.duration + grace)
+            if over or await _wait(self.stop, every):
+                break
+        live.release()
+        if not sending.done():
+            # Interrupted or out of grace: give in-flight requests a moment, then cut them.
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(sending), 2.0)
+            sending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sending
+        self.elapsed = time.monotonic() - t0
+        await self.sampler.sample(self.elapsed)
+        items = (await self.sampler.api.get(f"/api/v1/namespaces/{NS}/events")).json()
+        self.events = [
+            {
+                "model": (e.get("involvedObject") or {}).get("name", ""),
+                "reason": e.get("reason", ""),
+                "message": e.get("message", ""),
+            }
+            for e in items.get("items", [])
+        ]
+
+    def report(self) -> int:
+        o, sc = self.options, self.scenario
+        if self.sampler is None:
+            return 130 if self.interrupted else 1
+        rows = summary.summarize(
+            records=self.records,
+            timeline=self.sampler.timeline,
+            baselines={m.name: m.replicas for m in sc.models},
+            wakes={
+                m: round(metric_total(self.metrics, "snooze_wake_duration_seconds_count", m))
+                for m in sc.model_names
+            },
+            restarts={
+                m: round(metric_total(self.metrics, "snooze_pod_restarts_total", m))
+                for m in sc.model_names
+            },
+            expected_errors={m.name: m.expected_failures for m in sc.models},
+        )
+        print()
+        for line in summary.table(rows):
+            print(line)
+        png = o.out / "timeline.png"
+        timeline.render_png(
+            self.sampler.timeline,
+            self.records,
+            sc.model_names,
+            png,
+            title=f"snooze demo: {self.elapsed:.0f}s, time scale x{sc.scale:g}",
+        )
+        result = {
+            "duration": self.elapsed,
+            "scale": sc.scale,
+            "interrupted": self.interrupted,
+            "models": summary.as_json(rows),
+            "wake_durations": self.sampler.timeline.wakes,
+            "requests": [vars(r) for r in self.records],
+            "events": self.events,
+        }
+        (o.out / "summary.json").write_text(json.dumps(result, indent=1))
+        print(f"\ntimeline: {png}\nsummary: {o.out / 'summary.json'}; log: {o.out / 'demo.log'}")
+        if self.interrupted:
+            return 130
+        unexpected = sum(max(0, r.errors - r.expected_errors) for r in rows)
+        if unexpected:
+            print(f"snooze demo: {unexpected} request(s) failed unexpectedly", file=sys.stderr)
+            return 1
+        return 0
+
+
+def configure_logging(out: Path) -> None:
+    """Everything the parts log goes to a file: the terminal is the live view's."""
+    out.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(out / "demo.log", mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    for noisy in ("httpx", "kopf.objects", "aiohttp.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(options: Options) -> int:
+    check_port("127.0.0.1", options.port)
+    configure_logging(options.out)
+    return asyncio.run(Demo(options).run())

@@ -1,0 +1,231 @@
+"""The demo's scenario, pure: its models, their engines' latencies by size, and the traffic plan."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from snooze.durations import format_duration
+
+# The scenario is written for a 60-second run; --duration stretches or squeezes its clock.
+BASE_DURATION = 60.0
+# VLLM.md's published figures, per GiB moved: a level-1 sleep freed 39 GiB in 5.7 s; a level-1
+# wake brought 73.9 GiB back in ~0.3 s (the llm-d figure, 3 s for 64 GiB, is a slower path).
+SLEEP_SECONDS_PER_GIB = 5.7 / 39
+WAKE_SECONDS_PER_GIB = 0.3 / 73.9
+# A level-2 wake re-reads the weights; 10 GiB/s is a warm page cache on a fast NVMe host.
+RELOAD_GIB_PER_SECOND = 10.0
+# A real cold start takes 30 to 100+ s (vLLM blog); the demo compresses it to a few seconds
+# so that a minute shows every tier, and says so.
+COLD_START_SECONDS = 2.0
+COLD_START_GIB_PER_SECOND = 16.0
+TOKENS = 12
+
+
+@dataclass(frozen=True, kw_only=True)
+class Size:
+    """A model's footprint on one GPU: what sleep frees and what a wake or reload moves."""
+
+    label: str
+    weights_gib: float
+    kv_cache_gib: float
+    token_seconds: float
+
+
+SIZES = {
+    "8b": Size(label="Llama-3.1-8B bf16", weights_gib=15.0, kv_cache_gib=50.0, token_seconds=0.02),
+    "14b": Size(label="Qwen2.5-14B bf16", weights_gib=27.5, kv_cache_gib=40.0, token_seconds=0.03),
+    "32b": Size(label="Qwen2.5-32B bf16", weights_gib=61.0, kv_cache_gib=12.0, token_seconds=0.05),
+    "27b-hybrid": Size(
+        label="Qwen3.5-27B NVFP4 (hybrid)", weights_gib=17.0, kv_cache_gib=50.0, token_seconds=0.03
+    ),
+}
+
+
+def engine_latencies(size: Size, *, scale: float) -> dict[str, float]:
+    """EngineConfig latencies for a model of `size`, every one multiplied by `scale` (pure)."""
+    freed = size.weights_gib + size.kv_cache_gib
+    wake = WAKE_SECONDS_PER_GIB * freed
+    return {
+        "sleep_seconds": round(SLEEP_SECONDS_PER_GIB * freed * scale, 3),
+        "wake_seconds": round(wake * scale, 3),
+        "kv_wake_seconds": round(0.05 * scale, 3),
+        "reload_seconds": round(size.weights_gib / RELOAD_GIB_PER_SECOND * scale, 3),
+        "startup_seconds": round(cold_start_seconds(size) * scale, 3),
+        "token_seconds": round(size.token_seconds * scale, 4),
+        "gpu_memory_gib": size.weights_gib,
+        "kv_cache_gib": size.kv_cache_gib,
+    }
+
+
+def cold_start_seconds(size: Size) -> float:
+    """The compressed cold start: a fixed part plus the weights read at a fast disk's speed."""
+    return COLD_START_SECONDS + size.weights_gib / COLD_START_GIB_PER_SECOND
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelPlan:
+    """One model of the scenario: its InferenceModel spec, its Deployment, its engines."""
+
+    name: str
+    role: str
+    size: Size
+    replicas: int
+    spec: dict[str, Any]
+    engine: dict[str, Any]
+    expected_failures: int = 0
+    """Requests the scenario expects to fail (none: the gateway holds through every remedy)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Planned:
+    """One request of the traffic plan, `at` seconds after the scenario starts."""
+
+    at: float
+    model: str
+    stream: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    duration: float
+    scale: float
+    models: tuple[ModelPlan, ...]
+    traffic: tuple[Planned, ...] = field(default_factory=tuple)
+
+    @property
+    def model_names(self) -> list[str]:
+        return [m.name for m in self.models]
+
+    def model(self, name: str) -> ModelPlan:
+        return next(m for m in self.models if m.name == name)
+
+
+def seconds(value: float) -> str:
+    """A Kubernetes-style duration for the spec, in milliseconds when it is not whole (pure)."""
+    millis = max(1, round(value * 1000))
+    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
+
+
+def build(
+    *, duration: float = BASE_DURATION, scale: float = 1.0, seed: int = 0, hybrid_crash: bool = True
+) -> Scenario:
+    """The scenario for a run of `duration` seconds with latencies and timers times `scale`."""
+    if duration <= 0 or scale <= 0:
+        raise ValueError("duration and time scale must be greater than zero")
+    stretch = duration / BASE_DURATION
+
+    def spec(name: str, level: int, idle: float, **extra: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "modelName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "idle": {"after": seconds(idle * scale)},
+            "sleep": {"level": level},
+            "wake": {"timeout": seconds(max(60.0, 30 * scale))},
+        }
+        for key, value in extra.items():
+            body[key] = {**body.get(key, {}), **value} if isinstance(value, dict) else value
+        return body
+
+    def engine(size: Size) -> dict[str, Any]:
+        return {**engine_latencies(size, scale=scale), "max_tokens_default": TOKENS}
+
+    hybrid = SIZES["27b-hybrid"]
+    summarize_idle = 5.0
+    models = (
+        ModelPlan(
+            name="chat",
+            role="busy: a request about every second, never idle",
+            size=SIZES["8b"],
+            replicas=2,
+            spec=spec("chat", 1, 8.0),
+            engine=engine(SIZES["8b"]),
+        ),
+        ModelPlan(
+            name="code",
+            role="bursty: bursts of 8 with long gaps; sleeps between them",
+            size=SIZES["14b"],
+            replicas=1,
+            spec=spec("code", 1, 6.0),
+            engine=engine(SIZES["14b"]),
+        ),
+        ModelPlan(
+            name="summarize",
+            role="rare: asked once; level 2, then zero replicas, back by a cold start",
+            size=SIZES["32b"],
+            replicas=1,
+            spec=spec(
+                "summarize",
+                2,
+                summarize_idle,
+                scaleTargetRef={"kind": "Deployment", "name": "summarize"},
+                scaleToZeroAfter=seconds(summarize_idle * 3 * scale),
+                wake={"coldStartTimeout": seconds(max(120.0, 60 * scale))},
+            ),
+            engine=engine(SIZES["32b"]),
+        ),
+        ModelPlan(
+            name="hybrid-unpatched",
+            role="hybrid on an unpatched engine: the wake crashes, Restart remedies it"
+            if hybrid_crash
+            else "hybrid on an unpatched engine (crash switched off)",
+            size=hybrid,
+            replicas=1,
+            spec=spec(
+                "hybrid-unpatched", 1, 5.0, wake={"onFailure": "Restart", "failureThreshold": 1}
+            ),
+            engine={**engine(hybrid), "hybrid_wake_crash": hybrid_crash},
+        ),
+        ModelPlan(
+            name="hybrid-patched",
+            role="the same hybrid model on the patched image: wakes fine",
+            size=hybrid,
+            replicas=1,
+            spec=spec("hybrid-patched", 1, 5.0),
+            engine=engine(hybrid),
+        ),
+    )
+    return Scenario(
+        duration=duration,
+        scale=scale,
+        models=models,
+        traffic=tuple(plan_traffic(duration=duration, stretch=stretch, seed=seed)),
+    )
+
+
+def plan_traffic(*, duration: float, stretch: float, seed: int) -> list[Planned]:
+    """The requests, sorted by time: times are the 60-second plan's times times `stretch`."""
+    rng = random.Random(seed)
+    plan: list[Planned] = []
+    t = 0.5
+    while t < BASE_DURATION - 1:
+        plan.append(Planned(at=t * stretch, model="chat", stream=rng.random() < 0.3))
+        t += rng.uniform(0.7, 1.3)
+    for burst in (1.0, 25.0, 50.0):
+        for i in range(8):
+            plan.append(Planned(at=(burst + i * 0.4) * stretch, model="code", stream=i % 2 == 0))
+    plan.append(Planned(at=40.0 * stretch, model="summarize", stream=True))
+    plan.append(Planned(at=24.0 * stretch, model="hybrid-unpatched", stream=False))
+    plan.append(Planned(at=24.0 * stretch, model="hybrid-patched", stream=False))
+    return sorted((p for p in plan if p.at < duration), key=lambda p: (p.at, p.model))
+
+
+def describe(scenario: Scenario) -> list[str]:
+    """Lines that say what the run does and how its time is compressed (pure)."""
+    lines = [
+        f"scenario: {format_duration(scenario.duration)}, latencies and idle timers x"
+        f"{scenario.scale:g}; {len(scenario.traffic)} requests planned",
+        f"cold starts are compressed to a few seconds (a real vLLM load takes 30-100+ s); "
+        f"wakes and sleeps follow vLLM's published figures x{scenario.scale:g}",
+    ]
+    for m in scenario.models:
+        e = m.engine
+        lines.append(
+            f"  {m.name:<17} {m.size.label:<27} {m.replicas} pod(s), level "
+            f"{m.spec['sleep']['level']}, idle {m.spec['idle']['after']}: {m.role}; "
+            f"sleep {e['sleep_seconds']:.2g}s wake {e['wake_seconds']:.2g}s"
+            + (f" reload {e['reload_seconds']:.2g}s" if m.spec["sleep"]["level"] == 2 else "")
+            + f" load {e['startup_seconds']:.2g}s"
+        )
+    return lines

@@ -1,0 +1,104 @@
+"""`snooze demo` end to end: a compressed run exits 0, answers everything and adds up."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def demo(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "snooze.cli", "demo", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp_path_factory.mktemp("demo")
+    result = demo("--duration", "20", "--time-scale", "0.3", "--port", "0", "--out", str(out))
+    return result, out
+
+
+@pytest.fixture(scope="module")
+def summary(run: tuple[subprocess.CompletedProcess[str], Path]) -> dict[str, Any]:
+    result, out = run
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    data: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    return data
+
+
+def test_every_request_is_answered(summary: dict[str, Any]) -> None:
+    requests = summary["requests"]
+    assert len(requests) > 50
+    failed = [r for r in requests if r["status"] != 200 or r["error"] or r["answered"] is None]
+    assert failed == []
+    assert {r["model"] for r in requests} == {m["model"] for m in summary["models"]}
+
+
+def test_the_crash_is_remedied(summary: dict[str, Any]) -> None:
+    restarted = [e for e in summary["events"] if e["reason"] == "PodRestarted"]
+    assert [e["model"] for e in restarted] == ["hybrid-unpatched"]
+    assert any(
+        e["reason"] == "WakeFailed" and "HybridKVCacheReinit" in e["message"]
+        for e in summary["events"]
+        if e["model"] == "hybrid-unpatched"
+    )
+    row = next(m for m in summary["models"] if m["model"] == "hybrid-unpatched")
+    assert row["restarts"] == 1
+    asked = [r for r in summary["requests"] if r["model"] == "hybrid-unpatched"]
+    # Held through the restart: answered by the recreated pod, after it failed to wake.
+    assert asked and all(r["status"] == 200 and r["held"] > 0 for r in asked)
+    patched = next(m for m in summary["models"] if m["model"] == "hybrid-patched")
+    assert patched["wakes"] >= 1 and patched["restarts"] == 0
+
+
+def test_the_summary_adds_up(summary: dict[str, Any]) -> None:
+    by_model = {m["model"]: m for m in summary["models"]}
+    for model, row in by_model.items():
+        assert 0.0 <= row["asleep_share"] <= 1.0, model
+        # The wakes come from the operator's metric; its Events count them independently.
+        events = [
+            e
+            for e in summary["events"]
+            if e["model"] == model and e["reason"] in ("Woke", "ScaledUp")
+        ]
+        assert row["wakes"] == len(events), model
+        assert len(summary["wake_durations"].get(model, [])) == row["wakes"], model
+        assert row["requests"] == sum(1 for r in summary["requests"] if r["model"] == model)
+    assert by_model["chat"]["asleep_share"] == 0.0
+    assert by_model["code"]["wakes"] >= 1
+    assert by_model["summarize"]["wakes"] == 1  # the cold start from zero replicas
+    assert by_model["summarize"]["asleep_share"] > 0.2
+
+
+def test_the_timeline_is_drawn(run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    result, out = run
+    png = (out / "timeline.png").read_bytes()
+    assert png[:8] == PNG_MAGIC
+    assert 10_000 < len(png) < 400_000
+    width, height = struct.unpack(">II", png[16:24])
+    assert 600 <= width <= 2000 and 400 <= height <= 2000
+    assert "timeline: " in result.stdout
+    assert "wake p50" in result.stdout  # the summary table
+
+
+def test_a_busy_port_is_refused(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = demo("--port", str(port), "--out", str(tmp_path), timeout=30)
+    assert result.returncode == 2
+    assert f"snooze demo: port {port} is in use; pick another with --port" in result.stdout

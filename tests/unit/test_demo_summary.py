@@ -1,0 +1,142 @@
+"""The demo's pure parts: the scenario's scaling and the summary's arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+from snooze.demo import scenario, summary
+from snooze.demo.timeline import PodSample, Sample, Timeline, _deletions
+from snooze.demo.traffic import Record
+from snooze.durations import parse_duration
+
+
+def test_time_scale_shortens_latencies_and_timers() -> None:
+    full = scenario.build(scale=1.0)
+    quick = scenario.build(scale=0.25)
+    for a, b in zip(full.models, quick.models, strict=True):
+        for key in ("sleep_seconds", "wake_seconds", "reload_seconds", "startup_seconds"):
+            assert b.engine[key] == pytest.approx(a.engine[key] / 4, abs=0.002), (a.name, key)
+        assert parse_duration(b.spec["idle"]["after"]) == pytest.approx(
+            parse_duration(a.spec["idle"]["after"]) / 4
+        )
+        assert b.engine["gpu_memory_gib"] == a.engine["gpu_memory_gib"]  # sizes do not scale
+
+
+def test_latencies_follow_the_published_figures() -> None:
+    built = scenario.build()
+    for m in built.models:
+        assert 0.1 <= m.engine["wake_seconds"] <= 3.0, m.name  # level-1 wakes: 0.28 s to 3 s
+    summarize = built.model("summarize")
+    assert summarize.spec["sleep"]["level"] == 2
+    assert summarize.engine["reload_seconds"] > 3 * summarize.engine["wake_seconds"]
+    assert summarize.spec["scaleTargetRef"] == {"kind": "Deployment", "name": "summarize"}
+    assert parse_duration(summarize.spec["scaleToZeroAfter"]) > parse_duration(
+        summarize.spec["idle"]["after"]
+    )
+    assert built.model("hybrid-unpatched").engine["hybrid_wake_crash"] is True
+    assert built.model("hybrid-patched").engine.get("hybrid_wake_crash") is None
+    assert (
+        scenario.build(hybrid_crash=False).model("hybrid-unpatched").engine["hybrid_wake_crash"]
+        is False
+    )
+
+
+def test_duration_stretches_the_traffic_plan() -> None:
+    full = scenario.build(duration=60)
+    short = scenario.build(duration=20)
+    assert len(full.traffic) == len(short.traffic)
+    for a, b in zip(full.traffic, short.traffic, strict=True):
+        assert b.at == pytest.approx(a.at / 3)
+        assert b.model == a.model
+    assert all(p.at < 20 for p in short.traffic)
+    counts = {m: sum(1 for p in full.traffic if p.model == m) for m in full.model_names}
+    assert counts["chat"] > 40 and counts["code"] == 24 and counts["summarize"] == 1
+    assert any(p.stream for p in full.traffic) and not all(p.stream for p in full.traffic)
+    assert scenario.build(seed=1).traffic != full.traffic
+    assert scenario.build(seed=0).traffic == full.traffic
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(ValueError):
+        scenario.build(duration=0)
+    with pytest.raises(ValueError):
+        scenario.build(scale=-1)
+
+
+def test_durations_in_the_spec_are_valid() -> None:
+    assert scenario.seconds(2.4) == "2400ms"
+    assert scenario.seconds(5) == "5s"
+    assert parse_duration(scenario.seconds(0.0001)) == 0.001
+
+
+def _timeline(states: list[dict[str, str]], step: float = 1.0) -> Timeline:
+    timeline = Timeline()
+    for i, pods in enumerate(states):
+        timeline.add(
+            Sample(
+                t=i * step,
+                pods={n: PodSample(model="m", state=s, gpu_bytes=0) for n, s in pods.items()},
+                models={},
+            )
+        )
+    return timeline
+
+
+def test_asleep_share_counts_asleep_and_zero_replicas() -> None:
+    # Two engines for 4 s: 1 asleep for 1 s, both asleep for 1 s, no pod for 1 s, awake 1 s.
+    timeline = _timeline(
+        [
+            {"a": "awake", "b": "asleep"},
+            {"a": "asleep", "b": "asleep"},
+            {},
+            {"c": "loading"},
+            {"c": "awake"},
+        ]
+    )
+    assert summary.asleep_share(timeline, "m", 2) == pytest.approx((1 + 2 + 2 + 0) / (2 * 4))
+    assert summary.asleep_share(timeline, "other", 1) == 1.0  # never had a pod
+    assert summary.asleep_share(Timeline(), "m", 2) == 0.0
+
+
+def test_asleep_share_never_exceeds_one() -> None:
+    timeline = _timeline([{"a": "asleep", "b": "asleep", "c": "asleep"}] * 3)
+    assert summary.asleep_share(timeline, "m", 2) == 1.0
+
+
+def test_percentiles() -> None:
+    assert summary.percentile([], 50) is None
+    assert summary.percentile([3.0], 99) == 3.0
+    values = [float(v) for v in range(1, 101)]
+    assert summary.percentile(values, 50) == 50.0
+    assert summary.percentile(values, 99) == 99.0
+
+
+def test_summary_rows_add_up() -> None:
+    records = [
+        Record(model="m", stream=False, planned=0, answered=1, status=200, held=0.5),
+        Record(model="m", stream=True, planned=0, answered=2, status=200),
+        Record(model="m", stream=False, planned=0, answered=3, status=504, error="timeout"),
+        Record(model="m", stream=False, planned=0),
+    ]
+    timeline = _timeline([{"a": "asleep"}, {"a": "awake"}, {"a": "awake"}])
+    timeline.wakes["m"] = [(1.0, 0.3), (2.0, 0.5)]
+    [row] = summary.summarize(
+        records=records,
+        timeline=timeline,
+        baselines={"m": 1},
+        wakes={"m": 2},
+        restarts={},
+        expected_errors={},
+    )
+    assert (row.requests, row.errors, row.unanswered, row.wakes) == (4, 2, 1, 2)
+    assert row.held_seconds == 0.5
+    assert row.asleep_share == pytest.approx(0.5)
+    assert (row.wake_p50, row.wake_p99) == (0.3, 0.5)
+    text = "\n".join(summary.table([row]))
+    assert "50%" in text and "wake p99" in text
+
+
+def test_deletions_mark_where_a_pod_ended() -> None:
+    spans = [(0.0, 1.0, "awake"), (1.0, 2.0, "absent"), (2.0, 3.0, "absent")]
+    assert _deletions(spans) == [1.0]
+    assert _deletions([(0.0, 1.0, "absent"), (1.0, 2.0, "awake")]) == []
