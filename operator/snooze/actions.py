@@ -259,9 +259,7 @@ class Executor:
         self.memory.last_wake_seconds = seconds
         self.memory.failure = None
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Awake").inc()
-        self.metrics.wake_duration.labels(
-            self.namespace, self.model, str(spec.sleep.level)
-        ).observe(seconds)
+        self.metrics.observe_wake(self.namespace, self.model, str(spec.sleep.level), seconds)
         self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({_why(action)})")
 
 

@@ -6,7 +6,10 @@ closed set; never a request or an error message.
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
@@ -18,6 +21,14 @@ from snooze.models import EngineState, Phase
 # From a fast level-1 wake (0.1 s) to a cold reload (minutes).
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 STATES = [state.value for state in EngineState]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wake:
+    at: float
+    namespace: str
+    model: str
+    seconds: float
 
 
 class _ModelsByPhase(Collector):
@@ -102,6 +113,14 @@ class OperatorMetrics:
         self.models = _ModelsByPhase()
         r.register(self.models)
         self._pods: dict[tuple[str, str], set[str]] = {}
+        self.wakes: deque[Wake] = deque(maxlen=10_000)
+        """The latest wakes, each exact (a histogram keeps only buckets): for reports such as
+        the demo's summary. Bounded, so it costs nothing in a long-running operator."""
+
+    def observe_wake(self, namespace: str, model: str, level: str, seconds: float) -> None:
+        """One finished wake: into the histogram, and into `wakes` for exact reports."""
+        self.wake_duration.labels(namespace, model, level).observe(seconds)
+        self.wakes.append(Wake(at=time.time(), namespace=namespace, model=model, seconds=seconds))
 
     def set_engine_states(
         self, namespace: str, model: str, states: Mapping[str, str | None]

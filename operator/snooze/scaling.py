@@ -137,9 +137,7 @@ class Scaler:
         if started is None:
             return
         if awake > 0:
-            self.metrics.wake_duration.labels(self.namespace, self.model, "cold").observe(
-                now - started
-            )
+            self.metrics.observe_wake(self.namespace, self.model, "cold", now - started)
             self.memory.scale_up_time = None
             self.memory.last_wake_time, self.memory.last_wake_seconds = now, now - started
             self.emit(

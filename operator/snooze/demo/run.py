@@ -80,7 +80,8 @@ class Sampler:
         self.metrics = metrics
         self.models = models
         self.timeline = timeline.Timeline()
-        self._seen: dict[str, tuple[float, float]] = {m: (0.0, 0.0) for m in models}
+        self._seen = set(models)
+        self._wakes_seen = 0.0  # when the last wake taken happened
 
     async def sample(self, t: float) -> timeline.Sample:
         pods_body = (await self.api.get(PODS)).json()
@@ -122,17 +123,12 @@ class Sampler:
         return sample
 
     def _wakes(self, t: float) -> None:
-        # Each new observation of snooze_wake_duration_seconds shows as count+1 and sum+seconds;
-        # two in one sampling interval (rare) are recorded as two of their mean.
-        for model in self.models:
-            count = metric_total(self.metrics, "snooze_wake_duration_seconds_count", model)
-            total = metric_total(self.metrics, "snooze_wake_duration_seconds_sum", model)
-            seen_count, seen_total = self._seen[model]
-            new = round(count - seen_count)
-            if new > 0:
-                mean = (total - seen_total) / new
-                self.timeline.wakes.setdefault(model, []).extend([(t, mean)] * new)
-            self._seen[model] = (count, total)
+        # The operator keeps each wake exactly (OperatorMetrics.wakes); take the new ones.
+        fresh = [w for w in self.metrics.wakes if w.at > self._wakes_seen]
+        for wake in fresh:
+            self._wakes_seen = max(self._wakes_seen, wake.at)
+            if wake.model in self._seen:
+                self.timeline.wakes.setdefault(wake.model, []).append((t, wake.seconds))
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> bool:

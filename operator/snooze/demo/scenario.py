@@ -144,15 +144,15 @@ def build(
         ),
         ModelPlan(
             name="code",
-            role="bursty: bursts of 8 with long gaps; sleeps between them",
+            role="bursty: bursts of 8 with long gaps; sleeps at level 2 between them",
             size=SIZES["14b"],
             replicas=1,
-            spec=spec("code", 1, 6.0),
+            spec=spec("code", 2, 6.0),
             engine=engine(SIZES["14b"]),
         ),
         ModelPlan(
             name="summarize",
-            role="rare: asked once; level 2, then zero replicas, back by a cold start",
+            role="rare: asked once; asleep, then zero replicas, back by a cold start",
             size=SIZES["32b"],
             replicas=1,
             spec=spec(
@@ -160,7 +160,7 @@ def build(
                 2,
                 summarize_idle,
                 scaleTargetRef={"kind": "Deployment", "name": "summarize"},
-                scaleToZeroAfter=seconds(summarize_idle * 3 * scale),
+                scaleToZeroAfter=seconds(summarize_idle * 4 * scale),
                 wake={"coldStartTimeout": seconds(max(120.0, 60 * scale))},
             ),
             engine=engine(SIZES["32b"]),
