@@ -16,6 +16,7 @@ from snooze.models import DesiredState, EngineState, InferenceModelSpec, Phase
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 60.0
 HYBRID_CRASH_REASON = "HybridKVCacheReinit"
+REQUEST_RESOLUTION_SECONDS = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +94,11 @@ def wants_wake(engine: EngineView, model: ModelView) -> bool:
     """A wake request arrived after this engine began to sleep (or we cannot tell when that was)."""
     if not model.spec.wake.on_request or model.wake_requested is None:
         return False
-    return engine.sleep_started is None or model.wake_requested > engine.sleep_started
+    if engine.sleep_started is None:
+        return True
+    # A request stamped by hand (`date -u +%FT%TZ`) has whole seconds: one made in the same
+    # second as the sleep began counts as after it. At worst that wakes an engine once more.
+    return model.wake_requested >= engine.sleep_started - REQUEST_RESOLUTION_SECONDS
 
 
 def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
@@ -172,9 +177,11 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
             act(ActionKind.SLEEP, engine, "DesiredAsleep")
     elif desired is DesiredState.AUTO:
         idle_after = spec.idle_after_seconds
-        if model.wake_requested is not None and model.now - model.wake_requested < idle_after:
+        quiet = max(idle_after, REQUEST_RESOLUTION_SECONDS)
+        if model.wake_requested is not None and model.now - model.wake_requested <= quiet:
             # A wake was asked for within the idle period: the model is wanted, whatever an
-            # engine's own counters say yet.
+            # engine's own counters say yet. (Never less than the requests' resolution, or a
+            # sleep begun within it would count as before the request and be woken again.)
             return actions
         idle = [e for e in awake if not e.busy and model.now - e.last_activity >= idle_after]
         # Longest idle first, so that the engines kept for minAwake are the most recently used.

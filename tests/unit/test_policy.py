@@ -567,7 +567,9 @@ def test_retry_delay(failures: int, seconds: float) -> None:
     [
         pytest.param(None, 100.0, True, False, id="no request"),
         pytest.param(50.0, 100.0, True, True, id="newer than sleep"),
-        pytest.param(100.0, 100.0, True, False, id="same instant as sleep"),
+        pytest.param(100.0, 100.0, True, True, id="same instant as sleep"),
+        pytest.param(100.9, 100.0, True, True, id="in the same second, by hand"),
+        pytest.param(101.5, 100.0, True, False, id="over a second before the sleep"),
         pytest.param(150.0, 100.0, True, False, id="older than sleep"),
         pytest.param(150.0, None, True, True, id="sleep start unknown"),
         pytest.param(50.0, 100.0, False, False, id="onRequest false"),
