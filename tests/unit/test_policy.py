@@ -280,7 +280,7 @@ def test_untouchable_engines(case: Case) -> None:
     Case(
         "a wake requested longer than idle.after ago does not",
         [awake("a", idle_for=IDLE * 3)],
-        model(requested_ago=IDLE),
+        model(requested_ago=IDLE + 1),
         ["Sleep a"],
     ),
 )
