@@ -133,6 +133,7 @@ class ModelLoop:
         if self._reported_error is not None:
             self.emit("Normal", "SpecValid", "the spec is valid again; resuming")
             self._reported_error = None
+        self.metrics.start_model(self.namespace, self.name, str(spec.sleep.level))
 
         pods = [p for p in self.pods() if spec.selector.matches(p.labels)]
         self.memory.forget_missing({p.name for p in pods})

@@ -21,6 +21,15 @@ from snooze.models import EngineState, Phase
 # From a fast level-1 wake (0.1 s) to a cold reload (minutes).
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 STATES = [state.value for state in EngineState]
+# The reasons a wake fails (the engine client's error classes, and a cold start too long).
+FAILURE_REASONS = (
+    "HybridKVCacheReinit",
+    "Timeout",
+    "Unreachable",
+    "EngineError",
+    "SleepModeDisabled",
+    "ColdStartTimeout",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,9 +122,22 @@ class OperatorMetrics:
         self.models = _ModelsByPhase()
         r.register(self.models)
         self._pods: dict[tuple[str, str], set[str]] = {}
+        self._started: set[tuple[str, str]] = set()
         self.wakes: deque[Wake] = deque(maxlen=10_000)
         """The latest wakes, each exact (a histogram keeps only buckets): for reports such as
         the demo's summary. Bounded, so it costs nothing in a long-running operator."""
+
+    def start_model(self, namespace: str, model: str, level: str) -> None:
+        """Create a model's series at zero, so that rate() and increase() see its first event
+        (a series born at 1 has no earlier sample to count from)."""
+        if (namespace, model) in self._started:
+            return
+        self._started.add((namespace, model))
+        for histogram in (self.wake_duration, self.sleep_duration):
+            histogram.labels(namespace, model, level)
+        for reason in FAILURE_REASONS:
+            self.wake_failures.labels(namespace, model, reason)
+        self.asleep_seconds.labels(namespace, model)
 
     def observe_wake(self, namespace: str, model: str, level: str, seconds: float) -> None:
         """One finished wake: into the histogram, and into `wakes` for exact reports."""
@@ -144,3 +166,4 @@ class OperatorMetrics:
         self.set_engine_states(namespace, model, {})
         self._pods.pop((namespace, model), None)
         self.models.phases.pop((namespace, model), None)
+        self._started.discard((namespace, model))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import struct
 import subprocess
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+BOARD = Path(__file__).resolve().parents[2] / "charts" / "snooze" / "dashboards" / "snooze.json"
 
 
 def demo(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -102,3 +104,31 @@ def test_a_busy_port_is_refused(tmp_path: Path) -> None:
         result = demo("--port", str(port), "--out", str(tmp_path), timeout=30)
     assert result.returncode == 2
     assert f"snooze demo: port {port} is in use; pick another with --port" in result.stdout
+
+
+@pytest.mark.skipif(
+    shutil.which("prometheus") is None,
+    reason="prometheus is missing: apt-get install prometheus (tests/run does)",
+)
+def test_the_dashboard_is_plotted_from_prometheus(tmp_path: Path) -> None:
+    """With --prometheus, every dashboard panel is queried over the run and drawn."""
+    result = demo(
+        "--prometheus",
+        "--duration",
+        "20",
+        "--time-scale",
+        "0.3",
+        "--port",
+        "0",
+        "--out",
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    png = (tmp_path / "dashboard.png").read_bytes()
+    assert png[:8] == PNG_MAGIC
+    assert 20_000 < len(png) < 400_000
+    counts = json.loads((tmp_path / "dashboard.json").read_text())["panels"]
+    panels = [p["title"] for p in json.loads(BOARD.read_text())["panels"] if p["type"] != "row"]
+    assert [p["title"] for p in counts] == panels
+    assert [p["title"] for p in counts if p["series"] == 0 or p["points"] == 0] == []
+    assert f"dashboard: {tmp_path / 'dashboard.png'}" in result.stdout

@@ -247,7 +247,7 @@ def test_dashboard_queries_return_data_and_rules_evaluate(
     # The hybrid model's wake crashes; the request held for it times out (504).
     wait_for("hybrid asleep", lambda: cluster.pod_state("hybrid-0") == "asleep")
     assert ask("hybrid") == 504
-    scraped(prom, 'snooze_wake_failures_total{model="hybrid"}')
+    scraped(prom, 'snooze_wake_failures_total{model="hybrid",reason="HybridKVCacheReinit"}')
     scraped(prom, 'snooze_gateway_rejected_requests_total{model="hybrid",reason="timeout"}')
     http.close()
     pool.shutdown()

@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prometheus",
         action="store_true",
-        help="run a real Prometheus (the `prometheus` binary) scraping the operator's metrics",
+        help="run a real Prometheus (the `prometheus` binary) scraping the operator and the "
+        "gateway, and plot the dashboard's panels from it (OUT/dashboard.png)",
     )
     parser.add_argument(
         "--hybrid-wake-crash",

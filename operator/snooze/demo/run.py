@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 
 from snooze.actions import Settings
+from snooze.demo import dashboard, summary, timeline, traffic, view
 from snooze.demo import scenario as scenarios
-from snooze.demo import summary, timeline, traffic, view
 from snooze.demo.controller import ReplicaSetStandIn, deployment
 from snooze.demo.services import GatewayThread, OperatorThread, Prometheus, check_port
 from snooze.metrics import OperatorMetrics
@@ -203,6 +203,9 @@ class Demo:
         self.sampler: Sampler | None = None
         self.elapsed = 0.0
         self.events: list[dict[str, str]] = []
+        self.prometheus: Prometheus | None = None
+        self.started = 0.0  # the traffic's start, in Unix time: Prometheus' clock
+        self.panels: list[dashboard.Panel] = []
 
     def _interrupt(self) -> None:
         if not self.stop.is_set():
@@ -274,6 +277,8 @@ class Demo:
                 models=sc.model_names,
             )
             await self._play(gateway_url)
+            if self.prometheus is not None:
+                await self._query_dashboard(self.prometheus)
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
@@ -303,9 +308,10 @@ class Demo:
             stack.callback(thread.join, 5)
             stack.callback(server.shutdown)
             targets[job] = f"127.0.0.1:{server.server_port}"
-        prometheus = Prometheus(targets=targets, out=self.options.out, scale=self.options.scale)
+        prometheus = Prometheus(targets=targets, out=self.options.out)
         prometheus.start()
         stack.callback(prometheus.stop)
+        self.prometheus = prometheus
         print(f"prometheus: {prometheus.url} (scraping {', '.join(targets.values())})")
 
     async def _play(self, gateway_url: str) -> None:
@@ -313,6 +319,7 @@ class Demo:
         sc = self.scenario
         live = view.LiveView(sc.model_names)
         t0 = time.monotonic()
+        self.started = time.time()
         sending = asyncio.create_task(
             traffic.run_traffic(
                 url=gateway_url, plan=list(sc.traffic), t0=t0, stop=self.stop, records=self.records
@@ -350,6 +357,23 @@ class Demo:
             }
             for e in items.get("items", [])
         ]
+
+    async def _query_dashboard(self, prometheus: Prometheus) -> None:
+        """Every dashboard panel over the run, before Prometheus stops (its last scrapes in)."""
+        await asyncio.sleep(2 * prometheus.interval)
+        try:
+            self.panels = await asyncio.to_thread(
+                dashboard.query,
+                prometheus.url,
+                start=self.started,
+                end=time.time(),
+                namespace=NS,
+                scrape=prometheus.interval,
+                scale=self.scenario.scale,
+            )
+        except (OSError, httpx.HTTPError, KeyError, ValueError) as exc:  # no board, no server
+            log.warning("the dashboard's queries failed", exc_info=True)
+            print(f"snooze demo: no dashboard: {exc}", file=sys.stderr)
 
     def report(self) -> int:
         o, sc = self.options, self.scenario
@@ -391,6 +415,14 @@ class Demo:
         }
         (o.out / "summary.json").write_text(json.dumps(result, indent=1))
         print(f"\ntimeline: {png}\nsummary: {o.out / 'summary.json'}; log: {o.out / 'demo.log'}")
+        if self.panels:
+            board = o.out / "dashboard.png"
+            title = (
+                "The Grafana dashboard's panels (charts/snooze/dashboards/snooze.json), "
+                f"queried from the demo's Prometheus over its {self.elapsed:.0f} s"
+            )
+            dashboard.render(self.panels, board, end=self.elapsed, title=title)
+            print(f"dashboard: {board} (its panels' queries, plotted; counts in dashboard.json)")
         if self.interrupted:
             return 130
         unexpected = sum(max(0, r.errors - r.expected_errors) for r in rows)

@@ -147,11 +147,11 @@ def free_port() -> int:
 class Prometheus:
     """A real `prometheus` scraping the demo's metrics endpoints every second."""
 
-    def __init__(self, *, targets: dict[str, str], out: Path, scale: float) -> None:
+    def __init__(self, *, targets: dict[str, str], out: Path) -> None:
         self.targets = targets
         self.out = out
         self.port = free_port()
-        self.interval = max(1, round(scale * 2))
+        self.interval = 1  # seconds: the dashboard's rates then resolve the demo's minute
         self.process: subprocess.Popen[bytes] | None = None
 
     @property

@@ -106,6 +106,9 @@ class GatewayMetrics:
         if key not in self._seen and key[1]:
             self._seen.add(key)
             self.held_requests.labels(*key)
+            self.hold_duration.labels(*key)
+            self.wake_requests.labels(*key)
+            self.request_duration.labels(*key)
             for reason in _MODEL_REASONS:
                 self.rejected_requests.labels(*key, reason)
         return key
