@@ -7,10 +7,8 @@ it would in a cluster.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ import yaml
 from gateway_fixtures import gateway  # noqa: F401 (a fixture for every e2e test)
 
 from snooze.actions import Settings
+from snooze.embedded import OperatorThread
 from snooze.metrics import OperatorMetrics
 from snooze.sandbox import Sandbox
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
@@ -174,50 +173,6 @@ class Cluster:
             self.http.get(f"/api/v1/namespaces/{self.ns}/events")
         ).get("items", [])
         return [e for e in items if reason is None or e.get("reason") == reason]
-
-
-class OperatorThread:
-    """The real operator (kopf and Snooze's handlers) in a thread with its own event loop."""
-
-    def __init__(self, settings: Settings, metrics: OperatorMetrics | None = None) -> None:
-        self.settings = settings
-        self.metrics = metrics or OperatorMetrics()
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
-
-    def start(self) -> OperatorThread:
-        self._thread = threading.Thread(target=self._main, name="operator", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(15):
-            raise AssertionError(f"the operator did not start: {self.error!r}")
-        return self
-
-    def _main(self) -> None:
-        import kopf
-
-        from snooze.handlers import Runtime, build_registry
-
-        try:
-            asyncio.run(
-                kopf.operator(
-                    registry=build_registry(Runtime(settings=self.settings, metrics=self.metrics)),
-                    clusterwide=True,
-                    standalone=True,
-                    stop_flag=self._stop,
-                    ready_flag=self._ready,
-                )
-            )
-        except BaseException as exc:  # reported to the test that started it
-            self.error = exc
-            self._ready.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(20)
-            assert not self._thread.is_alive(), "the operator did not stop"
 
 
 FAST = Settings(probe_interval=0.1, drain_timeout=2.0, drain_poll=0.05, probe_timeout=2.0)

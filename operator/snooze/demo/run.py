@@ -21,7 +21,8 @@ from snooze.actions import Settings
 from snooze.demo import dashboard, summary, timeline, traffic, view
 from snooze.demo import scenario as scenarios
 from snooze.demo.controller import ReplicaSetStandIn, deployment
-from snooze.demo.services import GatewayThread, OperatorThread, Prometheus, check_port
+from snooze.demo.services import Prometheus, check_port
+from snooze.embedded import GatewayThread, OperatorThread
 from snooze.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
@@ -299,9 +300,7 @@ class Demo:
         from prometheus_client import start_http_server
 
         registries = {"snooze-operator": self.metrics.registry}
-        gateway_metrics = getattr(gateway.gateway, "metrics", None)
-        if gateway_metrics is not None:
-            registries["snooze-gateway"] = gateway_metrics.registry
+        registries["snooze-gateway"] = gateway.metrics.registry
         targets: dict[str, str] = {}
         for job, registry in registries.items():
             server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)

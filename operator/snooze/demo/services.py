@@ -1,20 +1,12 @@
-"""The demo's parts as threads and a subprocess: operator, gateway, Prometheus; each one stops."""
+"""The demo's services beyond the operator and gateway threads: port checks, Prometheus."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import errno
 import shutil
 import socket
 import subprocess
-import threading
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
-
-from snooze.actions import Settings
-from snooze.metrics import OperatorMetrics
 
 
 class PortInUse(Exception):
@@ -36,106 +28,6 @@ def check_port(host: str, port: int) -> None:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 raise PortInUse(port) from None
             raise
-
-
-class OperatorThread:
-    """The real operator (kopf and Snooze's handlers) in a thread with its own event loop."""
-
-    def __init__(self, settings: Settings, metrics: OperatorMetrics) -> None:
-        self.settings = settings
-        self.metrics = metrics
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="operator", daemon=True)
-        self.error: BaseException | None = None
-
-    def start(self) -> OperatorThread:
-        self._thread.start()
-        if not self._ready.wait(30) or self.error is not None:
-            raise RuntimeError(f"the operator did not start: {self.error!r}")
-        return self
-
-    def _main(self) -> None:
-        import kopf
-
-        from snooze.handlers import Runtime, build_registry
-
-        try:
-            asyncio.run(
-                kopf.operator(
-                    registry=build_registry(Runtime(settings=self.settings, metrics=self.metrics)),
-                    clusterwide=True,
-                    standalone=True,
-                    stop_flag=self._stop,
-                    ready_flag=self._ready,
-                )
-            )
-        except BaseException as exc:  # reported by start() or at the end of the run
-            self.error = exc
-            self._ready.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(20)
-
-
-class GatewayThread:
-    """The gateway in a daemon thread with its own loop; `call` reads its state inside it."""
-
-    def __init__(self, settings: Any) -> None:
-        from snooze.gateway.server import Gateway
-        from snooze.kube import KubeApi
-
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="gateway", daemon=True)
-        self._settings = settings
-        self._gateway_class = Gateway
-        self._api_class = KubeApi
-        self.gateway: Any = None
-
-    def start(self) -> GatewayThread:
-        self._thread.start()
-
-        async def boot() -> Any:
-            gateway = self._gateway_class(self._settings, self._api_class.from_environment())
-            try:
-                await gateway.start()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await gateway.stop()
-                raise
-            return gateway
-
-        self.gateway = self._wait(asyncio.run_coroutine_threadsafe(boot(), self.loop))
-        return self
-
-    @staticmethod
-    def _wait(future: Future[Any]) -> Any:
-        return future.result(30)
-
-    @property
-    def port(self) -> int:
-        return int(self.gateway.port)
-
-    async def held(self) -> dict[str, int]:
-        """Requests held per model name right now, read inside the gateway's loop."""
-
-        async def inside() -> dict[str, int]:
-            return {name: count for (_ns, name), count in self.gateway.holds.held.items()}
-
-        if self.gateway is None:
-            return {}
-        future = asyncio.run_coroutine_threadsafe(inside(), self.loop)
-        return await asyncio.wrap_future(future)
-
-    def stop(self) -> None:
-        if self.gateway is not None:
-            with contextlib.suppress(Exception):
-                self._wait(asyncio.run_coroutine_threadsafe(self.gateway.stop(), self.loop))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self.loop.close()
 
 
 def free_port() -> int:
