@@ -20,6 +20,7 @@ from snooze.engine_errors import (
     EngineUnreachableError,
     classify_answer,
 )
+from snooze.transport import BoundedTransport
 
 __all__ = [
     "ACTIVITY_METRICS",
@@ -107,21 +108,24 @@ def parse_activity(text: str) -> ActivitySnapshot | None:
 
 
 def new_http_client(
-    *, transport: httpx.AsyncBaseTransport | None = None, max_connections: int = 256
+    *, transport: httpx.AsyncBaseTransport | None = None, max_connections: int = 64
 ) -> httpx.AsyncClient:
     """Return an `httpx.AsyncClient` meant to be shared by every `EngineClient` of a process.
 
-    One pool for thousands of engines: `max_connections` bounds the sockets the operator opens
-    at once (idle ones to other engines are closed to make room). Idle connections expire
-    after 4 s because vLLM's uvicorn closes them after 5 s: reusing one it is closing would
-    fail the request with a spurious "Unreachable".
+    One pool for thousands of engines: `max_connections` bounds the requests (and sockets)
+    in flight at once; more wait their turn in `BoundedTransport`. Connections are not kept
+    alive: an engine is probed again only after the probe interval, by when vLLM's uvicorn
+    has closed an idle connection (after 5 s), so keeping one buys nothing; and httpcore
+    checks every pooled connection (a syscall each) on every request, which made a pool of
+    idle sockets the operator's main CPU cost at scale.
     """
-    limits = httpx.Limits(
-        max_connections=max_connections,
-        max_keepalive_connections=max_connections,
-        keepalive_expiry=4.0,
+    # httpcore's own limit is looser than ours: a finished connection still counts there until
+    # it is closed, and a request queued inside httpcore is what costs the quadratic matching.
+    limits = httpx.Limits(max_connections=4 * max_connections, max_keepalive_connections=0)
+    inner = transport or httpx.AsyncHTTPTransport(limits=limits)
+    return httpx.AsyncClient(
+        transport=BoundedTransport(inner, max_connections), limits=limits, trust_env=False
     )
-    return httpx.AsyncClient(transport=transport, limits=limits, trust_env=False)
 
 
 class EngineClient:

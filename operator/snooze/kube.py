@@ -23,6 +23,7 @@ import httpx
 import kopf
 
 from snooze import models
+from snooze.transport import BoundedTransport
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -121,12 +122,17 @@ class KubeApi:
         headers = dict(info.as_http_headers())
         headers["Accept"] = "application/json"
         self.server = info.server.rstrip("/")
+        # A watch holds its slot while it streams: the gateway keeps two per namespace. The
+        # pool itself is looser, so that requests never queue inside httpcore (see engine.py).
+        slots = 100
+        limits = httpx.Limits(max_connections=4 * slots, max_keepalive_connections=20)
+        inner = httpx.AsyncHTTPTransport(verify=_ssl_context(info), limits=limits)
         self._client = httpx.AsyncClient(
             base_url=self.server,
             headers=headers,
-            verify=_ssl_context(info),
+            # A thousand models writing at once queue in O(1) here, not in httpcore's pool.
+            transport=BoundedTransport(inner, slots),
             timeout=timeout,
-            limits=httpx.Limits(max_connections=50, max_keepalive_connections=20),
         )
 
     @classmethod

@@ -1,0 +1,87 @@
+"""Simulated engines for the fleet benchmark, in a process of their own, stamping every probe.
+
+Like `snooze sim --count N`, plus a control port: `GET /probes` returns, per engine address,
+the times (epoch seconds) of the `/metrics` requests (one per probe) it received since
+`POST /reset`, so the benchmark sees from the engines' side how often each one is probed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from snooze.sim.engine import EngineConfig, SimulatedEngine
+from snooze.sim.host import raise_fd_limit
+from snooze.sim.server import build_app
+
+BATCH = 200
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def stamping(stamps: list[float]) -> Middleware:
+    """A middleware that notes the time of every `/metrics` request."""
+
+    @web.middleware
+    async def stamp(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path == "/metrics":
+            stamps.append(time.time())
+        return await handler(request)
+
+    return stamp
+
+
+async def serve(first: str, count: int, control_port: int, sleep_seconds: float) -> None:
+    probes: dict[str, list[float]] = {}
+    runners: list[web.AppRunner] = []
+
+    async def start(host: str) -> None:
+        config = EngineConfig(
+            model="m", host=host, port=8000, token_seconds=0.0, sleep_seconds=sleep_seconds
+        )
+        app = build_app(SimulatedEngine(config))
+        app.middlewares.append(stamping(probes.setdefault(host, [])))
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.1)
+        await runner.setup()
+        await web.TCPSite(runner, host, 8000, reuse_address=True).start()
+        runners.append(runner)
+
+    hosts = [str(ipaddress.ip_address(first) + i) for i in range(count)]
+    for begin in range(0, count, BATCH):
+        await asyncio.gather(*(start(h) for h in hosts[begin : begin + BATCH]))
+
+    async def get_probes(_: web.Request) -> web.Response:
+        return web.json_response(probes)
+
+    async def reset(_: web.Request) -> web.Response:
+        for stamps in probes.values():
+            stamps.clear()
+        return web.json_response({"engines": len(probes)})
+
+    control = web.Application()
+    control.router.add_get("/probes", get_probes)
+    control.router.add_post("/reset", reset)
+    runner = web.AppRunner(control, handle_signals=False, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", control_port).start()
+    await asyncio.Event().wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.1.0.1", help="first engine address")
+    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--control-port", type=int, required=True)
+    parser.add_argument("--sleep-seconds", type=float, default=0.1)
+    args = parser.parse_args()
+    raise_fd_limit()
+    asyncio.run(serve(args.host, args.count, args.control_port, args.sleep_seconds))
+
+
+if __name__ == "__main__":
+    main()

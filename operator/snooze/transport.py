@@ -1,0 +1,59 @@
+"""An httpx transport that queues requests in O(1) before httpcore's connection pool."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+
+
+class BoundedTransport(httpx.AsyncBaseTransport):
+    """At most `limit` requests inside httpcore's pool at once; the others wait here.
+
+    httpcore matches every queued request against every pooled connection each time a request
+    is queued or a connection released: O(queued x connections) per step. A thousand models
+    probed together (or writing their status together) queue thousands of requests, and that
+    matching took a whole core. An asyncio.Semaphore queues in O(1). A slot is held until the
+    response body is closed.
+    """
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, limit: int) -> None:
+        self._inner = inner
+        self._slots = asyncio.Semaphore(limit)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await self._slots.acquire()
+        try:
+            response = await self._inner.handle_async_request(request)
+        except BaseException:
+            self._slots.release()
+            raise
+        if isinstance(response.stream, httpx.AsyncByteStream):
+            response.stream = _ReleasingStream(response.stream, self._slots.release)
+        else:  # a body already in memory holds no connection
+            self._slots.release()
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _ReleasingStream(httpx.AsyncByteStream):
+    """A response body that gives its transport slot back once, when closed."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
+        self._inner = inner
+        self._release: Callable[[], None] | None = release
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            if self._release is not None:
+                self._release()
+                self._release = None
