@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "snooze.operator_cli",
         "run the operator: sleep idle engines, wake them on request",
     ),
+    "gateway": (
+        "snooze.gateway.cli",
+        "serve the OpenAI-compatible gateway that wakes models on demand",
+    ),
     "demo": ("snooze.demo.cli", "run the whole system on this machine with a traffic scenario"),
 }
 
