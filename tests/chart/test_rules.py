@@ -14,9 +14,7 @@ from chart_helpers import CHART, load_yaml
 RULES = CHART / "rules" / "snooze.rules.yaml"
 RULE_TESTS = sorted((CHART / "rules" / "tests").glob("*.yaml"))
 PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool is missing: apt-get install prometheus (tests/run does)"
-)
+needs_promtool = pytest.mark.needs("promtool")
 # What each alert is for; a new rule must be added here, and so be thought about.
 ALERTS = {
     "SnoozeWakeFailures",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import struct
 import subprocess
@@ -106,10 +105,7 @@ def test_a_busy_port_is_refused(tmp_path: Path) -> None:
     assert f"snooze demo: port {port} is in use; pick another with --port" in result.stdout
 
 
-@pytest.mark.skipif(
-    shutil.which("prometheus") is None,
-    reason="prometheus is missing: apt-get install prometheus (tests/run does)",
-)
+@pytest.mark.needs("prometheus")
 def test_the_dashboard_is_plotted_from_prometheus(tmp_path: Path) -> None:
     """With --prometheus, every dashboard panel is queried over the run and drawn."""
     result = demo(

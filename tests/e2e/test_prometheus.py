@@ -32,9 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "charts" / "snooze" / "dashboards" / "snooze.json"
 RULES = ROOT / "charts" / "snooze" / "rules" / "snooze.rules.yaml"
 PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None, reason="prometheus is missing: apt-get install prometheus (tests/run does)"
-)
+pytestmark = pytest.mark.needs("prometheus")
 NS = "default"
 # Jobs named as the chart's ServiceMonitor names them (after the metrics Services of a release
 # called "snooze"), so that the Down alerts' job matchers are tried on realistic names.

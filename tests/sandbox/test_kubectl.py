@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 from snooze.sandbox import Sandbox
 
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
+pytestmark = pytest.mark.needs("kubectl")
 
 CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",

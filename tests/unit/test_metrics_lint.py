@@ -13,9 +13,7 @@ from snooze.gateway.metrics import GatewayMetrics
 from snooze.metrics import OperatorMetrics
 
 PROMTOOL = shutil.which("promtool")
-pytestmark = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool is missing: apt-get install prometheus (tests/run does)"
-)
+pytestmark = pytest.mark.needs("promtool")
 
 
 def operator_registry() -> CollectorRegistry:
