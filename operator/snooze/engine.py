@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import ssl
 import time
 from dataclasses import dataclass
 from types import TracebackType
@@ -108,7 +109,11 @@ def parse_activity(text: str) -> ActivitySnapshot | None:
 
 
 def new_http_client(
-    *, transport: httpx.AsyncBaseTransport | None = None, max_connections: int = 64
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    max_connections: int = 64,
+    slots: asyncio.Semaphore | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> httpx.AsyncClient:
     """Return an `httpx.AsyncClient` meant to be shared by every `EngineClient` of a process.
 
@@ -122,9 +127,12 @@ def new_http_client(
     # httpcore's own limit is looser than ours: a finished connection still counts there until
     # it is closed, and a request queued inside httpcore is what costs the quadratic matching.
     limits = httpx.Limits(max_connections=4 * max_connections, max_keepalive_connections=0)
-    inner = transport or httpx.AsyncHTTPTransport(limits=limits)
+    verify: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+    inner = transport or httpx.AsyncHTTPTransport(limits=limits, verify=verify)
     return httpx.AsyncClient(
-        transport=BoundedTransport(inner, max_connections), limits=limits, trust_env=False
+        transport=BoundedTransport(inner, max_connections, slots=slots),
+        limits=limits,
+        trust_env=False,
     )
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import ssl
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,8 +30,10 @@ class Runtime:
     settings: Settings
     metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
     api: kube.KubeApi | None = None
-    http: Any = None
-    """For probes: many short requests."""
+    probe_slots: Any = None
+    """Probes in flight across every model's client: one bound for the operator."""
+    ssl_context: Any = None
+    """One TLS context for every client: building one per client is costly."""
     action_http: Any = None
     """For sleeps and wakes, which take seconds to minutes: kept apart so that a wave of
     them never holds up the probes' slots."""
@@ -68,16 +72,16 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
         runtime.api = kube.KubeApi.from_environment()
-        runtime.http = new_http_client()
+        runtime.probe_slots = asyncio.Semaphore(64)
+        runtime.ssl_context = ssl.create_default_context()
         runtime.action_http = new_http_client(max_connections=256)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
         if runtime.api is not None:
             await runtime.api.aclose()
-        for client in (runtime.http, runtime.action_http):
-            if client is not None:
-                await client.aclose()
+        if runtime.action_http is not None:
+            await runtime.action_http.aclose()
 
     @kopf.index("pods", id="pods_by_namespace", registry=registry)
     def pods_by_namespace(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, PodInfo]:
@@ -163,13 +167,17 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         def emit(kind: str, reason: str, message: str) -> None:
             kopf.event(body, type=kind, reason=reason, message=message)
 
+        # Probes go through a client of the model's own: its pool holds the model's few
+        # engines, where one pool for thousands of engines cost httpcore a scan of every
+        # connection per request and wedged the operator at a thousand models.
+        http = new_http_client(slots=runtime.probe_slots, ssl_context=runtime.ssl_context)
         loop = ModelLoop(
             namespace=namespace,
             name=name,
             body=body,
             pods=pods,
             api=runtime.api,
-            http=runtime.http,
+            http=http,
             action_http=runtime.action_http,
             settings=runtime.settings,
             emit=emit,
@@ -181,6 +189,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         finally:
             loop.stop()
             runtime.loops.pop((namespace, name), None)
+            await http.aclose()
 
     @kopf.on.delete(models.GROUP, models.VERSION, models.PLURAL, id="hand_back", registry=registry)
     async def hand_back(

@@ -18,9 +18,16 @@ class BoundedTransport(httpx.AsyncBaseTransport):
     response body is closed.
     """
 
-    def __init__(self, inner: httpx.AsyncBaseTransport, limit: int) -> None:
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport,
+        limit: int = 0,
+        *,
+        slots: asyncio.Semaphore | None = None,
+    ) -> None:
         self._inner = inner
-        self._slots = asyncio.Semaphore(limit)
+        # Several clients may share one set of slots: one bound for the whole process.
+        self._slots = slots if slots is not None else asyncio.Semaphore(limit)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         await self._slots.acquire()
