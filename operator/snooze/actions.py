@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx
@@ -96,18 +96,14 @@ class Executor:
 
     async def _guarded(
         self,
-        step: Callable[[Action, PodInfo, InferenceModelSpec, EngineMemory], object],
+        step: Callable[[Action, PodInfo, InferenceModelSpec, EngineMemory], Awaitable[None]],
         action: Action,
         pod: PodInfo,
         spec: InferenceModelSpec,
         engine: EngineMemory,
     ) -> None:
         try:
-            result = step(action, pod, spec, engine)
-            if asyncio.iscoroutine(result):
-                await result
-        except asyncio.CancelledError:
-            raise
+            await step(action, pod, spec, engine)
         except kube.KubeError as exc:
             log.warning("%s on %s/%s: API error: %s", action.kind, self.namespace, pod.name, exc)
         except Exception:
@@ -116,12 +112,16 @@ class Executor:
             self.memory.poke.set()  # let the loop publish the outcome now
 
     async def label(
-        self, pod: PodInfo, state: EngineState, engine: EngineMemory, **notes: str
+        self,
+        pod: PodInfo,
+        state: EngineState,
+        engine: EngineMemory,
+        *,
+        sleep_started: str | None = None,
     ) -> None:
-        annotations = {SLEEP_STARTED_ANNOTATION: notes["sleep_started"]} if notes else None
         metadata: dict[str, object] = {"labels": {STATE_LABEL: state.value}}
-        if annotations:
-            metadata["annotations"] = annotations
+        if sleep_started is not None:
+            metadata["annotations"] = {SLEEP_STARTED_ANNOTATION: sleep_started}
         await self.api.patch(kube.pods(self.namespace), pod.name, {"metadata": metadata})
         if state.value not in engine.state_since:
             engine.state_since = {state.value: time.time()}
@@ -197,7 +197,6 @@ class Executor:
             self.emit("Warning", "SleepFailed", f"{pod.name}: sleep failed ({exc.reason}): {exc}")
             return
         finished = time.time()
-        engine.sleeping = True
         await self.label(pod, EngineState.ASLEEP, engine)
         self.memory.last_sleep_time = finished
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Asleep").inc()
@@ -247,7 +246,6 @@ class Executor:
             return
         seconds = time.monotonic() - started
         now = time.time()
-        engine.sleeping = False
         engine.wake_failures = 0
         engine.last_failure = None
         engine.last_failure_reason = engine.last_failure_message = ""

@@ -214,7 +214,6 @@ class ModelLoop:
                     engine.last_activity = now
                     self.memory.last_activity = now
                 engine.success_total = result.success_total
-                engine.sleeping = result.sleeping
             views.append(
                 policy.EngineView(
                     pod=pod.name,

@@ -115,10 +115,12 @@ def new_http_client(
     slots: asyncio.Semaphore | None = None,
     ssl_context: ssl.SSLContext | None = None,
 ) -> httpx.AsyncClient:
-    """Return an `httpx.AsyncClient` meant to be shared by every `EngineClient` of a process.
+    """Return an `httpx.AsyncClient` for `EngineClient`s to share.
 
-    One pool for thousands of engines: `max_connections` bounds the requests (and sockets)
-    in flight at once; more wait their turn in `BoundedTransport`. Connections are not kept
+    The operator gives each model one, over its few engines, all sharing one `slots` bound
+    and one `ssl_context`: a single pool for thousands of engines made httpcore scan every
+    connection on every request. `max_connections` (or `slots`) bounds the requests in
+    flight; more wait their turn in `BoundedTransport`. Connections are not kept
     alive: an engine is probed again only after the probe interval, by when vLLM's uvicorn
     has closed an idle connection (after 5 s), so keeping one buys nothing; and httpcore
     checks every pooled connection (a syscall each) on every request, which made a pool of

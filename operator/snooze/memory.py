@@ -21,7 +21,6 @@ class EngineMemory:
     last_activity: float
     success_total: float | None = None
     """The success counter at the last probe: a change means requests finished."""
-    sleeping: bool | None = None
     busy: bool = False
     task: asyncio.Task[None] | None = None
     """The action in flight on this engine, if any: never more than one."""

@@ -7,7 +7,7 @@ every decision the operator takes can be driven and checked by table tests and p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from snooze.models import DesiredState, EngineState, InferenceModelSpec, Phase
@@ -117,7 +117,7 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
             actions.append(
                 Action(kind=ActionKind.LABEL, pod=engine.pod, reason="Observed", label=label)
             )
-        settled.append(_with_label(engine, label) if label is not None else engine)
+        settled.append(replace(engine, label=label) if label is not None else engine)
 
     awake = [e for e in settled if e.label is EngineState.AWAKE]
     # A drain is the one action that another may interrupt: the running drain is told to stop.
@@ -252,22 +252,6 @@ def _settled_label(engine: EngineView, model: ModelView) -> EngineState | None:
         if not wanted and started is not None and model.now - started < model.drain_grace:
             return None
     return None if engine.label is EngineState.AWAKE else EngineState.AWAKE
-
-
-def _with_label(engine: EngineView, label: EngineState) -> EngineView:
-    return EngineView(
-        pod=engine.pod,
-        ready=engine.ready,
-        label=label,
-        sleeping=engine.sleeping,
-        busy=engine.busy,
-        last_activity=engine.last_activity,
-        action_running=engine.action_running,
-        sleep_started=engine.sleep_started,
-        wake_failures=engine.wake_failures,
-        last_failure=engine.last_failure,
-        last_failure_reason=engine.last_failure_reason,
-    )
 
 
 def phase(labels: Sequence[EngineState | None], *, ready: int, spec_valid: bool) -> Phase:

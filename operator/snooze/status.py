@@ -175,7 +175,3 @@ def _wake_failed(failing: Sequence[tuple[str, str, str]]) -> ConditionValue:
         reason=reason or "WakeFailed",
         message=f"{pod}{more}: {message}",
     )
-
-
-def is_invalid(status: JSON) -> bool:
-    return status.get("phase") == Phase.INVALID.value
