@@ -11,6 +11,7 @@ from aiohttp import web
 TYPES = {
     400: "invalid_request_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
     502: "upstream_error",

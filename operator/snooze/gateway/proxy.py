@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from snooze.gateway.errors import error_response, sse_error
 
@@ -52,7 +53,7 @@ async def forward(
     session: aiohttp.ClientSession,
     request: web.Request,
     *,
-    url: str,
+    url: URL,
     body: bytes,
     started: web.StreamResponse | None,
     extra_headers: Mapping[str, str],

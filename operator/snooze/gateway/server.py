@@ -8,14 +8,16 @@ import json
 import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from snooze import kube
-from snooze.gateway import proxy
+from snooze.gateway import paths, proxy
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
 from snooze.gateway.hold import Holds, Outcome
 from snooze.gateway.metrics import GatewayMetrics
@@ -25,6 +27,7 @@ from snooze.gateway.settings import GatewaySettings
 from snooze.gateway.watch import follow
 
 log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HELD_HEADER = "x-snooze-held-seconds"
 
 
@@ -58,12 +61,15 @@ class Gateway:
         self.port = settings.port
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body_bytes)
+        app = web.Application(
+            client_max_size=self.settings.max_body_bytes, middlewares=[checked_target]
+        )
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_get("/v1/models/{name:.+}", self.get_model)
-        app.router.add_post("/v1/{tail:.+}", self.inference)
+        for path in paths.INFERENCE_PATHS:
+            app.router.add_post(path, self.inference)
         return app
 
     async def start(self) -> None:
@@ -274,7 +280,14 @@ class Gateway:
                 await started.write_eof()
                 started[REJECTED] = REASONS[502]
                 return started
-            url = f"{model.spec.engine.scheme}://{pod.ip}:{model.spec.engine.port}{request.path_qs}"
+            # Built from parts, the path from the allowlist: never the client's own string.
+            url = URL.build(
+                scheme=model.spec.engine.scheme,
+                host=pod.ip or "",
+                port=model.spec.engine.port,
+                path=_allowed_path(request),
+                query=request.query,
+            )
             with self.router.track(pod):
                 try:
                     return await proxy.forward(
@@ -295,6 +308,40 @@ class Gateway:
         if self._session is None:
             raise RuntimeError("the gateway is not started")
         return self._session
+
+
+@web.middleware
+async def checked_target(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse a request target with a second spelling; answer unknown routes in OpenAI's shape."""
+    why = paths.refusal(request.raw_path)
+    if why is not None:
+        return error_response(400, f"{why}; the gateway serves {', '.join(paths.INFERENCE_PATHS)}")
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed as exc:
+        return error_response(
+            405,
+            f"{request.method} is not allowed on {request.path}; use "
+            f"{', '.join(sorted(exc.allowed_methods))}",
+            code="method_not_allowed",
+            headers={"Allow": ",".join(sorted(exc.allowed_methods))},
+        )
+    except web.HTTPNotFound:
+        return error_response(
+            404,
+            f"no route {request.path}: the gateway serves GET /v1/models and POST "
+            f"{', '.join(paths.INFERENCE_PATHS)}",
+            code="unknown_route",
+        )
+
+
+def _allowed_path(request: web.Request) -> str:
+    """The allowlisted path the request was routed by (its resource's own, not the client's)."""
+    resource = request.match_info.route.resource
+    path = resource.canonical if resource is not None else ""
+    if path not in paths.INFERENCE_PATHS:
+        raise RuntimeError(f"{path!r} is not an inference route")  # unreachable by routing
+    return path
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from dataclasses import dataclass, field
@@ -106,6 +107,8 @@ class SimulatedEngine:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished: dict[str, int] = {}
+        self.seen: collections.Counter[str] = collections.Counter()
+        """Requests received, by "METHOD /path" (as the engine's router read the path)."""
         self.ops_in_flight: dict[str, int] = {"sleep": 0, "wake": 0}
         self.op_durations = {op: Histogram.sleep_ops() for op in ("sleep", "wake")}
         # Only a full payload needs per-request histograms; the rest of the time they cost nothing.

@@ -34,6 +34,9 @@ def error(status: int, message: str, kind: str, param: str | None = None) -> web
 @web.middleware
 async def fastapi_not_found(request: web.Request, handler: Handler) -> web.StreamResponse:
     # vLLM is FastAPI: an unknown route (dev mode off) answers FastAPI's JSON, not aiohttp's text.
+    # Every request is counted by method and path first, so that tests can assert on what the
+    # engine saw (an admin route reached through the gateway, say), whatever it answered.
+    request.app[ENGINE_KEY].seen[f"{request.method} {request.path}"] += 1
     try:
         return await handler(request)
     except web.HTTPNotFound:
