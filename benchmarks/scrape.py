@@ -16,7 +16,7 @@ from functools import partial
 
 import httpx
 
-from snooze.engine import ACTIVITY_METRICS, parse_activity
+from snooze.engine.client import ACTIVITY_METRICS, parse_activity
 from snooze.sim import EngineConfig, SimulatorHost
 
 HOST = "127.0.78.2"

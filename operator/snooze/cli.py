@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("snooze.sim.cli", "serve simulated vLLM engines that speak vLLM's sleep-mode contract"),
     "sandbox": ("snooze.sandbox.cli", "serve a Kubernetes API emulator and write a kubeconfig"),
     "operator": (
-        "snooze.operator_cli",
+        "snooze.operator.cli",
         "run the operator: sleep idle engines, wake them on request",
     ),
     "gateway": (

@@ -13,7 +13,7 @@ from chart_helpers import CHART
 from prometheus_client import CollectorRegistry
 
 from snooze.gateway.metrics import GatewayMetrics
-from snooze.metrics import OperatorMetrics
+from snooze.operator.metrics import OperatorMetrics
 
 PATH = CHART / "dashboards" / "snooze.json"
 # What Grafana puts in place of its variables, for parsing (any valid value would do).

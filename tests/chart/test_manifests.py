@@ -154,7 +154,7 @@ def _parser(module: str) -> argparse.ArgumentParser:
 
 @pytest.mark.parametrize(
     ("command", "module"),
-    [("operator", "snooze.operator_cli"), ("gateway", "snooze.gateway.cli")],
+    [("operator", "snooze.operator.cli"), ("gateway", "snooze.gateway.cli")],
 )
 def test_template_flags_are_the_commands_flags(command: str, module: str) -> None:
     text = (TEMPLATES / f"{command}-deployment.yaml").read_text()

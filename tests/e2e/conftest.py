@@ -19,9 +19,9 @@ import pytest
 import yaml
 from gateway_fixtures import gateway  # noqa: F401 (a fixture for every e2e test)
 
-from snooze.actions import Settings
-from snooze.embedded import OperatorThread
-from snooze.metrics import OperatorMetrics
+from snooze.operator.actions import Settings
+from snooze.operator.embedded import OperatorThread
+from snooze.operator.metrics import OperatorMetrics
 from snooze.sandbox import Sandbox
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 
@@ -148,7 +148,7 @@ class Cluster:
         )
 
     def request_wake(self, name: str, at: float | None = None) -> None:
-        from snooze.pods import format_time
+        from snooze.kube.pods import format_time
 
         stamp = format_time(time.time() if at is None else at)
         self.patch_model(

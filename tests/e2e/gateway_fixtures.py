@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from snooze.embedded import GatewayThread
+from snooze.gateway.embedded import GatewayThread
 from snooze.gateway.settings import GatewaySettings
 from snooze.sandbox import Sandbox
 

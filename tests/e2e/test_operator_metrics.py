@@ -5,7 +5,7 @@ from __future__ import annotations
 from conftest import Cluster, wait_for
 from prometheus_client import CollectorRegistry
 
-from snooze.metrics import OperatorMetrics
+from snooze.operator.metrics import OperatorMetrics
 
 LABELS = {"app": "chat"}
 

@@ -26,7 +26,7 @@ from conftest import Cluster, OperatorThread, wait_for
 from gateway_fixtures import GatewayThread
 from prometheus_client import CollectorRegistry, start_http_server
 
-from snooze.metrics import OperatorMetrics
+from snooze.operator.metrics import OperatorMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "charts" / "snooze" / "dashboards" / "snooze.json"

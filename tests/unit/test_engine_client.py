@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_asgi_app
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from snooze.engine import (
+from snooze.engine.client import (
     ACTIVITY_METRICS,
     ActivitySnapshot,
     EngineClient,
@@ -19,7 +19,7 @@ from snooze.engine import (
     new_http_client,
     parse_activity,
 )
-from snooze.engine_errors import (
+from snooze.engine.errors import (
     MESSAGE_LIMIT,
     EngineError,
     EngineHTTPError,

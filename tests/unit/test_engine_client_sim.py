@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from snooze.engine import EngineClient, SleepState, new_http_client
-from snooze.engine_errors import (
+from snooze.engine.client import EngineClient, SleepState, new_http_client
+from snooze.engine.errors import (
     EngineHTTPError,
     EngineTimeoutError,
     EngineUnreachableError,

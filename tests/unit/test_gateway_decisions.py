@@ -7,7 +7,7 @@ import pytest
 from snooze.gateway.hold import wake_pending
 from snooze.gateway.proxy import forward_headers
 from snooze.gateway.router import Router, pick
-from snooze.pods import PodInfo
+from snooze.kube.pods import PodInfo
 
 NOW = 1000.0
 

@@ -75,10 +75,18 @@ def imports_of(path: Path) -> set[str]:
     return found
 
 
-def test_importing_the_policy_loads_no_io_layer() -> None:
-    loaded = modules_loaded_by("snooze.policy")
+POLICY_MODULES = sorted(
+    f"snooze.policy.{path.stem}"
+    for path in Path(importlib.import_module("snooze.policy").__path__[0]).glob("*.py")
+    if path.stem != "__init__"
+)
+
+
+@pytest.mark.parametrize("module", POLICY_MODULES)
+def test_importing_the_policy_loads_no_io_layer(module: str) -> None:
+    loaded = modules_loaded_by(module)
     leaked = sorted(m for m in loaded if m.split(".")[0] in FORBIDDEN)
-    assert not leaked, f"snooze.policy pulls in {leaked}"
+    assert not leaked, f"{module} pulls in {leaked}"
 
 
 def test_the_check_would_see_a_leak() -> None:
@@ -87,7 +95,11 @@ def test_the_check_would_see_a_leak() -> None:
     assert "httpx" in loaded
 
 
-@pytest.mark.parametrize("module", ["snooze.policy", "snooze.models", "snooze.durations"])
+def test_the_policy_modules_are_found() -> None:
+    assert {"snooze.policy.sleep", "snooze.policy.scale"} <= set(POLICY_MODULES)
+
+
+@pytest.mark.parametrize("module", [*POLICY_MODULES, "snooze.models", "snooze.durations"])
 def test_policy_layer_imports_only_stdlib_and_the_spec(module: str) -> None:
     path = Path(importlib.import_module(module).__file__ or "")
     allowed_third_party = {"pydantic", "pydantic_core"} if module == "snooze.models" else set()

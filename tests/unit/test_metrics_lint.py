@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from snooze.gateway.metrics import GatewayMetrics
-from snooze.metrics import OperatorMetrics
+from snooze.operator.metrics import OperatorMetrics
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.needs("promtool")

@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from snooze.models import DesiredState, EngineState, InferenceModelSpec, Phase
-from snooze.policy import (
+from snooze.policy.sleep import (
     HYBRID_CRASH_REASON,
     Action,
     ActionKind,

@@ -1,4 +1,4 @@
-"""The second tier's decision (policy.decide_scale), as a table."""
+"""The second tier's decision (snooze.policy.scale), as a table."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from snooze.models import InferenceModelSpec
-from snooze.policy import ScaleKind, ScaleView, decide_scale
+from snooze.policy.scale import ScaleKind, ScaleView, decide_scale
 
 NOW = 10_000.0
 BASE: dict[str, Any] = {

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from snooze import status
-from snooze.memory import EngineMemory, ModelMemory
+from snooze.kube.pods import PodInfo
 from snooze.models import Condition, InferenceModelStatus, PodStatus
-from snooze.pods import PodInfo
+from snooze.operator import status
+from snooze.operator.memory import EngineMemory, ModelMemory
 
 NOW = 1_800_000_000.0
 

@@ -17,13 +17,14 @@ from typing import Any
 
 import httpx
 
-from snooze.actions import Settings
 from snooze.demo import dashboard, summary, timeline, traffic, view
 from snooze.demo import scenario as scenarios
 from snooze.demo.controller import ReplicaSetStandIn, deployment
 from snooze.demo.services import Prometheus, check_port
-from snooze.embedded import GatewayThread, OperatorThread
-from snooze.metrics import OperatorMetrics
+from snooze.gateway.embedded import GatewayThread
+from snooze.operator.actions import Settings
+from snooze.operator.embedded import OperatorThread
+from snooze.operator.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
 NS = "default"

@@ -8,10 +8,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from snooze import kube
 from snooze.gateway.registry import Key, Model, Registry
+from snooze.kube.api import KubeApi, models_ref
+from snooze.kube.pods import PodInfo, format_time
 from snooze.models import WAKE_REQUESTED_ANNOTATION
-from snooze.pods import PodInfo, format_time
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Holds:
     def __init__(
         self,
         *,
-        api: kube.KubeApi,
+        api: KubeApi,
         registry: Registry,
         max_held: int,
         recent: float = 5.0,
@@ -93,14 +93,14 @@ class Holds:
                 return
             # Another replica may have asked since our watch last spoke: read the model afresh,
             # which narrows the window in which two replicas both annotate to one round trip.
-            fresh = await self.api.get(kube.inference_models(model.namespace), model.name)
+            fresh = await self.api.get(models_ref(model.namespace), model.name)
             self.registry.note_model(fresh)
             current = self.registry.get(model.key) or current
             if current.spec is None or self._pending(current):
                 return
             now = self.clock()
             patch = {"metadata": {"annotations": {WAKE_REQUESTED_ANNOTATION: format_time(now)}}}
-            body = await self.api.patch(kube.inference_models(model.namespace), model.name, patch)
+            body = await self.api.patch(models_ref(model.namespace), model.name, patch)
             self._asked[model.key] = now
             self.wake_requests += 1
             self.registry.note_model(body)

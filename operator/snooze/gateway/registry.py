@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from snooze.kube.pods import PodInfo, parse_time, pod_info
 from snooze.models import (
     WAKE_REQUESTED_ANNOTATION,
     DesiredState,
@@ -17,7 +18,6 @@ from snooze.models import (
     SpecError,
     parse_spec,
 )
-from snooze.pods import PodInfo, parse_time, pod_info
 
 Key = tuple[str, str]
 MODELS = "models"

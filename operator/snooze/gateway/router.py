@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from snooze.pods import PodInfo
+from snooze.kube.pods import PodInfo
 
 PodKey = tuple[str, str]
 

@@ -16,7 +16,6 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from snooze import kube
 from snooze.gateway import paths, proxy
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
 from snooze.gateway.hold import Holds, Outcome
@@ -25,6 +24,7 @@ from snooze.gateway.registry import MODELS, PODS, Model, Registry
 from snooze.gateway.router import Router
 from snooze.gateway.settings import GatewaySettings
 from snooze.gateway.watch import follow
+from snooze.kube.api import KubeApi, KubeError
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -37,7 +37,7 @@ class Gateway:
     def __init__(
         self,
         settings: GatewaySettings,
-        api: kube.KubeApi,
+        api: KubeApi,
         metrics: GatewayMetrics | None = None,
     ) -> None:
         self.settings = settings
@@ -212,7 +212,7 @@ class Gateway:
                 asked = self.holds.wake_requests
                 try:
                     await self.holds.ensure_wake(model)
-                except kube.KubeError as exc:
+                except KubeError as exc:
                     return error_response(
                         503, f"could not ask for a wake of model {model.model_name!r}: {exc}"
                     )
@@ -415,7 +415,7 @@ async def serve(
     metrics: GatewayMetrics | None = None,
 ) -> None:
     """Run a gateway until `stop` is set (or forever), logged in as kopf would."""
-    gateway = Gateway(settings, kube.KubeApi.from_environment(), metrics)
+    gateway = Gateway(settings, KubeApi.from_environment(), metrics)
     await gateway.start()
     try:
         await (stop or asyncio.Event()).wait()

@@ -5,20 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from snooze import kube
 from snooze.gateway.registry import MODELS, Registry
+from snooze.kube.api import KubeApi, Ref, models_ref, pods_ref
 
 log = logging.getLogger(__name__)
 # Backoff after a failed list or watch, so that an API outage is not hammered.
 RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
-def ref_for(kind: str, scope: str | None) -> kube.Ref:
-    return kube.inference_models(scope) if kind == MODELS else kube.pods(scope)
+def ref_for(kind: str, scope: str | None) -> Ref:
+    return models_ref(scope) if kind == MODELS else pods_ref(scope)
 
 
 async def follow(
-    api: kube.KubeApi, registry: Registry, *, kind: str, scope: str | None, watch_seconds: int
+    api: KubeApi, registry: Registry, *, kind: str, scope: str | None, watch_seconds: int
 ) -> None:
     """Run until cancelled. Re-lists after every watch end: events may have been missed."""
     ref = ref_for(kind, scope)

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from snooze.sandbox.api import ApiError
+
 DEFAULT_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
@@ -264,3 +266,21 @@ def builtin_registry() -> Registry:
             )
         )
     return registry
+
+
+def check_crd(crd: dict[str, Any], name: str) -> None:
+    """Refuse a CustomResourceDefinition whose names the API server would refuse."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    if not spec.get("group") or not names.get("plural") or not names.get("kind"):
+        raise ApiError(
+            422,
+            f'CustomResourceDefinition "{name}" is invalid:'
+            " spec.group, spec.names.plural and spec.names.kind are required",
+        )
+    if name != f"{names['plural']}.{spec['group']}":
+        raise ApiError(
+            422,
+            f'CustomResourceDefinition "{name}" is invalid: metadata.name:'
+            f' Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
+        )

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import copy
-import json
 import threading
 import uuid
 from collections.abc import Mapping
@@ -16,10 +14,11 @@ import aiohttp.web
 import attrs
 import kmock
 
-from snooze.sandbox import api, discovery, selectors, tables, views
+from snooze.sandbox import api, discovery, scale, tables, views
 from snooze.sandbox.api import ApiError, ApiPath
 from snooze.sandbox.discovery import ResourceSpec
 from snooze.sandbox.views import Change, Obj, ResourceKey
+from snooze.sandbox.watches import Watches
 
 CRD_KEY: ResourceKey = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 SERVER_VERSION = {
@@ -31,8 +30,6 @@ SERVER_VERSION = {
 }
 # Namespaces that every cluster has from the start.
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-# How many past changes a watch can resume from; older resourceVersions get 410 Gone.
-HISTORY_LIMIT = 10_000
 
 
 @dataclass(kw_only=True)
@@ -46,21 +43,6 @@ class Fault:
     message: str
 
 
-def _walk(obj: Mapping[str, Any], path: str) -> Any:
-    node: Any = obj
-    for part in path.strip(".").split("."):
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node
-
-
-def _assign(obj: Obj, path: str, value: Any) -> None:
-    *parents, last = path.strip(".").split(".")
-    node = obj
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[last] = value
-
-
 def _without(obj: Mapping[str, Any], keys: set[str]) -> Obj:
     return {k: v for k, v in obj.items() if k not in keys}
 
@@ -71,10 +53,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
 
     registry: discovery.Registry = attrs.field(factory=discovery.builtin_registry)
     _rv: int = attrs.field(default=0, init=False)
-    _history: collections.deque[Change] = attrs.field(
-        factory=lambda: collections.deque(maxlen=HISTORY_LIMIT), init=False
-    )
-    _watchers: set[asyncio.Queue[Change | None]] = attrs.field(factory=set, init=False)
+    watches: Watches = attrs.field(factory=Watches, init=False)
     _faults: list[Fault] = attrs.field(factory=list, init=False)
     _counts: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
     # Tests inject faults and read counters from their own thread while the loop serves.
@@ -119,8 +98,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
 
     def close_watches(self) -> None:
         """End every watch stream now, so that the server can stop without waiting for them."""
-        for queue in self._watchers:
-            queue.put_nowait(None)
+        self.watches.close()
 
     # -- HTTP entry point ------------------------------------------------------------------------
 
@@ -180,7 +158,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         query = raw.query
         method = raw.method
         if method == "GET" and (path.legacy_watch or query.get("watch") in ("true", "1")):
-            return await self._watch(raw, spec, path)
+            return await self.watches.serve(
+                raw, spec, path, current=lambda: self._iter(spec, path.namespace), rv=self._rv
+            )
         if path.name is None:
             if method == "GET":
                 return views.respond(self._list(spec, path, query, raw.headers.get("Accept", "")))
@@ -203,7 +183,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 return views.respond(self._delete(spec, path, data))
         elif path.subresource == "scale" and spec.scale is not None:
             if method == "GET":
-                return views.respond(self._scale_of(spec, self._get(spec, path)))
+                return views.respond(scale.scale_of(spec, self._get(spec, path)))
             if method in ("PUT", "PATCH"):
                 return views.respond(self._write_scale(spec, path, data, raw.content_type, method))
         else:
@@ -256,9 +236,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             obj=copy.deepcopy(obj),
             old=old,
         )
-        self._history.append(change)
-        for queue in self._watchers:
-            queue.put_nowait(change)
+        self.watches.publish(change)
 
     def _next_rv(self) -> str:
         # One counter for all objects, as etcd's revision: clients may compare but not parse it.
@@ -356,7 +334,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         if spec.custom and spec.has_status:
             obj.pop("status", None)  # the CRD strategy ignores status on create
         if spec.kind == "CustomResourceDefinition":
-            self._check_crd(obj, name)
+            discovery.check_crd(obj, name)
         obj["apiVersion"], obj["kind"] = spec.api_version, spec.kind
         for system_field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(system_field, None)
@@ -526,36 +504,13 @@ class SandboxEmulator(kmock.KubernetesEmulator):
 
     # -- Scale -----------------------------------------------------------------------------------
 
-    def _scale_of(self, spec: ResourceSpec, obj: Obj) -> Obj:
-        assert spec.scale is not None
-        paths = spec.scale
-        if paths.label_selector is None:
-            selector = selectors.format_label_selector(_walk(obj, ".spec.selector") or {})
-        else:
-            selector = (_walk(obj, paths.label_selector) or "") if paths.label_selector else ""
-        meta = obj["metadata"]
-        return {
-            "kind": "Scale",
-            "apiVersion": "autoscaling/v1",
-            "metadata": {
-                k: meta[k]
-                for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                if k in meta
-            },
-            "spec": {"replicas": _walk(obj, paths.spec_replicas) or 0},
-            "status": {
-                "replicas": _walk(obj, paths.status_replicas) or 0,
-                **({"selector": selector} if selector else {}),
-            },
-        }
-
     def _write_scale(
         self, spec: ResourceSpec, path: ApiPath, data: Any, content_type: str, method: str
     ) -> Obj:
         assert spec.scale is not None
         obj = self._get(spec, path)
-        scale = self._scale_of(spec, obj)
-        new_scale = data if method == "PUT" else views.apply_patch(scale, data, content_type)
+        current = scale.scale_of(spec, obj)
+        new_scale = data if method == "PUT" else views.apply_patch(current, data, content_type)
         if not isinstance(new_scale, dict):
             raise ApiError(400, "the body of the request must be a Scale object")
         rv = (new_scale.get("metadata") or {}).get("resourceVersion")
@@ -566,7 +521,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 f'Scale.autoscaling "{path.name}" is invalid: spec.replicas:'
                 " Invalid value: must be greater than or equal to 0",
             )
-        _assign(obj, spec.scale.spec_replicas, replicas)
+        scale.assign(obj, spec.scale.spec_replicas, replicas)
         obj["metadata"]["resourceVersion"] = rv or obj["metadata"]["resourceVersion"]
         main = ApiPath(
             group=spec.group,
@@ -575,96 +530,4 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             namespace=path.namespace,
             name=path.name,
         )
-        return self._scale_of(spec, self._commit(spec, main, self._get(spec, path), obj))
-
-    # -- Watch -----------------------------------------------------------------------------------
-
-    async def _watch(
-        self, raw: aiohttp.web.BaseRequest, spec: ResourceSpec, path: ApiPath
-    ) -> aiohttp.web.StreamResponse:
-        query = raw.query
-        predicate = views.predicate(spec, query)
-        if path.name is not None:
-            # A watch of one object (kubectl get NAME --watch) is a watch with a name selector.
-            by_name = predicate
-            predicate = lambda o: o["metadata"]["name"] == path.name and by_name(o)  # noqa: E731
-        since = query.get("resourceVersion", "")
-        send_initial = query.get("sendInitialEvents") == "true" or since in ("", "0")
-        bookmarks = query.get("allowWatchBookmarks") == "true"
-        timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
-        key = (spec.group, spec.version, spec.plural)
-
-        # Nothing awaits between the snapshot and the subscription, so no change slips between.
-        queue: asyncio.Queue[Change | None] = asyncio.Queue()
-        backlog: list[Obj] = []
-        gone = False
-        if send_initial:
-            backlog = [
-                {"type": "ADDED", "object": o}
-                for o in self._iter(spec, path.namespace)
-                if predicate(o)
-            ]
-            if query.get("sendInitialEvents") == "true" and bookmarks:
-                backlog.append(views.bookmark(spec, str(self._rv), initial_end=True))
-        else:
-            if not since.isdigit():
-                raise ApiError(400, f"invalid resourceVersion: {since!r}")
-            oldest = self._history[0].rv if self._history else self._rv + 1
-            gone = int(since) < oldest - 1 and int(since) < self._rv
-            for change in self._history:
-                if change.rv > int(since):
-                    event = views.as_event(change, key, path.namespace, predicate)
-                    if event is not None:
-                        backlog.append(event)
-        self._watchers.add(queue)
-        try:
-            response = aiohttp.web.StreamResponse(
-                status=200, headers={"Content-Type": "application/json"}
-            )
-            await response.prepare(raw)
-            if gone:
-                # Like etcd after compaction: the client must list again.
-                err = api.status_body(410, f"too old resource version: {since} ({self._rv})")
-                await response.write(json.dumps({"type": "ERROR", "object": err}).encode() + b"\n")
-                return response
-            for event in backlog:
-                await response.write(json.dumps(event).encode() + b"\n")
-            loop = asyncio.get_running_loop()
-            deadline = None if timeout is None else loop.time() + timeout
-            while True:
-                wait = 1.0 if deadline is None else min(1.0, deadline - loop.time())
-                if wait <= 0:
-                    break
-                try:
-                    item = await asyncio.wait_for(queue.get(), wait)
-                except TimeoutError:
-                    if raw.transport is None or raw.transport.is_closing():
-                        break  # the client went away; nothing else would notice
-                    continue
-                if item is None:
-                    break
-                event = views.as_event(item, key, path.namespace, predicate)
-                if event is not None:
-                    await response.write(json.dumps(event).encode() + b"\n")
-            return response
-        finally:
-            self._watchers.discard(queue)
-
-    # -- CRDs ------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _check_crd(crd: Obj, name: str) -> None:
-        spec = crd.get("spec") or {}
-        names = spec.get("names") or {}
-        if not spec.get("group") or not names.get("plural") or not names.get("kind"):
-            raise ApiError(
-                422,
-                f'CustomResourceDefinition "{name}" is invalid:'
-                " spec.group, spec.names.plural and spec.names.kind are required",
-            )
-        if name != f"{names['plural']}.{spec['group']}":
-            raise ApiError(
-                422,
-                f'CustomResourceDefinition "{name}" is invalid: metadata.name:'
-                f' Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
-            )
+        return scale.scale_of(spec, self._commit(spec, main, self._get(spec, path), obj))

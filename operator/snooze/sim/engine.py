@@ -8,7 +8,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from snooze.sim.metrics import Histogram, request_histograms
+from snooze.sim.histograms import Histogram, request_histograms
 
 log = logging.getLogger(__name__)
 

@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
     import kopf
 
-    from snooze.actions import Settings
-    from snooze.handlers import Runtime, build_registry
+    from snooze.operator.actions import Settings
+    from snooze.operator.handlers import Runtime, build_registry
 
     if args.probe_interval <= 0:
         raise SystemExit("snooze operator: --probe-interval must be greater than zero")

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from snooze.memory import ModelMemory
+from snooze.kube.pods import PodInfo, format_time
 from snooze.models import EngineState, Phase
-from snooze.pods import PodInfo, format_time
-from snooze.policy import phase
+from snooze.operator.memory import ModelMemory
+from snooze.policy.sleep import phase
 
 JSON = dict[str, Any]
 

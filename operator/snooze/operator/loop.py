@@ -13,12 +13,10 @@ from typing import Any
 
 import httpx
 
-from snooze import kube, policy, status
-from snooze.actions import Emit, Executor, Settings, engine_url, sleep_timeout
-from snooze.engine import EngineClient, SleepState
-from snooze.engine_errors import EngineError
-from snooze.memory import ModelMemory, rebuild
-from snooze.metrics import OperatorMetrics
+from snooze.engine.client import EngineClient, SleepState
+from snooze.engine.errors import EngineError
+from snooze.kube.api import KubeApi, models_ref
+from snooze.kube.pods import PodInfo, parse_time
 from snooze.models import (
     WAKE_REQUESTED_ANNOTATION,
     EngineState,
@@ -27,8 +25,13 @@ from snooze.models import (
     SpecError,
     parse_spec,
 )
-from snooze.pods import PodInfo, parse_time
-from snooze.scaling import Scaler
+from snooze.operator import status
+from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
+from snooze.operator.memory import ModelMemory, rebuild
+from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.scaling import Scaler
+from snooze.policy import scale as scale_policy
+from snooze.policy import sleep as sleep_policy
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -73,7 +76,7 @@ class ModelLoop:
         name: str,
         body: Mapping[str, Any],
         pods: Callable[[LabelSelector], Iterable[PodInfo]],
-        api: kube.KubeApi,
+        api: KubeApi,
         http: httpx.AsyncClient,
         action_http: httpx.AsyncClient | None = None,
         settings: Settings,
@@ -161,23 +164,23 @@ class ModelLoop:
         self.memory.forget_missing({p.name for p in pods})
         views = await self._observe(spec, pods, now)
         wake_requested = parse_time((meta.get("annotations") or {}).get(WAKE_REQUESTED_ANNOTATION))
-        model = policy.ModelView(
+        model = sleep_policy.ModelView(
             spec=spec,
             wake_requested=wake_requested,
             now=now,
             drain_grace=self.settings.drain_timeout + sleep_timeout(spec),
         )
         by_name = {p.name: p for p in pods}
-        for action in policy.decide(views, model):
+        for action in sleep_policy.decide(views, model):
             self.executor.start(action, by_name[action.pod], spec)
         replicas = await self.scaler.replicas(spec)
         scale = self.scaler.view(
             spec, views, replicas=replicas, wake_requested=wake_requested, now=now
         )
-        decision = policy.decide_scale(scale)
+        decision = scale_policy.decide_scale(scale)
         if decision is not None:
             await self.scaler.apply(decision, spec)
-            if decision.kind is policy.ScaleKind.UP:
+            if decision.kind is scale_policy.ScaleKind.UP:
                 replicas = decision.replicas
         awake = sum(1 for p in pods if p.ready and p.state is EngineState.AWAKE)
         self.scaler.check_cold_start(spec, awake, now)
@@ -185,7 +188,7 @@ class ModelLoop:
 
     async def _observe(
         self, spec: InferenceModelSpec, pods: list[PodInfo], now: float
-    ) -> list[policy.EngineView]:
+    ) -> list[sleep_policy.EngineView]:
         targets = [p for p in pods if p.ready and not self.memory.engine(p.name, now=now).acting]
         probes = await asyncio.gather(
             *(
@@ -215,7 +218,7 @@ class ModelLoop:
                     self.memory.last_activity = now
                 engine.success_total = result.success_total
             views.append(
-                policy.EngineView(
+                sleep_policy.EngineView(
                     pod=pod.name,
                     ready=pod.ready,
                     label=pod.state,
@@ -284,7 +287,5 @@ class ModelLoop:
     async def _patch_status(self, new: JSON) -> None:
         if new == {k: self.written.get(k) for k in new}:
             return  # nothing changed: no API write
-        await self.api.patch(
-            kube.inference_models(self.namespace), self.name, {"status": new}, sub="status"
-        )
+        await self.api.patch(models_ref(self.namespace), self.name, {"status": new}, sub="status")
         self.written = new

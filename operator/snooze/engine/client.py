@@ -14,14 +14,14 @@ from typing import Any, Self
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from snooze.engine_errors import (
+from snooze.engine.errors import (
     EngineError,
     EngineHTTPError,
     EngineTimeoutError,
     EngineUnreachableError,
     classify_answer,
 )
-from snooze.transport import BoundedTransport
+from snooze.kube.transport import BoundedTransport
 
 __all__ = [
     "ACTIVITY_METRICS",

@@ -6,11 +6,13 @@ import logging
 import time
 from collections.abc import Sequence
 
-from snooze import kube, policy
-from snooze.actions import Emit
-from snooze.memory import ModelMemory
-from snooze.metrics import OperatorMetrics
+from snooze.kube.api import MERGE_PATCH, KubeApi, NotFound
 from snooze.models import EngineState, InferenceModelSpec, ScaleTargetRef
+from snooze.operator.actions import Emit
+from snooze.operator.memory import ModelMemory
+from snooze.operator.metrics import OperatorMetrics
+from snooze.policy.scale import ScaleDecision, ScaleKind, ScaleView
+from snooze.policy.sleep import EngineView
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +30,7 @@ class Scaler:
         *,
         namespace: str,
         model: str,
-        api: kube.KubeApi,
+        api: KubeApi,
         memory: ModelMemory,
         emit: Emit,
         metrics: OperatorMetrics,
@@ -48,7 +50,7 @@ class Scaler:
             return None
         try:
             scale = await self.api.request("GET", scale_path(self.namespace, target))
-        except kube.NotFound:
+        except NotFound:
             if not self._missing_reported:
                 self.emit(
                     "Warning",
@@ -64,16 +66,16 @@ class Scaler:
     def view(
         self,
         spec: InferenceModelSpec,
-        engines: Sequence[policy.EngineView],
+        engines: Sequence[EngineView],
         *,
         replicas: int | None,
         wake_requested: float | None,
         now: float,
-    ) -> policy.ScaleView:
+    ) -> ScaleView:
         ready = [e for e in engines if e.ready]
         asleep = (EngineState.ASLEEP, EngineState.FAILED)
         memory = self.memory
-        return policy.ScaleView(
+        return ScaleView(
             spec=spec,
             replicas=replicas,
             scaled_from=memory.scaled_from,
@@ -86,12 +88,12 @@ class Scaler:
             now=now,
         )
 
-    async def apply(self, decision: policy.ScaleDecision, spec: InferenceModelSpec) -> None:
+    async def apply(self, decision: ScaleDecision, spec: InferenceModelSpec) -> None:
         target = spec.scale_target_ref
         assert target is not None
         memory, now = self.memory, time.time()
         what = f"{target.kind} {target.name}"
-        if decision.kind is policy.ScaleKind.NOTE_MANUAL:
+        if decision.kind is ScaleKind.NOTE_MANUAL:
             memory.scaled_from = memory.scaled_at = None
             memory.manual_at = now
             self.emit(
@@ -102,14 +104,12 @@ class Scaler:
             )
             return
         body = {
-            "spec": {
-                "replicas": 0 if decision.kind is policy.ScaleKind.TO_ZERO else decision.replicas
-            }
+            "spec": {"replicas": 0 if decision.kind is ScaleKind.TO_ZERO else decision.replicas}
         }
         await self.api.request(
-            "PATCH", scale_path(self.namespace, target), body=body, content_type=kube.MERGE_PATCH
+            "PATCH", scale_path(self.namespace, target), body=body, content_type=MERGE_PATCH
         )
-        if decision.kind is policy.ScaleKind.TO_ZERO:
+        if decision.kind is ScaleKind.TO_ZERO:
             memory.scaled_from, memory.scaled_at = decision.replicas, now
             memory.scale_up_time = None
             self.metrics.tier_transitions.labels(self.namespace, self.model, "ScaledToZero").inc()

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 import httpx
 
-from snooze import kube
-from snooze.engine import EngineClient
-from snooze.engine_errors import EngineError
-from snooze.memory import EngineMemory, ModelMemory
-from snooze.metrics import OperatorMetrics
+from snooze.engine.client import EngineClient
+from snooze.engine.errors import EngineError
+from snooze.kube.api import KubeApi, KubeError, pods_ref
+from snooze.kube.pods import SLEEP_STARTED_ANNOTATION, PodInfo, format_time
 from snooze.models import STATE_LABEL, EngineState, InferenceModelSpec
-from snooze.pods import SLEEP_STARTED_ANNOTATION, PodInfo, format_time
-from snooze.policy import Action, ActionKind
+from snooze.operator.memory import EngineMemory, ModelMemory
+from snooze.operator.metrics import OperatorMetrics
+from snooze.policy.sleep import Action, ActionKind
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Executor:
         self,
         *,
         namespace: str,
-        api: kube.KubeApi,
+        api: KubeApi,
         http: httpx.AsyncClient,
         memory: ModelMemory,
         settings: Settings,
@@ -104,7 +104,7 @@ class Executor:
     ) -> None:
         try:
             await step(action, pod, spec, engine)
-        except kube.KubeError as exc:
+        except KubeError as exc:
             log.warning("%s on %s/%s: API error: %s", action.kind, self.namespace, pod.name, exc)
         except Exception:
             log.exception("%s on %s/%s failed", action.kind, self.namespace, pod.name)
@@ -122,7 +122,7 @@ class Executor:
         metadata: dict[str, object] = {"labels": {STATE_LABEL: state.value}}
         if sleep_started is not None:
             metadata["annotations"] = {SLEEP_STARTED_ANNOTATION: sleep_started}
-        await self.api.patch(kube.pods(self.namespace), pod.name, {"metadata": metadata})
+        await self.api.patch(pods_ref(self.namespace), pod.name, {"metadata": metadata})
         if state.value not in engine.state_since:
             engine.state_since = {state.value: time.time()}
 
@@ -147,7 +147,7 @@ class Executor:
     async def _restart(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
-        await self.api.delete(kube.pods(self.namespace), pod.name)
+        await self.api.delete(pods_ref(self.namespace), pod.name)
         reason = engine.last_failure_reason or "WakeFailed"
         self.metrics.restarts.labels(self.namespace, self.model, reason).inc()
         self.emit(

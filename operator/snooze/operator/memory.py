@@ -10,8 +10,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from snooze.kube.pods import parse_time
 from snooze.models import EngineState
-from snooze.pods import parse_time
 
 
 @dataclass(kw_only=True)

@@ -9,20 +9,20 @@ from typing import Any
 
 import httpx
 
-from snooze import kube
-from snooze.actions import engine_url
-from snooze.engine import EngineClient
-from snooze.engine_errors import EngineError
+from snooze.engine.client import EngineClient
+from snooze.engine.errors import EngineError
+from snooze.kube.api import MERGE_PATCH, KubeApi, KubeError, NotFound, pods_ref
+from snooze.kube.pods import SLEEP_STARTED_ANNOTATION, PodInfo
 from snooze.models import STATE_LABEL, SpecError, parse_spec
-from snooze.pods import SLEEP_STARTED_ANNOTATION, PodInfo
-from snooze.scaling import scale_path
+from snooze.operator.actions import engine_url
+from snooze.operator.scaling import scale_path
 
 log = logging.getLogger(__name__)
 
 
 async def release(
     *,
-    api: kube.KubeApi,
+    api: KubeApi,
     http: httpx.AsyncClient,
     namespace: str,
     raw_spec: dict[str, Any],
@@ -57,8 +57,8 @@ async def release(
                     "annotations": {SLEEP_STARTED_ANNOTATION: None},
                 }
             }
-            with contextlib.suppress(kube.NotFound):  # the pod went meanwhile: nothing to undo
-                await api.patch(kube.pods(namespace), pod.name, patch)
+            with contextlib.suppress(NotFound):  # the pod went meanwhile: nothing to undo
+                await api.patch(pods_ref(namespace), pod.name, patch)
     scaled_from = status.get("scaledFromReplicas")
     if spec.scale_target_ref is not None and isinstance(scaled_from, int):
         body = {"spec": {"replicas": scaled_from}}
@@ -67,8 +67,8 @@ async def release(
                 "PATCH",
                 scale_path(namespace, spec.scale_target_ref),
                 body=body,
-                content_type=kube.MERGE_PATCH,
+                content_type=MERGE_PATCH,
             )
-        except kube.KubeError as exc:
+        except KubeError as exc:
             emit("Warning", "ReleaseFailed", f"could not restore {scaled_from} replicas: {exc}")
     log.info("released %s pods of a deleted model in %s (%s woken)", len(mine), namespace, woken)

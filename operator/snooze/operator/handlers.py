@@ -11,13 +11,15 @@ from typing import Any
 
 import kopf
 
-from snooze import kube, models
-from snooze.actions import Settings
-from snooze.daemon import ModelLoop
-from snooze.engine import new_http_client
-from snooze.metrics import OperatorMetrics
-from snooze.pods import PodInfo, pod_info
-from snooze.release import release
+from snooze import models
+from snooze.engine.client import new_http_client
+from snooze.kube import api as kube_api
+from snooze.kube.api import KubeApi
+from snooze.kube.pods import PodInfo, pod_info
+from snooze.operator.actions import Settings
+from snooze.operator.loop import ModelLoop
+from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.release import release
 
 PREFIX = models.GROUP
 log = logging.getLogger(__name__)
@@ -29,7 +31,7 @@ class Runtime:
 
     settings: Settings
     metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
-    api: kube.KubeApi | None = None
+    api: KubeApi | None = None
     probe_slots: Any = None
     """Probes in flight across every model's client: one bound for the operator."""
     ssl_context: Any = None
@@ -66,12 +68,12 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
         # kopf and Snooze's own client use the same credentials, found the same way.
-        return kube.login()
+        return kube_api.login()
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
-        runtime.api = kube.KubeApi.from_environment()
+        runtime.api = KubeApi.from_environment()
         runtime.probe_slots = asyncio.Semaphore(64)
         runtime.ssl_context = ssl.create_default_context()
         runtime.action_http = new_http_client(max_connections=256)

@@ -23,7 +23,7 @@ import httpx
 import kopf
 
 from snooze import models
-from snooze.transport import BoundedTransport
+from snooze.kube.transport import BoundedTransport
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -58,11 +58,11 @@ class Ref:
         return f"{self.path}/{name}" + (f"/{sub}" if sub else "")
 
 
-def pods(namespace: str | None) -> Ref:
+def pods_ref(namespace: str | None) -> Ref:
     return Ref("/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods")
 
 
-def inference_models(namespace: str | None) -> Ref:
+def models_ref(namespace: str | None) -> Ref:
     base = f"/apis/{models.GROUP}/{models.VERSION}"
     where = "" if namespace is None else f"/namespaces/{namespace}"
     return Ref(f"{base}{where}/{models.PLURAL}")

@@ -1,0 +1,46 @@
+"""The README's layout table matches the tree: each path it names exists, each package is named."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "operator" / "snooze"
+
+
+def layout_rows() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| `")]
+
+
+def named_paths() -> set[Path]:
+    found: set[Path] = set()
+    for row in layout_rows():
+        cell = row.split("|")[1]
+        paths = re.findall(r"`([^`]+)`", cell)
+        # Later names in a cell are beside the first: `a/b.py`, `c.py` means a/c.py too.
+        base = ROOT / (paths[0] if paths[0].endswith("/") else Path(paths[0]).parent)
+        for text in paths:
+            found.add(ROOT / text if "/" in text else base / text)
+    return found
+
+
+def test_every_path_in_the_layout_table_exists() -> None:
+    missing = sorted(str(p.relative_to(ROOT)) for p in named_paths() if not p.exists())
+    assert not missing, f"README's layout table names paths that do not exist: {missing}"
+
+
+def test_every_package_and_top_level_module_is_in_the_table() -> None:
+    named = named_paths()
+    parts = [p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()]
+    parts += [p for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
+    unnamed = sorted(p.name for p in parts if p not in named)
+    assert not unnamed, f"README's layout table does not mention {unnamed}"
+
+
+def test_every_package_says_what_lives_there() -> None:
+    for init in PACKAGE.rglob("__init__.py"):
+        text = init.read_text().lstrip()
+        assert text.startswith('"""'), f"{init.relative_to(ROOT)} has no docstring"
