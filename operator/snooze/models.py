@@ -44,6 +44,7 @@ Duration = Annotated[
     str,
     Field(
         pattern=DURATION_PATTERN,
+        max_length=32,
         json_schema_extra={"example": "10m"},
     ),
     AfterValidator(_positive_duration),
@@ -326,7 +327,8 @@ class Condition(_Status):
     """A Kubernetes-style condition."""
 
     type: str
-    """Ready, Asleep, WakeFailed or SpecValid."""
+    """Ready, Asleep, WakeFailed, SpecValid, Conflict (another model holds this one's model
+    name) or SharedPods (another model selects some of its pods)."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
     reason: str = ""
@@ -344,8 +346,11 @@ class PodStatus(_Status):
 
     name: str
     """The pod's name."""
+    uid: str = ""
+    """The pod's uid: this entry speaks of that pod only, not of one recreated under its name."""
     state: str
-    """awake, draining, asleep, waking, failed, or unready."""
+    """awake, draining, asleep, waking, failed, unready, unknown, unreachable, or shared
+    (selected by another InferenceModel too: acted on by neither)."""
     since: datetime | None = None
     """When the pod entered this state."""
     last_activity_time: datetime | None = None
@@ -366,7 +371,8 @@ class InferenceModelStatus(_Status):
     phase: Phase = Phase.PENDING
     """Pending, Awake, Asleep, Waking, Draining, Degraded, ScaledToZero, ScalingUp or Invalid."""
     model_name: str = ""
-    """The model name that the gateway routes by."""
+    """The model name that the gateway routes by (empty while the spec is invalid); the model
+    holds it unless its Conflict condition is True."""
     engines: int = 0
     """Pods selected."""
     awake: int = 0
@@ -399,6 +405,6 @@ class InferenceModelStatus(_Status):
     """When someone else scaled the workload while Snooze had it at zero, or scaled it to zero
     themselves: Snooze leaves the scale alone until the model is next active."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Ready, Asleep, WakeFailed and SpecValid."""
+    """Ready, Asleep, WakeFailed, SpecValid, Conflict and SharedPods."""
     observed_generation: int | None = None
     """The metadata.generation the operator last acted on."""
