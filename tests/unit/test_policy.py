@@ -151,16 +151,54 @@ def check(case: Case) -> None:
         ["Label a=asleep", "Wake a"],
     ),
     Case(
-        "cut-off drain of an idle engine: label awake, then sleep anew",
-        [awake("a", label=DRAINING, idle_for=IDLE + 5)],
+        "drain cut off before its /sleep was sent: resumed at once",
+        [awake("a", label=DRAINING, idle_for=IDLE + 5, sleep_started=NOW - 100)],
         model(),
-        ["Label a=awake", "Sleep a"],
+        ["Sleep a"],
     ),
     Case(
-        "cut-off drain of a busy engine: label awake only",
-        [awake("a", label=DRAINING, idle_for=IDLE + 5, busy=True)],
+        "drain cut off with requests still in flight: resumed (the drain waits for them)",
+        [awake("a", label=DRAINING, idle_for=IDLE + 5, busy=True, sleep_started=NOW - 100)],
         model(),
+        ["Sleep a"],
+    ),
+    Case(
+        "drain cut off, /sleep marked sent by an older drain: resumed",
+        [awake("a", label=DRAINING, sleep_started=NOW - 10, sleep_sent=NOW - 500)],
+        model(),
+        ["Sleep a"],
+    ),
+    Case(
+        "drain cut off after its /sleep was sent: left while the sleep may still run",
+        [awake("a", label=DRAINING, sleep_started=NOW - 20, sleep_sent=NOW - 10)],
+        ModelView(spec=spec(), wake_requested=None, now=NOW, sleep_grace=60),
+    ),
+    Case(
+        "drain whose /sleep was sent longer ago than a sleep may take: awake again",
+        [awake("a", label=DRAINING, sleep_started=NOW - 200, sleep_sent=NOW - 100)],
+        ModelView(spec=spec(), wake_requested=None, now=NOW, sleep_grace=60),
         ["Label a=awake"],
+    ),
+    Case(
+        "drain cut off, but a wake was requested since: awake again, not resumed",
+        [awake("a", label=DRAINING, sleep_started=NOW - 100)],
+        model(requested_ago=50),
+        ["Label a=awake"],
+    ),
+    Case(
+        "drain cut off, but minAwake needs it: awake again",
+        [awake("a", label=DRAINING, idle_for=IDLE + 5, sleep_started=NOW - 100)],
+        model(spec(min_awake=1)),
+        ["Label a=awake"],
+    ),
+    Case(
+        "drain cut off, minAwake met by another awake engine: resumed",
+        [
+            awake("a", label=DRAINING, idle_for=IDLE + 5, sleep_started=NOW - 100),
+            awake("b", idle_for=0),
+        ],
+        model(spec(min_awake=1)),
+        ["Sleep a"],
     ),
     Case(
         "drain that reached sleep: label asleep",
@@ -668,6 +706,7 @@ def engine_views(draw: st.DrawFn, pod: str, *, failures: bool = True) -> EngineV
         last_activity=NOW - draw(ago),
         action_running=draw(MOSTLY_FALSE),
         sleep_started=draw(st.none() | ago.map(lambda s: NOW - s)),
+        sleep_sent=draw(st.none() | ago.map(lambda s: NOW - s)),
         wake_failures=wake_failures,
         last_failure=(draw(st.none() | ago.map(lambda s: NOW - s)) if wake_failures else None),
         last_failure_reason=draw(st.sampled_from(REASONS)) if wake_failures else "",
@@ -696,6 +735,7 @@ def situations(
         spec=draw(specs(desired)),
         wake_requested=draw(st.none() | ago.map(lambda s: NOW - s)),
         now=NOW,
+        sleep_grace=draw(st.sampled_from([0.0, 60.0])),
     )
     return engines, view
 
@@ -768,12 +808,32 @@ def test_auto_sleeps_only_idle_engines(situation: Situation) -> None:
     pods = by_pod(engines)
     idle_after = view.spec.idle_after_seconds
     for action in decide(engines, view):
-        if action.kind is not ActionKind.SLEEP:
-            continue
+        if action.kind is not ActionKind.SLEEP or action.reason == "ResumeDrain":
+            continue  # a resumed drain carries on a decision taken before (tested below)
         engine = pods[action.pod]
         assert not engine.busy
         assert view.now - engine.last_activity >= idle_after
         assert view.wake_requested is None or view.now - view.wake_requested >= idle_after
+
+
+@PROPERTY
+@given(situations())
+def test_only_drains_cut_off_before_their_sleep_was_sent_are_resumed(situation: Situation) -> None:
+    # Resuming one whose /sleep was sent could sleep an engine twice; one a request wants
+    # awake must be published awake instead.
+    engines, view = situation
+    pods = by_pod(engines)
+    for action in decide(engines, view):
+        if action.reason != "ResumeDrain":
+            continue
+        engine = pods[action.pod]
+        assert action.kind is ActionKind.SLEEP
+        assert engine.label is DRAINING and engine.sleeping is False
+        assert not engine.action_running
+        started, sent = engine.sleep_started, engine.sleep_sent
+        assert sent is None or started is None or sent < started
+        assert view.spec.desired_state is not DesiredState.AWAKE
+        assert not wants_wake(engine, view)
 
 
 @PROPERTY

@@ -27,7 +27,7 @@ from snooze.models import (
 )
 from snooze.operator import status
 from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
-from snooze.operator.memory import ModelMemory, rebuild
+from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory, rebuild
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.scaling import Scaler
 from snooze.policy import claims
@@ -45,6 +45,8 @@ class Probe:
     sleeping: bool | None
     in_flight: int = 0
     success_total: float | None = None
+    error: str = ""
+    """Why the probe got no answer (names the URL), when it got none."""
 
 
 async def probe(client: EngineClient, pod: str) -> Probe:
@@ -59,7 +61,7 @@ async def probe(client: EngineClient, pod: str) -> Probe:
             sleeping = await client.is_sleeping()
     except EngineError as exc:
         log.debug("probe of %s failed: %s", pod, exc)
-        return Probe(pod=pod, sleeping=None)
+        return Probe(pod=pod, sleeping=None, error=str(exc))
     return Probe(
         pod=pod,
         sleeping=sleeping,
@@ -205,7 +207,7 @@ class ModelLoop:
             spec=spec,
             wake_requested=wake_requested,
             now=now,
-            drain_grace=self.settings.drain_timeout + sleep_timeout(spec),
+            sleep_grace=sleep_timeout(spec, self.settings),
         )
         by_name = {p.name: p for p in pods}
         for action in sleep_policy.decide(views, model):
@@ -272,6 +274,8 @@ class ModelLoop:
         for pod in pods:
             engine = self.memory.engine(pod.name, now=now)
             result = results.get(pod.name)
+            if result is not None:
+                self._note_reachability(pod.name, engine, result)
             if result is not None and result.sleeping is not None:
                 moved = (
                     engine.success_total is not None
@@ -293,12 +297,32 @@ class ModelLoop:
                     last_activity=engine.last_activity,
                     action_running=engine.acting,
                     sleep_started=pod.sleep_started,
+                    sleep_sent=pod.sleep_sent,
                     wake_failures=engine.wake_failures,
                     last_failure=engine.last_failure,
                     last_failure_reason=engine.last_failure_reason,
                 )
             )
         return views
+
+    def _note_reachability(self, pod: str, engine: EngineMemory, result: Probe) -> None:
+        """Count probes in a row without an answer; tell when an engine becomes unreachable
+        (naming the URL tried) and when it answers again."""
+        was = engine.unreachable
+        if result.sleeping is None:
+            engine.probe_failures += 1
+            engine.probe_error = result.error
+        else:
+            engine.probe_failures, engine.probe_error = 0, ""
+        if engine.unreachable and not was:
+            self.emit(
+                "Warning",
+                "EngineUnreachable",
+                f"{pod}: no answer to {UNREACHABLE_AFTER} probes in a row, so it gets no "
+                f"requests until it answers: {engine.probe_error}",
+            )
+        elif was and not engine.unreachable:
+            self.emit("Normal", "EngineReachable", f"{pod}: the engine answers again")
 
     async def _report_invalid(self, message: str, generation: int | None, now: float) -> None:
         if message != self._reported_error:

@@ -119,7 +119,8 @@ def build(
     every = pods
     pods = [p for p in every if p.name not in shared]
     ready = [p for p in pods if p.ready]
-    labels = [p.state for p in ready]
+    # An engine that stopped answering serves nothing, whatever its label says.
+    labels = [None if _unreachable(memory, p) else p.state for p in ready]
     count = {state: sum(1 for label in labels if label is state) for state in EngineState}
     model_phase = phase(labels, ready=len(ready), spec_valid=spec_error is None)
     if spec_error is None and not count[EngineState.AWAKE]:
@@ -133,6 +134,8 @@ def build(
     for pod in sorted(every, key=lambda p: p.name):
         engine = memory.engines.get(pod.name)
         state = "shared" if pod.name in shared else pod_state(pod)
+        if _unreachable(memory, pod):
+            state = "unreachable"  # whatever its label says: not to be routed to
         # The uid, so that a reader (the gateway) never trusts this entry for a pod recreated
         # under the same name.
         entry: JSON = {"name": pod.name, "uid": pod.uid or None, "state": state}
@@ -145,6 +148,8 @@ def build(
             entry["since"] = _time(since)
             entry["lastActivityTime"] = format_time(_coarse(engine.last_activity))
             entry["wakeFailures"] = engine.wake_failures
+            if state == "unreachable":
+                entry["message"] = engine.probe_error
             if engine.wake_failures:
                 entry["failureReason"] = engine.last_failure_reason
                 entry["lastFailureTime"] = _time(engine.last_failure)
@@ -237,3 +242,8 @@ def _wake_failed(failing: Sequence[tuple[str, str, str]]) -> ConditionValue:
         reason=reason or "WakeFailed",
         message=f"{pod}{more}: {message}",
     )
+
+
+def _unreachable(memory: ModelMemory, pod: PodInfo) -> bool:
+    engine = memory.engines.get(pod.name)
+    return pod.ready and engine is not None and engine.unreachable

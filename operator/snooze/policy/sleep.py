@@ -35,6 +35,8 @@ class EngineView:
     """An action (drain, sleep, wake) is in flight on this engine."""
     sleep_started: float | None = None
     """When its last sleep began (the drain), from the pod's annotation."""
+    sleep_sent: float | None = None
+    """When /sleep was sent for the last drain, from the pod's annotation (if it was)."""
     wake_failures: int = 0
     """Failed wakes in a row."""
     last_failure: float | None = None
@@ -74,10 +76,9 @@ class ModelView:
     wake_requested: float | None
     """The time in the `snooze.dev/wake-requested-at` annotation."""
     now: float
-    drain_grace: float = 0.0
-    """How long a drain (and the sleep it sends) may take: a `draining` label left by an
-    operator that stopped is left alone this long after the drain began, since the engine
-    may still be carrying out the sleep that was sent."""
+    sleep_grace: float = 0.0
+    """How long a sent /sleep may take: a `draining` label left by an operator that stopped
+    after sending it is left alone this long, since the engine may still be freeing memory."""
 
 
 def retry_delay(failures: int) -> float:
@@ -106,9 +107,14 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     candidates = [e for e in engines if e.ready and not e.action_running and e.sleeping is not None]
 
     # 1. Publish the truth: a label that disagrees with the engine and has no action behind it
-    #    is a leftover (operator restarted mid-step, or a new pod with no label yet).
+    #    is a leftover (operator restarted mid-step, or a new pod with no label yet). A drain
+    #    cut off before its /sleep was sent is resumed, not left to time out.
     settled: list[EngineView] = []
+    awake_now = sum(1 for e in candidates if e.label is EngineState.AWAKE and not e.sleeping)
     for engine in candidates:
+        if _resumes_drain(engine, model, awake_others=awake_now):
+            actions.append(Action(kind=ActionKind.SLEEP, pod=engine.pod, reason="ResumeDrain"))
+            continue
         label = _settled_label(engine, model)
         if label is not None:
             actions.append(
@@ -231,22 +237,49 @@ def _failure_gate(engine: EngineView, model: ModelView) -> ActionKind | None:
     return None
 
 
+def _sent_for_this_drain(engine: EngineView) -> bool:
+    return (
+        engine.sleep_sent is not None
+        and engine.sleep_started is not None
+        and engine.sleep_sent >= engine.sleep_started
+    )
+
+
+def _wanted(engine: EngineView, model: ModelView) -> bool:
+    return model.spec.desired_state is DesiredState.AWAKE or wants_wake(engine, model)
+
+
+def _resumes_drain(engine: EngineView, model: ModelView, *, awake_others: int) -> bool:
+    """A drain cut off (the operator stopped) before its /sleep was sent is carried on, as
+    long as the model still wants it asleep: nothing was sent, so nothing can be repeated."""
+    if engine.sleeping or engine.label is not EngineState.DRAINING:
+        return False
+    if _sent_for_this_drain(engine) or _wanted(engine, model):
+        return False
+    desired = model.spec.desired_state
+    return desired is DesiredState.ASLEEP or awake_others >= model.spec.min_awake
+
+
 def _settled_label(engine: EngineView, model: ModelView) -> EngineState | None:
     """The label to publish when the current one is stale; None when it stands.
 
     With no action in flight, `waking` and `draining` are leftovers of an interrupted step
     (the operator restarted): the engine's own answer says where it really is. A cut-off wake
     leaves it asleep, and the wake request that started it is still newer than its sleep, so
-    it is woken again. A cut-off drain is left alone while the sleep it may have sent can
-    still be running, unless the model is wanted; then it is published awake again.
+    it is woken again. A drain whose /sleep was sent is left alone while that sleep can still
+    be running, unless the model is wanted; then it is published awake again.
     """
     if engine.sleeping:
         keep = (EngineState.ASLEEP, EngineState.FAILED)
         return None if engine.label in keep else EngineState.ASLEEP
     if engine.label is EngineState.DRAINING:
-        wanted = model.spec.desired_state is DesiredState.AWAKE or wants_wake(engine, model)
-        started = engine.sleep_started
-        if not wanted and started is not None and model.now - started < model.drain_grace:
+        sent = engine.sleep_sent
+        if (
+            not _wanted(engine, model)
+            and _sent_for_this_drain(engine)
+            and sent is not None
+            and model.now - sent < model.sleep_grace
+        ):
             return None
     return None if engine.label is EngineState.AWAKE else EngineState.AWAKE
 
