@@ -44,7 +44,7 @@ class Runtime:
     routing: dict[tuple[str, str], tuple[Any, ...]] = dataclasses.field(default_factory=dict)
 
 
-def configure(settings: kopf.OperatorSettings) -> None:
+def configure(settings: kopf.OperatorSettings, ours: Settings) -> None:
     """kopf's own marks go under snooze.dev, not kopf.zalando.org."""
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
@@ -58,6 +58,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.error_backoffs = (0.2, 0.5, 1, 2, 5, 10)
+    settings.peering.lifetime = ours.peering_lifetime
 
 
 def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
@@ -73,7 +74,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure(settings)
+        configure(settings, runtime.settings)
         runtime.api = KubeApi.from_environment()
         runtime.probe_slots = asyncio.Semaphore(64)
         runtime.ssl_context = ssl.create_default_context()
