@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost, serve_engines
 from snooze.sim.cli import add_arguments, configs_from
+from snooze.sim.device import GIB
 from snooze.sim.engine import GARBAGE_MARKER
 
 # Port 0 everywhere: other suites may run engines on the same loopback addresses at once.
@@ -70,7 +71,8 @@ async def test_level_1_sleep_and_wake(engine: SimulatedEngine, client: httpx.Asy
         "level": 1,
     }
     assert (await client.get("/is_sleeping")).json() == {"is_sleeping": True}
-    assert engine.sleep_level == 1 and engine.gpu_memory_bytes == 0
+    assert engine.sleep_level == 1
+    assert engine.gpu_memory_bytes == FAST.asleep_memory_gib * GIB  # sleep keeps its residue
     assert (await client.get("/health")).status_code == 200
     woke = await client.post("/wake_up")
     assert woke.json() == {"status": "awake", "tags": ["weights", "kv_cache"]}
@@ -219,7 +221,7 @@ async def test_metrics_names_labels_and_filters(
     for state, value in [("awake", 0), ("weights_offloaded", 0), ("discard_all", 1)]:
         key = ("vllm:engine_sleep_state", frozenset(base | {("sleep_state", state)}))
         assert samples[key] == value
-    assert samples[("snooze_sim_gpu_memory_used_bytes", frozenset(base))] == 0
+    assert samples[("snooze_sim_gpu_memory_used_bytes", frozenset(base))] == GIB  # the residue
 
     # Like prometheus_client: filters match sample names, so counters need their `_total`.
     wanted = ["vllm:request_success_total", "vllm:num_requests_waiting", "vllm:prompt_tokens"]
