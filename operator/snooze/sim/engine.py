@@ -18,11 +18,10 @@ SLEEP_MODES = ("abort", "wait", "keep")
 GARBAGE_MARKER = "<garbage: weights not reloaded>"
 # Deterministic filler text: tests compare outputs, so no randomness.
 FILLER = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit")
-# The message vLLM 0.18+ puts in its 500 when the hybrid-model KV re-init crashes (issue #41564).
-HYBRID_CRASH_MESSAGE = (
-    "AttributeError: 'list' object has no attribute 'zero_' "
-    "(in GPUModelRunner.init_fp8_kv_scales during wake_up)"
-)
+# The message vLLM 0.18+ puts in its 500 when the hybrid-model KV re-init crashes (issue #41564):
+# the worker's AttributeError, as the engine core reports a failed utility call (0.26: the
+# wake-up's post_kv_cache_wake_up calls init_fp8_kv_scales).
+HYBRID_CRASH_MESSAGE = "Call to wake_up method failed: 'list' object has no attribute 'zero_'"
 
 
 @dataclass(frozen=True, kw_only=True)

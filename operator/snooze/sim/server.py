@@ -12,7 +12,6 @@ from aiohttp import web
 
 from snooze.sim import metrics
 from snooze.sim.engine import (
-    KNOWN_TAGS,
     SLEEP_MODES,
     EngineDead,
     Request,
@@ -134,9 +133,8 @@ async def wake_up(request: web.Request) -> web.Response:
         awake = await _engine(request).wake_up(tags)
     except WakeError as exc:
         return error(500, str(exc), "InternalServerError")
-    return web.json_response(
-        {"status": "awake" if awake else "sleeping", "tags": tags or list(KNOWN_TAGS)}
-    )
+    # vLLM 0.33 echoes the tags it was given: null when none (everything was asked for).
+    return web.json_response({"status": "awake" if awake else "sleeping", "tags": tags})
 
 
 async def is_sleeping(request: web.Request) -> web.Response:
