@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
@@ -48,6 +49,49 @@ WAKE_OOM = {
         "code": 500,
     }
 }
+
+
+# Read from vLLM 0.33: CacheConfig().metrics_info() (vllm/config/cache.py) plus `engine`.
+CACHE_CONFIG_LABELS = [
+    "block_size",
+    "user_specified_block_size",
+    "kv_cache_layout",
+    "prefix_match_unit",
+    "gpu_memory_utilization",
+    "cache_dtype",
+    "is_attention_free",
+    "num_gpu_blocks_override",
+    "sliding_window",
+    "enable_prefix_caching",
+    "prefix_caching_hash_algo",
+    "prefix_cache_retention_interval",
+    "kv_cache_dtype_skip_layers",
+    "mamba_page_size_padded",
+    "skip_page_size_padded",
+    "mamba_block_size",
+    "mamba_cache_dtype",
+    "mamba_ssm_cache_dtype",
+    "mamba_cache_mode",
+    "enable_mamba_shared_prefix_checkpoint",
+    "replayssm_buffer_len",
+    "use_replayssm",
+    "use_kda_recoverssm",
+    "num_gpu_blocks",
+    "num_cpu_blocks",
+    "simple_cpu_offload_num_blocks",
+    "effective_attention_block_size",
+    "kv_cache_size_tokens",
+    "kv_cache_max_concurrency",
+    "hash_block_size",
+    "cache_hit_alignment_tokens",
+    "kv_sharing_fast_prefill",
+    "swa_bounded_replay",
+    "kv_cache_memory_bytes",
+    "kv_offloading_size",
+    "kv_offloading_backend",
+    "_block_size_resolved",
+    "engine",
+]
 
 
 def engine_config(**changes: Any) -> EngineConfig:
@@ -213,6 +257,24 @@ async def test_metrics_of_a_shared_engine(host: SimulatorHost, http: httpx.Async
     [info] = [labels for (name, labels) in found if name == "vllm:cache_config_info"]
     assert dict(info)["gpu_memory_utilization"] == str(30 / 70)
     assert found[("vllm:cache_config_info", info)] == 1
+    # vLLM 0.33's labels, in CacheConfig's order, then `engine`.
+    [line] = [line for line in text.splitlines() if line.startswith("vllm:cache_config_info{")]
+    assert re.findall(r'[{,]([a-z_]+)="', line) == CACHE_CONFIG_LABELS
+    assert dict(info)["engine"] == "0" and dict(info)["num_gpu_blocks"] == str(19 * 512)
+
+    # name[] matches sample names, as prometheus_client does: counters by their `_total`.
+    async def only(*names: str) -> set[str]:
+        text = (await http.get(f"{first.url}/metrics", params={"name[]": list(names)})).text
+        return {name for name, _ in samples(text)}
+
+    assert await only("snooze_sim_gpu_oom") == set()
+    assert await only("snooze_sim_gpu_oom_total", "vllm:cache_config_info") == {
+        "snooze_sim_gpu_oom_total",
+        "vllm:cache_config_info",
+    }
+    assert await only("snooze_sim_gpu_device_memory_bytes") == {
+        "snooze_sim_gpu_device_memory_bytes"
+    }
 
 
 async def test_an_engine_that_cannot_start_shows_only_the_simulator_metrics(
