@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -920,3 +920,70 @@ def test_sleeps_take_only_the_surplus_over_min_awake(situation: Situation) -> No
     waking = sum(1 for e in engines if e.action_running and e.label is WAKING)
     woken = sum(1 for a in actions if a.kind in (ActionKind.WAKE, ActionKind.CANCEL_SLEEP))
     assert staying + waking + woken >= view.spec.min_awake
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU pool members: they wake only with the pool's grant and sleep when it makes room
+
+
+def pooled(engine: EngineView, **kw: Any) -> EngineView:
+    return replace(engine, pooled=True, **kw)
+
+
+@table(
+    Case(
+        "a member asks for room instead of waking",
+        [pooled(asleep("a", slept_ago=100))],
+        model(requested_ago=50),
+        ["AskRoom a"],
+    ),
+    Case(
+        "a member granted room wakes",
+        [pooled(asleep("a", slept_ago=100), pool_grant=True)],
+        model(requested_ago=50),
+        ["Wake a"],
+    ),
+    Case(
+        "minAwake asks the pool too",
+        [pooled(asleep("a"))],
+        model(spec(min_awake=1)),
+        ["AskRoom a"],
+    ),
+    Case(
+        "the pool puts an awake member to sleep, idle or not",
+        [pooled(awake("a", idle_for=0), pool_evict=True)],
+        model(),
+        ["Sleep a"],
+    ),
+    Case(
+        "a drain the pool ordered is not cancelled by a request",
+        [pooled(draining("a", sleep_started=NOW - 10), pool_evict=True)],
+        model(requested_ago=5),
+    ),
+    Case(
+        "desiredState Awake keeps a member awake whatever the pool says",
+        [pooled(awake("a"), pool_evict=True)],
+        model(spec(desired="Awake")),
+    ),
+    Case(
+        "a member that is not asked for stays asleep, granted or not",
+        [pooled(asleep("a"), pool_grant=True)],
+        model(),
+    ),
+)
+def test_pool_members(case: Case) -> None:
+    check(case)
+
+
+@PROPERTY
+@given(situations(), st.booleans(), st.booleans())
+def test_a_pool_member_never_wakes_without_a_grant(
+    situation: Situation, grant: bool, evict: bool
+) -> None:
+    engines, view = situation
+    members = [replace(e, pooled=True, pool_grant=grant, pool_evict=evict) for e in engines]
+    for action in decide(members, view):
+        if action.kind is ActionKind.WAKE:
+            assert grant
+        if action.kind is ActionKind.CANCEL_SLEEP:
+            assert not evict

@@ -42,6 +42,12 @@ class EngineView:
     last_failure: float | None = None
     """When the last wake failed."""
     last_failure_reason: str = ""
+    pooled: bool = False
+    """A member of a GPU pool: it wakes only when the pool grants it room."""
+    pool_grant: bool = False
+    """The pool has room for it now."""
+    pool_evict: bool = False
+    """The pool puts it to sleep to make room for another model's engine."""
 
 
 class ActionKind(StrEnum):
@@ -58,6 +64,8 @@ class ActionKind(StrEnum):
     """Publish what the engine already is (after a restart of the operator, or a new pod)."""
     MARK_FAILED = "MarkFailed"
     """Give up on waking it (wake.onFailure: Report); a newer wake request tries again."""
+    ASK_ROOM = "AskRoom"
+    """A pool member that should wake: ask its pool for room (the pool grants it in turn)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +109,47 @@ def wants_wake(engine: EngineView, model: ModelView) -> bool:
 
 def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     """The actions to take now: at most one per engine, and none on an engine already acting,
-    but for CANCEL_SLEEP, which speaks to the drain running there."""
+    but for CANCEL_SLEEP, which speaks to the drain running there.
+
+    A GPU pool's member wakes only with the pool's grant (it asks for room otherwise), is not
+    kept from a sleep the pool ordered, and sleeps when the pool makes room with it.
+    """
+    return _through_pool(_decide(engines, model), engines, model)
+
+
+def _through_pool(
+    actions: list[Action], engines: Sequence[EngineView], model: ModelView
+) -> list[Action]:
+    views = {e.pod: e for e in engines}
+    out: list[Action] = []
+    for action in actions:
+        engine = views[action.pod]
+        if not engine.pooled:
+            out.append(action)
+        elif action.kind is ActionKind.WAKE and not engine.pool_grant:
+            out.append(replace(action, kind=ActionKind.ASK_ROOM))
+        elif action.kind is ActionKind.CANCEL_SLEEP and engine.pool_evict:
+            continue  # its room is promised to another model
+        else:
+            out.append(action)
+    if model.spec.desired_state is DesiredState.AWAKE:
+        return out
+    decided = {a.pod for a in out if a.kind is not ActionKind.LABEL}
+    for engine in engines:
+        if (
+            engine.pooled
+            and engine.pool_evict
+            and engine.pod not in decided
+            and engine.ready
+            and not engine.action_running
+            and engine.sleeping is False
+            and engine.label is EngineState.AWAKE
+        ):
+            out.append(Action(kind=ActionKind.SLEEP, pod=engine.pod, reason="MakeRoom"))
+    return out
+
+
+def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     spec = model.spec
     actions: list[Action] = []
     candidates = [e for e in engines if e.ready and not e.action_running and e.sleeping is not None]
