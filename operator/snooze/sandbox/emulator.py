@@ -155,15 +155,17 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             # Clients retry with JSON on 415; the sandbox stores JSON only.
             raise ApiError(415, f"the body of type {raw.content_type} is not supported")
         data = views.decode(body)
-        query = raw.query
-        method = raw.method
+        query, method = raw.query, raw.method
+        as_table = tables.requested(raw.headers.get("Accept", ""), query)
         if method == "GET" and (path.legacy_watch or query.get("watch") in ("true", "1")):
+            current = lambda: self._iter(spec, path.namespace)  # noqa: E731
+            render = tables.watch_renderer(spec, as_table)
             return await self.watches.serve(
-                raw, spec, path, current=lambda: self._iter(spec, path.namespace), rv=self._rv
+                raw, spec, path, current=current, rv=self._rv, render=render
             )
         if path.name is None:
             if method == "GET":
-                return views.respond(self._list(spec, path, query, raw.headers.get("Accept", "")))
+                return views.respond(self._list(spec, path, query, as_table))
             if method == "POST":
                 return views.respond(self._create(spec, path.namespace, data), 201)
             if method == "DELETE":
@@ -171,9 +173,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         elif path.subresource in (None, "status"):
             if method == "GET":
                 obj = self._get(spec, path)
-                if path.subresource is None and "as=Table" in raw.headers.get("Accept", ""):
+                if path.subresource is None and as_table is not None:
                     meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
-                    return views.respond(tables.table(spec, [obj], meta))
+                    return views.respond(tables.table(spec, [obj], meta, as_table))
                 return views.respond(obj)
             if method == "PUT":
                 return views.respond(self._replace(spec, path, data))
@@ -262,7 +264,11 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         return self._load(spec, path.namespace, path.name)
 
     def _list(
-        self, spec: ResourceSpec, path: ApiPath, query: Mapping[str, str], accept: str
+        self,
+        spec: ResourceSpec,
+        path: ApiPath,
+        query: Mapping[str, str],
+        as_table: tables.TableRequest | None,
     ) -> Obj:
         predicate = views.predicate(spec, query)
         items = [obj for obj in self._iter(spec, path.namespace) if predicate(obj)]
@@ -275,8 +281,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             meta["remainingItemCount"] = len(items) - limit
             items = items[:limit]
             meta["continue"] = views.encode_continue(views.sort_key(items[-1]))
-        if "as=Table" in accept:
-            return tables.table(spec, items, meta)
+        if as_table is not None:
+            return tables.table(spec, items, meta, as_table)
         return {
             "kind": f"{spec.kind}List",
             "apiVersion": spec.api_version,
