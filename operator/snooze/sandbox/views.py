@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,5 +136,11 @@ def decode(body: bytes) -> Any:
         raise ApiError(400, f"the body is not valid JSON: {exc}") from exc
 
 
-def respond(payload: Any, status: int = 200) -> aiohttp.web.Response:
-    return aiohttp.web.json_response(payload, status=status)
+def respond(
+    payload: Any, status: int = 200, *, warnings: Iterable[str] = ()
+) -> aiohttp.web.Response:
+    response = aiohttp.web.json_response(payload, status=status)
+    for warning in warnings:
+        # RFC 7234 warn-code 299 ("miscellaneous persistent warning"), as the API server sends.
+        response.headers.add("Warning", f"299 - {json.dumps(warning)}")
+    return response
