@@ -180,3 +180,9 @@ def test_field_validation_values_are_checked(sandbox: Sandbox) -> None:
     body = yaml.safe_load(pod("checked"))
     refused = httpx.post(pods, params={"fieldValidation": "Loose"}, json=body)
     assert refused.status_code == 400 and "fieldValidation" in refused.json()["message"]
+
+
+def test_a_dry_run_is_refused_not_carried_out(kubectl: Kubectl) -> None:
+    result = kubectl("apply", "--dry-run=server", "-f", "-", stdin=pod("dry"))
+    assert result.returncode == 1 and "does not do dry runs" in result.stderr
+    assert kubectl("get", "pod", "dry").returncode == 1

@@ -142,6 +142,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             return await self.watches.serve(
                 raw, spec, path, current=current, rv=self._rv, render=render
             )
+        if query.get("dryRun") and method != "GET":  # refused rather than carried out for real
+            raise ApiError(400, "the snooze sandbox does not do dry runs: nothing was changed")
         check = validation.check_for(spec, query, patch=method == "PATCH")
         if path.name is None:
             if method == "GET":
