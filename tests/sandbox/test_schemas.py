@@ -136,7 +136,10 @@ def test_crd_rules(spec: dict[str, Any], problem: str) -> None:
 
 def test_crd_accepts_what_its_schema_allows() -> None:
     obj = model(minAwake=2.0, idle={"after": "20s"}, wake={"onRequest": True})
-    _check("InferenceModel", copy.deepcopy(obj))
+    obj["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    kept = copy.deepcopy(obj)
+    _check("InferenceModel", obj)
+    assert obj == kept
     preserving = copy.deepcopy(CRD)
     root = preserving["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     root["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"] = True

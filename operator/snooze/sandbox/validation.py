@@ -94,12 +94,14 @@ class Walker:
         if self.custom:
             self._rules(value, schema, path)
         if isinstance(value, dict) and expected in ("object", None):
-            self._fields(value, schema, path, go)
+            self._fields(value, schema, path, go, builtin_type=bool(name))
         elif isinstance(value, list) and isinstance(schema.get("items"), dict):
             for index, item in enumerate(value):
                 self.walk(item, schema["items"], f"{path}[{index}]", go)
 
-    def _fields(self, value: Obj, schema: Obj, path: str, go: tuple[str, str]) -> None:
+    def _fields(
+        self, value: Obj, schema: Obj, path: str, go: tuple[str, str], *, builtin_type: bool
+    ) -> None:
         properties = schema.get("properties")
         extra = schema.get("additionalProperties")
         keep = schema.get("x-kubernetes-preserve-unknown-fields") or extra is True
@@ -113,7 +115,8 @@ class Walker:
                 self.walk(value[key], extra, where, go)  # Go's path names no map key
             elif keep or (embedded and key in ("apiVersion", "kind", "metadata")):
                 continue
-            elif properties is not None or (self.custom and extra is None):
+            # A CRD's object without properties keeps no field; a built-in one (FieldsV1...) any.
+            elif properties is not None or (self.custom and extra is None and not builtin_type):
                 self.findings.unknown.append(where)
                 del value[key]  # never stored: the decoder drops it, pruning removes it
 
