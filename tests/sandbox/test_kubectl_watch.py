@@ -90,11 +90,14 @@ def patch_status(sandbox: Sandbox, path: str, status: dict[str, object]) -> None
 
 def test_pod_watch_rows_keep_the_columns(sandbox: Sandbox, watch: Callable[..., Watch]) -> None:
     pods = f"{sandbox.url}/api/v1/namespaces/default/pods"
-    pod = {"metadata": {"name": "watched"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    pod = {
+        "metadata": {"name": "watched", "labels": {"tier": "a"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }
     assert httpx.post(pods, json=pod).status_code == 201
-    w = watch("get", "pods", "-w")
+    w = watch("get", "pods", "-L", "tier", "-w")
     assert w.wait_for(lambda words: words[:1] == ["NAME"]) == [
-        "NAME", "READY", "STATUS", "RESTARTS", "AGE"
+        "NAME", "READY", "STATUS", "RESTARTS", "AGE", "TIER"
     ]  # fmt: skip
     assert w.wait_for(lambda words: words[:1] == ["watched"])[1] == "0/1"
     # What a kubelet writes once the container runs and passes its readiness probe.
@@ -110,7 +113,11 @@ def test_pod_watch_rows_keep_the_columns(sandbox: Sandbox, watch: Callable[..., 
         },
     )
     row = w.wait_for(lambda words: words[:1] == ["watched"])
-    assert row[:4] == ["watched", "1/1", "Running", "0"]
+    assert row[:4] == ["watched", "1/1", "Running", "0"] and row[-1] == "a"
+    relabel = {"metadata": {"labels": {"tier": "b"}}}
+    headers = {"Content-Type": "application/merge-patch+json"}
+    assert httpx.patch(f"{pods}/watched", json=relabel, headers=headers).status_code == 200
+    assert w.wait_for(lambda words: words[:1] == ["watched"])[-1] == "b"  # -L reads each row
     httpx.delete(f"{pods}/watched")
 
 
