@@ -4,7 +4,7 @@ Like the API server, /openapi/v3 lists one document per group-version, each at a
 hash of its content (a client may cache it for good); a stale hash is redirected to the current
 one. Each document has the paths of the group-version's resources (whose operations name the
 group-version-kind and the query parameters the sandbox honours, such as `fieldValidation`) and
-the schemas of its kinds. /openapi/v2 is not served: kubectl 1.27 and later read v3.
+the schemas of its kinds. /openapi/v2 has them all in one document (swagger.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp.web
 
-from snooze.sandbox import schemas
+from snooze.sandbox import schemas, swagger
 from snooze.sandbox.api import ApiError
 from snooze.sandbox.discovery import Registry, ResourceSpec
 
@@ -157,56 +157,81 @@ class Documents:
     def __init__(self, registry: Registry, title_version: str) -> None:
         self.registry = registry
         self.title_version = title_version
-        self._cache: dict[str, tuple[Any, bytes, str]] = {}
+        self._cache: dict[str, tuple[Any, Obj, bytes, str]] = {}
+        self._v2: tuple[list[str], bytes, bytes] | None = None  # digests, JSON, protobuf
 
     def _by_key(self) -> dict[str, list[ResourceSpec]]:
         found: dict[str, list[ResourceSpec]] = {}
         for (group, version, _), spec in sorted(self.registry.specs.items()):
-            found.setdefault(f"apis/{group}/{version}" if group else f"api/{version}", []).append(
-                spec
-            )
+            key = f"apis/{group}/{version}" if group else f"api/{version}"
+            found.setdefault(key, []).append(spec)
         return found
 
-    def _document(self, key: str, specs: list[ResourceSpec]) -> tuple[bytes, str]:
+    def _document(self, key: str, specs: list[ResourceSpec]) -> tuple[Obj, bytes, str]:
         # A CRD's new schema is a new object: its identity tells that the document changed.
         fingerprint = [(spec, id(spec.schema)) for spec in specs]
         cached = self._cache.get(key)
         if cached is None or cached[0] != fingerprint:
-            body = json.dumps(group_version_document(specs, self.title_version)).encode()
-            cached = (fingerprint, body, hashlib.sha512(body).hexdigest().upper())
+            doc = group_version_document(specs, self.title_version)
+            body = json.dumps(doc).encode()
+            cached = (fingerprint, doc, body, hashlib.sha512(body).hexdigest().upper())
             self._cache[key] = cached
-        return cached[1], cached[2]
+        return cached[1], cached[2], cached[3]
 
     def index(self) -> Obj:
         """/openapi/v3: where each group-version's document is, under the hash of its content."""
         paths = {}
         for key, specs in self._by_key().items():
-            _, digest = self._document(key, specs)
+            _, _, digest = self._document(key, specs)
             paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest}"}
         return {"paths": paths}
 
+    def swagger(self) -> tuple[bytes, bytes]:
+        """/openapi/v2 as JSON and as protobuf, rebuilt when a group-version's document changes."""
+        documents = [self._document(key, specs) for key, specs in self._by_key().items()]
+        digests = [digest for _, _, digest in documents]
+        if self._v2 is None or self._v2[0] != digests:
+            doc = swagger.document([d for d, _, _ in documents], self.title_version)
+            self._v2 = (digests, json.dumps(doc).encode(), swagger.encode(doc))
+        return self._v2[1], self._v2[2]
+
     def serve(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        """Answer a request under /openapi/ as the API server's OpenAPI v3 handler does."""
+        """Answer a request under /openapi/ as the API server's OpenAPI handlers do."""
         accept = raw.headers.get("Accept", "")
+        path = raw.path.rstrip("/")
+        if path == "/openapi/v2":
+            as_json, as_protobuf = self.swagger()
+            if "protobuf" in accept and "spec.v2" in accept:
+                return self._respond(raw, as_protobuf, swagger.PROTOBUF)
+            if accept and not any(t in accept for t in ("application/json", "*/*")):
+                raise ApiError(406, "/openapi/v2 is served as JSON or as protobuf")
+            return self._respond(raw, as_json, "application/json")
         if accept and not any(t in accept for t in ("application/json", "*/*")):
             raise ApiError(406, "only application/json is served by the sandbox's OpenAPI v3")
-        path = raw.path.rstrip("/")
         if path == "/openapi/v3":
             return aiohttp.web.json_response(self.index())
         key = path.removeprefix("/openapi/v3/")
         specs = self._by_key().get(key) if path.startswith("/openapi/v3/") else None
         if specs is None:
             raise ApiError(404, "the server could not find the requested resource")
-        body, digest = self._document(key, specs)
+        _, body, digest = self._document(key, specs)
         wanted = raw.query.get("hash")
         if wanted and wanted != digest:
             location = f"/openapi/v3/{key}?hash={digest}"
             return aiohttp.web.Response(status=301, headers={"Location": location})
+        return self._respond(raw, body, "application/json", immutable=bool(wanted))
+
+    @staticmethod
+    def _respond(
+        raw: aiohttp.web.BaseRequest, body: bytes, content_type: str, *, immutable: bool = False
+    ) -> aiohttp.web.Response:
+        digest = hashlib.sha512(body).hexdigest().upper()
         headers = {"ETag": f'"{digest}"', "Vary": "Accept"}
-        if wanted:
+        if immutable:
+            # The URL names the content's hash: a client may keep it for good.
             expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=365)
             headers["Cache-Control"] = "public, immutable"
             headers["Expires"] = expires.strftime("%a, %d %b %Y %H:%M:%S GMT")
         if raw.headers.get("If-None-Match") == headers["ETag"]:
             return aiohttp.web.Response(status=304, headers=headers)
-        return aiohttp.web.Response(body=body, content_type="application/json", headers=headers)
+        return aiohttp.web.Response(body=body, content_type=content_type, headers=headers)
