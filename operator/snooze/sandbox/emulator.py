@@ -373,8 +373,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     ) -> Obj:
         assert path.name is not None
         old = self._load(spec, path.namespace, path.name)
-        # A merge patch shares the untouched parts of `old`; committing edits metadata in place.
-        patched = copy.deepcopy(views.apply_patch(old, data, content_type))
+        patched = views.apply_patch(old, data, content_type, check.schema, custom=spec.custom)
         return self._commit(spec, path, old, patched, check)
 
     def _commit(
