@@ -180,6 +180,8 @@ def test_field_validation_values_are_checked(sandbox: Sandbox) -> None:
     body = yaml.safe_load(pod("checked"))
     refused = httpx.post(pods, params={"fieldValidation": "Loose"}, json=body)
     assert refused.status_code == 400 and "fieldValidation" in refused.json()["message"]
+    # Reads take no fieldValidation; the API server ignores it there.
+    assert httpx.get(pods, params={"fieldValidation": "Loose"}).status_code == 200
 
 
 def test_a_dry_run_is_refused_not_carried_out(kubectl: Kubectl) -> None:

@@ -40,7 +40,7 @@ def _check(kind: str, obj: dict[str, Any], directive: str = "Strict") -> validat
     registry = discovery.builtin_registry()
     registry.register_crd(CRD)
     spec = next(s for s in registry.specs.values() if s.kind == kind)
-    check = validation.check_for(spec, {"fieldValidation": directive}, patch=False)
+    check = validation.check_for(spec, {"fieldValidation": directive}, method="POST")
     check(obj)
     return check
 

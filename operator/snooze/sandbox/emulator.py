@@ -144,7 +144,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             )
         if query.get("dryRun") and method != "GET":  # refused rather than carried out for real
             raise ApiError(400, "the snooze sandbox does not do dry runs: nothing was changed")
-        check = validation.check_for(spec, query, patch=method == "PATCH")
+        check = validation.check_for(spec, query, method=method)
         if path.name is None:
             if method == "GET":
                 return views.respond(self._list(spec, path, query, as_table))

@@ -288,8 +288,8 @@ def invalid(kind: str, group: str, name: str, problems: list[tuple[str, str]]) -
     )
 
 
-def check_for(spec: ResourceSpec, query: Mapping[str, str], *, patch: bool) -> Check:
-    """The checks of a write to `spec` with these query parameters (of a patch, if `patch`)."""
+def check_for(spec: ResourceSpec, query: Mapping[str, str], *, method: str) -> Check:
+    """The checks of a request to `spec`; only writes read (and refuse a bad) fieldValidation."""
     if spec.custom:
         schema = spec.schema
     else:
@@ -301,8 +301,8 @@ def check_for(spec: ResourceSpec, query: Mapping[str, str], *, patch: bool) -> C
         version=spec.version,
         schema=dict(schema) if schema is not None else None,
         custom=spec.custom,
-        directive=directive(query),
-        patch=patch,
+        directive=directive(query) if method in ("POST", "PUT", "PATCH") else "Warn",
+        patch=method == "PATCH",
     )
 
 
