@@ -97,8 +97,11 @@ def test_an_invalid_spec_claims_no_name(cluster: Cluster, operator: OperatorThre
         "valid holds it",
         lambda: condition(cluster, "valid", "Conflict").get("reason") == "NameHeld",
     )
-    # Written straight to the API (no CRD validation in the sandbox), as a broken spec would be.
-    cluster.create_model("broken", {"modelName": "n", "selector": {}})
+    # Valid for the CRD's schema, refused by the operator (a zero duration): invalid.
+    cluster.create_model(
+        "broken",
+        {"modelName": "n", "selector": {"matchLabels": {"app": "v"}}, "idle": {"after": "0s"}},
+    )
     wait_for("broken invalid", lambda: cluster.status("broken").get("phase") == "Invalid")
     assert cluster.status("broken")["modelName"] == ""
     assert condition(cluster, "valid", "Conflict")["status"] == "False"
