@@ -6,6 +6,7 @@ closed set; never a request or an error message.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -37,8 +38,12 @@ FAILURE_REASONS = (
     "Unreachable",
     "EngineError",
     "SleepModeDisabled",
+    "OutOfMemory",
     "ColdStartTimeout",
 )
+
+# Why a pool put a member to sleep: room for another member's wake, or for one starting.
+POOL_EVICTION_REASONS = ("wake", "start")
 
 # `_created` samples double every counter's and histogram's series and no panel or rule
 # reads them: at a thousand models the page is megabytes, scraped every few seconds.
@@ -138,6 +143,33 @@ class OperatorMetrics:
             ["namespace", "model"],
             registry=r,
         )
+        self.pool_memory = Gauge(
+            "snooze_pool_memory_bytes",
+            "A GPU pool's device memory: held by awake (waking, draining, starting) members, "
+            "held by asleep ones (what sleep cannot free), and free.",
+            ["namespace", "pool", "state"],
+            registry=r,
+        )
+        self.pool_evictions = Counter(
+            "snooze_pool_evictions_total",
+            "Pool members put to sleep to make room: for a wake, or for a member starting.",
+            ["namespace", "pool", "reason"],
+            registry=r,
+        )
+        self.pool_wait = Histogram(
+            "snooze_pool_wait_seconds",
+            "How long a member's wake waited for room on its pool (ask to grant).",
+            ["namespace", "pool"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.pool_oom = Counter(
+            "snooze_pool_oom_total",
+            "Wakes of pool members that failed for want of device memory (CUDA out of memory): "
+            "0 while the pool's accounting holds.",
+            ["namespace", "pool"],
+            registry=r,
+        )
         self.build_info = Info("snooze_operator_build", "The operator's version.", registry=r)
         self.build_info.info({"version": __version__})
         self.models = _ModelsByPhase()
@@ -182,6 +214,24 @@ class OperatorMetrics:
 
     def set_phase(self, namespace: str, model: str, phase: str) -> None:
         self.models.phases[(namespace, model)] = phase
+
+    def start_pool(self, namespace: str, pool: str) -> None:
+        """A pool's series at zero, so that the first eviction or OOM shows in rate()."""
+        for reason in POOL_EVICTION_REASONS:
+            self.pool_evictions.labels(namespace, pool, reason)
+        self.pool_oom.labels(namespace, pool)
+        self.pool_wait.labels(namespace, pool)
+
+    def set_pool_memory(
+        self, namespace: str, pool: str, *, awake: int, asleep: int, free: int
+    ) -> None:
+        for state, value in (("awake", awake), ("asleep", asleep), ("free", free)):
+            self.pool_memory.labels(namespace, pool, state).set(value)
+
+    def forget_pool(self, namespace: str, pool: str) -> None:
+        for state in ("awake", "asleep", "free"):
+            with contextlib.suppress(KeyError):
+                self.pool_memory.remove(namespace, pool, state)
 
     def forget_model(self, namespace: str, model: str) -> None:
         self.set_engine_states(namespace, model, {})

@@ -112,6 +112,7 @@ def build(
     spec_error: str | None = None,
     replicas: int | None = None,
     conflicts: Conflicts | None = None,
+    waiting_for_room: str | None = None,
 ) -> JSON:
     """The whole status to write; `pods` are all the pods selected, shared ones included."""
     conflicts = conflicts or Conflicts()
@@ -192,6 +193,12 @@ def build(
                 if model_name
                 else "an invalid spec claims no model name"
             ),
+        ),
+        ConditionValue(
+            type="WaitingForRoom",
+            status=waiting_for_room is not None,
+            reason="PoolFull" if waiting_for_room else "NotWaiting",
+            message=waiting_for_room or "no wake waits for room on a GPU pool",
         ),
         ConditionValue(
             type="SharedPods",

@@ -48,6 +48,10 @@ class EngineView:
     """The pool has room for it now."""
     pool_evict: bool = False
     """The pool puts it to sleep to make room for another model's engine."""
+    pool_level: int | None = None
+    """The level the pool has it sleep at (2 when the pool's host memory is full)."""
+    sleep_level: int | None = None
+    """The level it sleeps at now, when known: its wake follows it, whatever the spec says now."""
 
 
 class ActionKind(StrEnum):
@@ -74,6 +78,8 @@ class Action:
     pod: str
     reason: str
     label: EngineState | None = None
+    level: int | None = None
+    """For SLEEP, the level to sleep at; for WAKE, the level the engine sleeps at."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +120,26 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     A GPU pool's member wakes only with the pool's grant (it asks for room otherwise), is not
     kept from a sleep the pool ordered, and sleeps when the pool makes room with it.
     """
-    return _through_pool(_decide(engines, model), engines, model)
+    return _with_levels(_through_pool(_decide(engines, model), engines, model), engines, model)
+
+
+def _with_levels(
+    actions: list[Action], engines: Sequence[EngineView], model: ModelView
+) -> list[Action]:
+    """Sleep at the spec's level (or the pool's); wake from the level the engine sleeps at: a
+    level-1 wake of an engine that slept at level 2 would serve garbage."""
+    views = {e.pod: e for e in engines}
+    spec_level = model.spec.sleep.level
+    out = []
+    for action in actions:
+        engine = views[action.pod]
+        if action.kind is ActionKind.SLEEP:
+            level = engine.pool_level if engine.pooled and engine.pool_level else spec_level
+            action = replace(action, level=level)
+        elif action.kind is ActionKind.WAKE:
+            action = replace(action, level=engine.sleep_level or spec_level)
+        out.append(action)
+    return out
 
 
 def _through_pool(
