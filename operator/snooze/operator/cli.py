@@ -29,6 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="longest wait for in-flight requests before sleeping (default: 60)",
     )
     parser.add_argument(
+        "--status-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="write a model's status at most this often when only its activity times moved; "
+        "phases, counts and conditions are written at once (default: 60)",
+    )
+    parser.add_argument(
         "--liveness-port",
         type=int,
         default=None,
@@ -94,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         probe_interval=args.probe_interval,
         drain_timeout=args.drain_timeout,
         peering_lifetime=args.peering_lifetime,
+        status_interval=args.status_interval,
     )
     # kopf pauses every replica that sees a live peer of the same priority: equal priorities
     # would leave the cluster unserved, so each replica draws its own.

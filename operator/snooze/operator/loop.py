@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -148,6 +149,7 @@ class ModelLoop:
             namespace=namespace, model=name, api=api, memory=self.memory, emit=emit, metrics=metrics
         )
         self.written: JSON = dict(body.get("status") or {})
+        self._status_written_at = -math.inf
         self._reported_error: str | None = None
         self.selector: LabelSelector | None = None
         self.model_name = ""
@@ -471,5 +473,14 @@ class ModelLoop:
     async def _patch_status(self, new: JSON) -> None:
         if new == {k: self.written.get(k) for k in new}:
             return  # nothing changed: no API write
+        now = time.monotonic()
+        if (
+            status.only_activity_moved(self.written, new)
+            and now - self._status_written_at < self.settings.status_interval
+        ):
+            # A busy model's activity times move at every probe: written at most once per
+            # status interval, so that API writes do not grow with traffic.
+            return
         await self.api.patch(models_ref(self.namespace), self.name, {"status": new}, sub="status")
         self.written = new
+        self._status_written_at = now

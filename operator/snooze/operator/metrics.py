@@ -112,7 +112,8 @@ class OperatorMetrics:
         )
         self.engine_state = Gauge(
             "snooze_engine_state",
-            "1 for each engine's current published state, 0 for the others.",
+            "1 for each engine, labelled with its current published state (one series per "
+            "engine: a state it is not in has no series).",
             ["namespace", "model", "pod", "state"],
             registry=r,
         )
@@ -174,7 +175,7 @@ class OperatorMetrics:
         self.build_info.info({"version": __version__})
         self.models = _ModelsByPhase()
         r.register(self.models)
-        self._pods: dict[tuple[str, str], set[str]] = {}
+        self._pods: dict[tuple[str, str], dict[str, str | None]] = {}
         self._started: set[tuple[str, str]] = set()
         self.wakes: deque[Wake] = deque(maxlen=10_000)
         """The latest wakes, each exact (a histogram keeps only buckets): for reports such as
@@ -200,17 +201,21 @@ class OperatorMetrics:
     def set_engine_states(
         self, namespace: str, model: str, states: Mapping[str, str | None]
     ) -> None:
-        """Publish each pod's state; drop the series of pods that are gone."""
+        """Publish each pod's state as one series; drop those of states left and pods gone.
+
+        One series per engine, not one per possible state: at thousands of engines the zeros
+        were most of the page, scraped every few seconds.
+        """
         key = (namespace, model)
-        for pod in self._pods.get(key, set()) - set(states):
-            for state in STATES:
-                self.engine_state.remove(namespace, model, pod, state)
-        for pod, current in states.items():
-            for state in STATES:
-                self.engine_state.labels(namespace, model, pod, state).set(
-                    1 if state == current else 0
-                )
-        self._pods[key] = set(states)
+        before = self._pods.get(key, {})
+        for pod, state in before.items():
+            if states.get(pod) != state and state is not None:
+                with contextlib.suppress(KeyError):
+                    self.engine_state.remove(namespace, model, pod, state)
+        for pod, state in states.items():
+            if state is not None and before.get(pod) != state:
+                self.engine_state.labels(namespace, model, pod, state).set(1)
+        self._pods[key] = dict(states)
 
     def set_phase(self, namespace: str, model: str, phase: str) -> None:
         self.models.phases[(namespace, model)] = phase

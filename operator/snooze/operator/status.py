@@ -236,6 +236,24 @@ def build(
     }
 
 
+# Fields that move with traffic alone; everything else is a change worth writing at once.
+ACTIVITY_FIELDS = ("lastActivityTime",)
+
+
+def only_activity_moved(old: JSON, new: JSON) -> bool:
+    """Whether `new` differs from `old` only in activity times (the model's, its pods')."""
+
+    def without_activity(status: JSON) -> JSON:
+        stripped = {k: v for k, v in status.items() if k not in ACTIVITY_FIELDS}
+        stripped["pods"] = [
+            {k: v for k, v in pod.items() if k not in ACTIVITY_FIELDS}
+            for pod in status.get("pods") or []
+        ]
+        return stripped
+
+    return without_activity(old) == without_activity(new)
+
+
 def _wake_failed(failing: Sequence[tuple[str, str, str]]) -> ConditionValue:
     if not failing:
         return ConditionValue(
