@@ -175,7 +175,9 @@ class Cluster:
         return [e for e in items if reason is None or e.get("reason") == reason]
 
 
-FAST = Settings(probe_interval=0.1, drain_timeout=2.0, drain_poll=0.05, probe_timeout=2.0)
+FAST = Settings(
+    probe_interval=0.1, drift_interval=1.0, drain_timeout=2.0, drain_poll=0.05, probe_timeout=2.0
+)
 
 
 @pytest.fixture

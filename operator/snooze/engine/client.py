@@ -42,7 +42,9 @@ SLEEP_STATE = "vllm:engine_sleep_state"
 # A gauge fixed at 1 whose labels are the engine's CacheConfig: `gpu_memory_utilization` is
 # the share of the device the engine takes awake (what a GPU pool needs to know).
 CACHE_CONFIG = "vllm:cache_config_info"
-ACTIVITY_METRICS = (RUNNING, WAITING, SUCCESS, SLEEP_STATE, CACHE_CONFIG)
+# vLLM 0.32+: sleeps and wakes the API server is carrying out now (label `operation`).
+OPERATIONS = "vllm:sleep_mode_operations_in_flight"
+ACTIVITY_METRICS = (RUNNING, WAITING, SUCCESS, SLEEP_STATE, CACHE_CONFIG, OPERATIONS)
 
 SLEEP_MODES = ("abort", "wait", "keep")
 # The named steps of a wake (see EngineClient.wake).
@@ -74,6 +76,8 @@ class ActivitySnapshot:
     """The engine's sleep state, or None when the engine does not publish it (before 0.11.1)."""
     gpu_memory_utilization: float | None = None
     """The engine's share of its device's memory (its --gpu-memory-utilization), if published."""
+    sleeps_in_flight: int | None = None
+    """Sleeps the engine is carrying out now (vLLM 0.32+); None when it does not say."""
 
     @property
     def sleep_level(self) -> int | None:
@@ -98,6 +102,7 @@ def parse_activity(text: str) -> ActivitySnapshot | None:
     seen_gauge = False
     state: SleepState | None = None
     share: float | None = None
+    sleeps: float | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == RUNNING:
@@ -108,6 +113,8 @@ def parse_activity(text: str) -> ActivitySnapshot | None:
                 seen_gauge = True
             elif sample.name == SUCCESS:
                 success += sample.value
+            elif sample.name == OPERATIONS and sample.labels.get("operation") == "sleep":
+                sleeps = (sleeps or 0.0) + sample.value
             elif sample.name == CACHE_CONFIG:
                 share = _float(sample.labels.get("gpu_memory_utilization")) or share
             elif sample.name == SLEEP_STATE and sample.value == 1:
@@ -125,6 +132,7 @@ def parse_activity(text: str) -> ActivitySnapshot | None:
         success_total=success,
         sleep_state=state,
         gpu_memory_utilization=share,
+        sleeps_in_flight=None if sleeps is None else round(sleeps),
     )
 
 

@@ -50,6 +50,9 @@ class Settings:
     min_sleep_timeout: float = 60.0
     """The least time a /sleep may take before it counts as failed (freeing tens of GiB takes
     seconds; the model's wake.timeout applies when longer)."""
+    drift_interval: float = 60.0
+    """The longest an engine goes unprobed when no decision depends on it (asleep, or known
+    active from the gateway's counters): to notice what nobody told the operator."""
     status_interval: float = 60.0
     """How often a model's status may be written when only its activity times moved (a phase,
     a count or a condition that changes is written at once)."""
@@ -137,6 +140,7 @@ class Executor:
         except Exception:
             log.exception("%s on %s/%s failed", action.kind, self.namespace, pod.name)
         finally:
+            engine.last_probe = None  # confirm the outcome with a probe at the next cycle
             self.memory.poke.set()  # let the loop publish the outcome now
 
     async def label(

@@ -32,7 +32,7 @@ from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory,
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import Directive, PoolHub
 from snooze.operator.scaling import Scaler
-from snooze.policy import claims
+from snooze.policy import claims, probing
 from snooze.policy import scale as scale_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
@@ -50,6 +50,7 @@ class Probe:
     success_total: float | None = None
     sleep_level: int | None = None
     gpu_share: float | None = None
+    sleeps_in_flight: int | None = None
     error: str = ""
     """Why the probe got no answer (names the URL), when it got none."""
 
@@ -74,6 +75,7 @@ async def probe(client: EngineClient, pod: str) -> Probe:
         success_total=activity.success_total,
         sleep_level=activity.sleep_level,
         gpu_share=activity.gpu_memory_utilization,
+        sleeps_in_flight=activity.sleeps_in_flight,
     )
 
 
@@ -337,7 +339,26 @@ class ModelLoop:
     async def _observe(
         self, spec: InferenceModelSpec, pods: list[PodInfo], now: float
     ) -> list[sleep_policy.EngineView]:
-        targets = [p for p in pods if p.ready and not self.memory.engine(p.name, now=now).acting]
+        targets = [
+            p
+            for p in pods
+            if p.ready
+            and not (engine := self.memory.engine(p.name, now=now)).acting
+            and probing.probe_due(
+                probing.ProbeFacts(
+                    last_probe=engine.last_probe,
+                    answered=engine.probe_failures == 0,
+                    sleeping=engine.sleeping,
+                    label=p.state,
+                    direct_activity=engine.direct_activity,
+                    last_activity=engine.last_activity,
+                ),
+                idle_after=spec.idle_after_seconds,
+                now=now,
+                interval=self.settings.probe_interval,
+                drift=self.settings.drift_interval,
+            )
+        ]
         probes = await asyncio.gather(
             *(
                 probe(
@@ -363,15 +384,19 @@ class ModelLoop:
                     and result.success_total != engine.success_total
                 )
                 engine.busy = result.in_flight > 0
+                # Until the gateway's counters say otherwise, all activity is the engine's own.
+                engine.direct_activity = engine.busy or moved
                 if engine.busy or moved:
                     engine.last_activity = now
                     self.memory.last_activity = now
                 engine.success_total = result.success_total
                 engine.gpu_share = result.gpu_share or engine.gpu_share
+                engine.sleeps_in_flight = result.sleeps_in_flight
                 if result.sleep_level is not None:
                     engine.sleep_level = result.sleep_level
             if result is not None:
                 engine.sleeping = result.sleeping
+                engine.last_probe = now
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
             views.append(
@@ -379,12 +404,17 @@ class ModelLoop:
                     pod=pod.name,
                     ready=pod.ready,
                     label=pod.state,
-                    sleeping=None if result is None else result.sleeping,
+                    # Not probed this cycle: what it last said (nothing it needs to say has
+                    # changed since; see policy/probing.py).
+                    sleeping=engine.sleeping if pod.ready else None,
                     busy=engine.busy,
                     last_activity=engine.last_activity,
                     action_running=engine.acting,
                     sleep_started=pod.sleep_started,
                     sleep_sent=pod.sleep_sent,
+                    sleep_running=None
+                    if engine.sleeps_in_flight is None
+                    else engine.sleeps_in_flight > 0,
                     wake_failures=engine.wake_failures,
                     last_failure=engine.last_failure,
                     last_failure_reason=engine.last_failure_reason,

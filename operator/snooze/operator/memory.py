@@ -43,9 +43,15 @@ class EngineMemory:
     """The label this operator process last wrote on the pod (its index may lag behind)."""
     sleeping: bool | None = None
     """The engine's own answer at the last probe (None: no answer)."""
+    last_probe: float | None = None
+    """When it was last probed (None: never, or an action since wants it confirmed)."""
+    direct_activity: bool = False
+    """Its last probe found activity that the gateway's counters do not account for."""
     sleep_level: int | None = None
     """The level it sleeps at, as it last said (vllm:engine_sleep_state) or as the operator
     put it to sleep."""
+    sleeps_in_flight: int | None = None
+    """Sleeps the engine said it was carrying out at the last probe (vLLM 0.32+)."""
     gpu_share: float | None = None
     """Its share of the device (vllm:cache_config_info's gpu_memory_utilization), if said."""
     probe_failures: int = 0

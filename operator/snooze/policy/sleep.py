@@ -37,6 +37,8 @@ class EngineView:
     """When its last sleep began (the drain), from the pod's annotation."""
     sleep_sent: float | None = None
     """When /sleep was sent for the last drain, from the pod's annotation (if it was)."""
+    sleep_running: bool | None = None
+    """Whether the engine says a sleep is under way (vLLM 0.32+); None: it does not say."""
     wake_failures: int = 0
     """Failed wakes in a row."""
     last_failure: float | None = None
@@ -324,10 +326,13 @@ def _wanted(engine: EngineView, model: ModelView) -> bool:
 
 def _resumes_drain(engine: EngineView, model: ModelView, *, awake_others: int) -> bool:
     """A drain cut off (the operator stopped) before its /sleep was sent is carried on, as
-    long as the model still wants it asleep: nothing was sent, so nothing can be repeated."""
+    long as the model still wants it asleep: nothing was sent, so nothing can be repeated.
+    So is one whose /sleep was marked sent but which the engine, awake, says it is not
+    carrying out (vLLM 0.32+): the request never arrived, and sending it now sleeps it once."""
     if engine.sleeping or engine.label is not EngineState.DRAINING:
         return False
-    if _sent_for_this_drain(engine) or _wanted(engine, model):
+    lost = _sent_for_this_drain(engine) and engine.sleep_running is False
+    if (_sent_for_this_drain(engine) and not lost) or _wanted(engine, model):
         return False
     desired = model.spec.desired_state
     return desired is DesiredState.ASLEEP or awake_others >= model.spec.min_awake
@@ -350,6 +355,7 @@ def _settled_label(engine: EngineView, model: ModelView) -> EngineState | None:
         if (
             not _wanted(engine, model)
             and _sent_for_this_drain(engine)
+            and engine.sleep_running is not False
             and sent is not None
             and model.now - sent < model.sleep_grace
         ):
