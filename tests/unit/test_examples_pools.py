@@ -494,3 +494,25 @@ def test_a_broken_copy_is_caught(
     breaks(docs)
     found = pool_problems(docs) + WIRING[name](docs)
     assert any(problem in p for p in found), f"{case}: {found}"
+
+
+def test_an_unscheduled_pod_is_no_member() -> None:
+    # A Pending pod no node took (a fifth replica on a node sliced four ways) holds nothing
+    # on the device: it must not make the pool put an awake member to sleep for it.
+    from snooze.kube.pods import pod_info
+
+    pending = pod_info(
+        {
+            "metadata": {"name": "q-2", "labels": {"snooze.dev/pool": "p"}},
+            "spec": {"containers": [{"name": "v", "image": "i"}]},
+            "status": {"phase": "Pending"},
+        }
+    )
+    bound = pod_info(
+        {
+            "metadata": {"name": "q-3"},
+            "spec": {"nodeName": "gpu-node-1", "containers": [{"name": "v", "image": "i"}]},
+            "status": {"phase": "Pending"},
+        }
+    )
+    assert not pending.scheduled and bound.scheduled

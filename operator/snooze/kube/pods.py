@@ -46,6 +46,10 @@ class PodInfo:
     """The --gpu-memory-utilization its containers pass to vLLM, if any: its share of the GPU."""
     claims: frozenset[str] = frozenset()
     """The ResourceClaims it references (spec.resourceClaims[].resourceClaimName)."""
+    scheduled: bool = True
+    """Bound to a node (spec.nodeName): only then can it take memory on a device."""
+    deleting: bool = False
+    """Being deleted: it holds its memory until it is gone."""
 
     @property
     def state(self) -> EngineState | None:
@@ -103,6 +107,8 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         ),
         sleep_level=_level(annotations.get(SLEEP_LEVEL_ANNOTATION)),
         gpu_memory_utilization=_share(body.get("spec") or {}),
+        scheduled=bool((body.get("spec") or {}).get("nodeName")) or bool(status.get("podIP")),
+        deleting=bool(meta.get("deletionTimestamp")),
         claims=frozenset(
             str(claim.get("resourceClaimName"))
             for claim in (body.get("spec") or {}).get("resourceClaims") or []

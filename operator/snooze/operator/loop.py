@@ -119,6 +119,8 @@ class ModelLoop:
         self.selected: list[PodInfo] = []
         """The pods this loop acts on, as of its last cycle."""
         self._asked: set[str] = set()
+        self._mismatched: set[str] = set()
+        """Pods told (once) to be in another pool than spec.pool.name says."""
         """The pools this model asked room of at its last cycle."""
         self._pool_seen: tuple[Any, ...] = ()
         self._conflicts: dict[str, str] = {}
@@ -277,6 +279,16 @@ class ModelLoop:
             name, loop = self.pools.pool_of(self.namespace, pod, self.spec)
             if name is None:
                 continue
+            declared = self.spec.pool.name if self.spec and self.spec.pool else None
+            if declared is not None and name != declared and pod.name not in self._mismatched:
+                self._mismatched.add(pod.name)
+                self.emit(
+                    "Warning",
+                    "PoolMismatch",
+                    f"{pod.name} is a member of GPUPool {name} (its snooze.dev/pool label or "
+                    f"ResourceClaim says so), not of {declared} as spec.pool.name says: "
+                    "make them agree",
+                )
             if loop is None:
                 if pod.name in asking:
                     missing.add(name)

@@ -93,11 +93,14 @@ class PoolHub:
         self.loops: dict[tuple[str, str], PoolLoop] = {}
 
     def claims(self, namespace: str) -> dict[str, str]:
-        return {
-            loop.spec.resource_claim_name: name
-            for (ns, name), loop in self.loops.items()
-            if ns == namespace and loop.spec is not None and loop.spec.resource_claim_name
-        }
+        """ResourceClaim -> the pool that names it; of two pools naming one claim, the first
+        by name (deterministic; the other reports the clash on its status)."""
+        found: dict[str, str] = {}
+        for (ns, name), loop in sorted(self.loops.items()):
+            claim = loop.spec.resource_claim_name if loop.spec is not None else None
+            if ns == namespace and claim and claim not in found:
+                found[claim] = name
+        return found
 
     def pool_of(
         self, namespace: str, pod: PodInfo, spec: InferenceModelSpec | None
@@ -241,6 +244,8 @@ class PoolLoop:
             for pod in source.selected:
                 if pool_name_of(pod, model_spec, claims) != self.name:
                     continue
+                if not pod.scheduled:
+                    continue  # not on any node yet (Pending): it holds nothing on this device
                 sources[pod.name] = source
                 members.append(self._member(spec, source, pod, now))
             if model_spec is not None and any(s is source for s in sources.values()):
@@ -296,7 +301,7 @@ class PoolLoop:
                 continue
             self._evicted.add(pod)
             self._evictions += 1
-            reason = "start" if model == "a starting member" else "wake"
+            reason = "start" if model.startswith("starting ") else "wake"
             self.metrics.pool_evictions.labels(self.namespace, self.name, reason).inc()
             owner = sources[pod].name if pod in sources else "?"
             log.info(
@@ -347,11 +352,25 @@ class PoolLoop:
             self.namespace, self.name, awake=awake, asleep=asleep, free=max(free, 0)
         )
         problem = overcommitted(memory, members)
+        claim = spec.resource_claim_name
+        holder = self.hub.claims(self.namespace).get(claim) if claim else None
+        claim_clash = holder is not None and holder != self.name
         if problem != self._told and problem is not None:
             self.emit("Warning", "Overcommitted", problem)
         self._told = problem
         values = [
             ConditionValue(type="SpecValid", status=True, reason="Valid", message=""),
+            ConditionValue(
+                type="ClaimConflict",
+                status=claim_clash,
+                reason="ClaimNamedTwice" if claim_clash else "NoConflict",
+                message=(
+                    f"GPUPool {holder} names ResourceClaim {claim} too and holds its pods: "
+                    "give each pool its own claim"
+                )
+                if claim_clash
+                else "no other pool names this pool's ResourceClaim",
+            ),
             ConditionValue(
                 type="Overcommitted",
                 status=problem is not None,
