@@ -224,3 +224,80 @@ def effective_spec(spec: InferenceModelSpec, gaps: GapHistogram) -> InferenceMod
 def auto_duration(seconds: float) -> str:
     """A duration string for a chosen keep-alive, whole seconds (never zero)."""
     return f"{max(1, round(seconds))}s"
+
+
+GAP_RESOLUTION_SECONDS = 10.0
+"""Idle gaps shorter than this are not counted: the operator sees activity at its probe
+interval (10 s by default), and a simulation counts what the operator would."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Learnt:
+    """What one model's traffic taught, and the pre-wake in flight: the operator keeps it on
+    the status, `snooze whatif` in memory; both drive it through `request` and `tick`."""
+
+    profile: Profile = Profile()
+    gaps: GapHistogram = GapHistogram()
+    pending: Prewake | None = None
+    last_slot: float | None = None
+    """The slot last pre-woken for, so that a slot is pre-woken once."""
+    last_prewake: float | None = None
+    prewakes: int = 0
+    hits: int = 0
+    misses: int = 0
+
+    def request(self, now: float, *, idle_since: float | None, found_asleep: bool) -> Learnt:
+        """A request arrived at `now`; the model had no request since `idle_since`, and had
+        no awake engine for it when `found_asleep`."""
+        learnt = self
+        if idle_since is not None and now - idle_since >= GAP_RESOLUTION_SECONDS:
+            learnt = replace(learnt, gaps=learnt.gaps.add(now - idle_since))
+        if learnt.pending is not None and learnt.pending.outcome(now, now) is Outcome.HIT:
+            return replace(
+                learnt, profile=learnt.profile.arrival(now), pending=None, hits=learnt.hits + 1
+            )
+        if found_asleep:
+            learnt = replace(learnt, profile=learnt.profile.arrival(now))
+        return learnt
+
+    def tick(self, now: float, *, lead: float, asleep: bool) -> tuple[Learnt, bool]:
+        """Settle a pre-wake whose slot ended without a request, and say whether to pre-wake
+        now: the model sleeps and a hot slot begins within `lead`."""
+        learnt = self
+        if learnt.pending is not None and learnt.pending.outcome(None, now) is Outcome.MISS:
+            learnt = replace(
+                learnt,
+                profile=learnt.profile.miss(learnt.pending.slot),
+                pending=None,
+                misses=learnt.misses + 1,
+            )
+        slot = learnt.profile.due(now, lead)
+        # Only ahead of a slot: once it has begun, its requests are coming or have come.
+        if not asleep or slot is None or slot <= now or slot == learnt.last_slot:
+            return learnt, False
+        if learnt.pending is not None:
+            return learnt, False
+        fired = Prewake(at=now, slot=slot)
+        return (
+            replace(
+                learnt,
+                pending=fired,
+                last_slot=slot,
+                last_prewake=now,
+                prewakes=learnt.prewakes + 1,
+            ),
+            True,
+        )
+
+    def next_event(self, now: float, *, lead: float) -> float | None:
+        """When `tick` may next have something to do: a pre-wake's slot ending, or the next
+        hot slot coming within `lead` (a simulation's clock jumps there). The slot due now,
+        if any, is not one: `tick` has just seen it, and only an event (the model falling
+        asleep) can change its answer."""
+        times = [self.pending.deadline] if self.pending is not None else []
+        due = self.profile.due(now, lead)
+        after = now if due is None else due + SLOT_SECONDS - lead
+        ahead = self.profile.next_prewake(after, lead)
+        if ahead is not None:
+            times.append(ahead)
+        return min(times) if times else None
