@@ -105,6 +105,8 @@ def min_awake(spec: InferenceModelSpec, now: float) -> int:
 def with_schedule(spec: InferenceModelSpec, now: float) -> InferenceModelSpec:
     """The spec the sleep and scale decisions read at `now`: minAwake raised by the window in
     force, so that its engines are woken (or scaled up) and not slept below it."""
+    if not spec.schedule:
+        return spec
     floor = min_awake(spec, now)
     return spec if floor == spec.min_awake else spec.model_copy(update={"min_awake": floor})
 

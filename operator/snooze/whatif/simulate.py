@@ -101,6 +101,8 @@ class Simulation:
         self.edges = [e.at for e in schedule_policy.edges(spec.schedule, self.start - 1, self.end)]
         self.out = Outcome()
         self._queue: list[tuple[float, int, str, int]] = []
+        self._timers: set[float] = set()
+        self._auto: tuple[prewake_policy.GapHistogram, InferenceModelSpec] | None = None
         self._seq = count()
 
     # --- the clock -----------------------------------------------------------------------
@@ -236,8 +238,11 @@ class Simulation:
     # --- the operator --------------------------------------------------------------------
 
     def _effective(self, now: float) -> InferenceModelSpec:
-        spec = prewake_policy.effective_spec(self.spec, self.learnt.gaps)
-        return schedule_policy.with_schedule(spec, now)
+        gaps = self.learnt.gaps
+        if self._auto is None or self._auto[0] is not gaps:
+            # The keep-alive changes only when a gap is learnt: choose it once per change.
+            self._auto = (gaps, prewake_policy.effective_spec(self.spec, gaps))
+        return schedule_policy.with_schedule(self._auto[1], now)
 
     def _cycle(self, now: float) -> None:
         spec = self._effective(now)
@@ -335,4 +340,7 @@ class Simulation:
                 times.append(ahead)
         future = [t for t in times if math.isfinite(t) and t + EPSILON > now]
         if future:
-            self._push(max(min(future), now) + EPSILON, "timer", -1)
+            at = max(min(future), now) + EPSILON
+            if at not in self._timers:  # one wake-up per instant, however many cycles ask
+                self._timers.add(at)
+                self._push(at, "timer", -1)
