@@ -49,7 +49,7 @@ def _cron(text: str) -> str:
     except CronSimError as exc:
         raise ValueError(
             f"{text!r} is not a cron expression ({exc}): write five fields, minute hour "
-            "day-of-month month day-of-week, such as '0 8 * * MON-FRI'"
+            "day-of-month month day-of-week, such as '0 8 * * MON-FRI' (six: seconds first)"
         ) from None
     return text
 
@@ -86,8 +86,8 @@ class ScheduleWindow(BaseModel):
     """A name for the status and Events; default: the cron expression."""
     cron: Cron
     """When each window starts: minute hour day-of-month month day-of-week, in timeZone, such
-    as '0 8 * * MON-FRI' (cron's own rules: a start in an hour that a DST change skips runs
-    when the clock jumps; one in an hour that repeats runs once)."""
+    as '0 8 * * MON-FRI' (six fields: seconds first). Cron's own rules: a start in an hour
+    that a DST change skips runs when the clock jumps; one in an hour that repeats runs once."""
     duration: Duration
     """How long each window lasts, such as 10h."""
     time_zone: TimeZone = "UTC"
