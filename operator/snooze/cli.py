@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "snooze.gateway.cli",
         "serve the OpenAI-compatible gateway that wakes models on demand",
     ),
+    "whatif": (
+        "snooze.whatif.cli",
+        "replay a request trace through the policy: what each policy costs and holds",
+    ),
     "demo": ("snooze.demo.cli", "run the whole system on this machine with a traffic scenario"),
 }
 

@@ -115,8 +115,17 @@ SPEC_RULES: list[JSON] = [
     },
     {
         "rule": "!has(self.scaleToZeroAfter) || self.idle.after == 'Never' || "
+        "self.idle.after == 'Auto' || "
         "duration(self.idle.after) < duration(self.scaleToZeroAfter)",
         "message": "scaleToZeroAfter must be longer than idle.after: engines sleep first, "
+        "then scale to zero",
+        "fieldPath": ".scaleToZeroAfter",
+    },
+    {
+        "rule": "!has(self.scaleToZeroAfter) || self.idle.after != 'Auto' || "
+        "!has(self.idle.auto) || !has(self.idle.auto.max) || "
+        "duration(self.idle.auto.max) < duration(self.scaleToZeroAfter)",
+        "message": "scaleToZeroAfter must be longer than idle.auto.max: engines sleep first, "
         "then scale to zero",
         "fieldPath": ".scaleToZeroAfter",
     },

@@ -21,6 +21,14 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from snooze.durations import DURATION_PATTERN, parse_duration
+from snooze.keepawake import (
+    MAX_WINDOWS,
+    AutoIdleSpec,
+    PrewakeSpec,
+    PrewakeStatus,
+    ScheduleWindow,
+    WindowStatus,
+)
 from snooze.quantities import QUANTITY_PATTERN, parse_quantity
 
 GROUP = "snooze.dev"
@@ -54,11 +62,12 @@ Duration = Annotated[
 
 
 NEVER = "Never"
-IDLE_PATTERN = f"^({NEVER}|{DURATION_PATTERN[1:-1]})$"
+AUTO = "Auto"
+IDLE_PATTERN = f"^({NEVER}|{AUTO}|{DURATION_PATTERN[1:-1]})$"
 
 
 def _positive_or_never(text: str) -> str:
-    return text if text == NEVER else _positive_duration(text)
+    return text if text in (NEVER, AUTO) else _positive_duration(text)
 
 
 IdleDuration = Annotated[
@@ -66,7 +75,7 @@ IdleDuration = Annotated[
     Field(pattern=IDLE_PATTERN, max_length=32, json_schema_extra={"example": "10m"}),
     AfterValidator(_positive_or_never),
 ]
-"""A duration, or `Never`."""
+"""A duration, `Never` or `Auto`."""
 
 
 class Wire(BaseModel):
@@ -186,7 +195,10 @@ class IdleSpec(Wire):
 
     after: IdleDuration = "10m"
     """How long an engine must see no request before it is put to sleep, such as 30s, 10m, 2h;
-    or Never: it sleeps only when its GPU pool needs the room, or by desiredState."""
+    Never: it sleeps only when its GPU pool needs the room, or by desiredState; Auto: the
+    operator chooses it from the model's own idle gaps, within idle.auto."""
+    auto: AutoIdleSpec = Field(default_factory=AutoIdleSpec)
+    """The bounds of the keep-alive that after: Auto chooses."""
 
 
 class SleepSpec(Wire):
@@ -295,6 +307,12 @@ class InferenceModelSpec(Wire):
     """Optional: idle this long (longer than idle.after), the scaleTargetRef workload is scaled
     to zero replicas, freeing host RAM and the GPU reservation too; a request scales it back
     to the replicas it had. Never while minAwake > 0."""
+    schedule: list[ScheduleWindow] = Field(default_factory=list, max_length=MAX_WINDOWS)
+    """Keep-awake windows: at each window's start the engines are woken (scaled up from zero
+    if needed) before any request, and during it at least its minAwake stay awake."""
+    prewake: PrewakeSpec | None = None
+    """Optional: wake a sleeping model lead before the requests its own traffic makes likely
+    (a weekly profile, learnt by the operator and kept on status.prewake)."""
 
     @field_validator("scale_to_zero_after")
     @classmethod
@@ -311,7 +329,14 @@ class InferenceModelSpec(Wire):
                 "scaleToZeroAfter needs idle.after to be a duration, not Never: engines sleep "
                 "first, then scale to zero"
             )
-        if idle is not None and parse_duration(value) <= parse_duration(idle.after):
+        longest = idle.auto.max if idle is not None and idle.after == AUTO else None
+        if idle is not None and longest is not None:
+            if parse_duration(value) <= parse_duration(longest):
+                raise ValueError(
+                    f"scaleToZeroAfter ({value}) must be longer than idle.auto.max ({longest}): "
+                    "engines sleep first, then scale to zero"
+                )
+        elif idle is not None and parse_duration(value) <= parse_duration(idle.after):
             raise ValueError(
                 f"scaleToZeroAfter ({value}) must be longer than idle.after ({idle.after}): "
                 "engines sleep first, then scale to zero"
@@ -330,8 +355,13 @@ class InferenceModelSpec(Wire):
 
     @property
     def idle_after_seconds(self) -> float:
-        """Seconds of idleness before sleep; infinite for Never."""
-        return math.inf if self.idle.after == NEVER else parse_duration(self.idle.after)
+        """Seconds of idleness before sleep; infinite for Never; for Auto, idle.auto.max (the
+        operator passes the spec with the keep-alive it chose in its place)."""
+        if self.idle.after == NEVER:
+            return math.inf
+        if self.idle.after == AUTO:
+            return self.idle.auto.max_seconds
+        return parse_duration(self.idle.after)
 
     @property
     def wake_timeout_seconds(self) -> float:
@@ -484,3 +514,9 @@ class InferenceModelStatus(Status):
     """Ready, Asleep, WakeFailed, SpecValid, Conflict, SharedPods and WaitingForRoom."""
     observed_generation: int | None = None
     """The metadata.generation the operator last acted on."""
+    active_window: WindowStatus | None = None
+    """The keep-awake window in force now, if any."""
+    next_window: WindowStatus | None = None
+    """The next keep-awake window to start."""
+    prewake: PrewakeStatus | None = None
+    """What the operator learnt of the model's traffic for pre-wake and idle.after: Auto."""

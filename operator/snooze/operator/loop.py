@@ -28,6 +28,7 @@ from snooze.models import (
 )
 from snooze.operator import status
 from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
+from snooze.operator.foresight import Foresight
 from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory, rebuild
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import Directive, PoolHub
@@ -154,6 +155,14 @@ class ModelLoop:
         )
         self.written: JSON = dict(body.get("status") or {})
         self._status_written_at = -math.inf
+        self.foresight = Foresight(
+            namespace=namespace,
+            name=name,
+            status=self.written,
+            emit=emit,
+            metrics=metrics,
+            probe_interval=settings.probe_interval,
+        )
         self._reported_error: str | None = None
         self.selector: LabelSelector | None = None
         self.model_name = ""
@@ -236,8 +245,18 @@ class ModelLoop:
         self.spec, self.selected = spec, pods
         views = await self._observe(spec, pods, now)
         wake_requested = parse_time((meta.get("annotations") or {}).get(WAKE_REQUESTED_ANNOTATION))
+        # Keep-awake windows, pre-wake and idle.after: Auto speak through the spec and the wake
+        # request that the decisions read.
+        ready = [v for v in views if v.ready]
+        asleep = self.memory.scaled_from is not None or (
+            bool(ready)
+            and all(v.label is EngineState.ASLEEP and not v.action_running for v in ready)
+        )
+        decided, wake_requested = self.foresight.decide(
+            spec, memory=self.memory, wake_requested=wake_requested, asleep=asleep, now=now
+        )
         model = sleep_policy.ModelView(
-            spec=spec,
+            spec=decided,
             wake_requested=wake_requested,
             now=now,
             sleep_grace=sleep_timeout(spec, self.settings),
@@ -250,7 +269,7 @@ class ModelLoop:
         waiting = self._ask_pools(pods, actions, views, now)
         replicas = None if workload is None else workload.replicas
         scale = self.scaler.view(
-            spec, views, replicas=replicas, wake_requested=wake_requested, now=now
+            decided, views, replicas=replicas, wake_requested=wake_requested, now=now
         )
         decision = scale_policy.decide_scale(scale)
         if decision is not None:
@@ -496,6 +515,7 @@ class ModelLoop:
             conflicts=conflicts,
             waiting_for_room=waiting,
         )
+        new.update(self.foresight.status(spec, now))
         self._count(pods, str(new["phase"]), now)
         await self._patch_status(new)
 

@@ -171,6 +171,30 @@ class OperatorMetrics:
             ["namespace", "pool"],
             registry=r,
         )
+        self.prewakes = Counter(
+            "snooze_prewakes_total",
+            "Wakes of a sleeping model ahead of the requests its weekly profile expects.",
+            ["namespace", "model"],
+            registry=r,
+        )
+        self.prewake_hits = Counter(
+            "snooze_prewake_hits_total",
+            "Pre-wakes that a request followed within their slot.",
+            ["namespace", "model"],
+            registry=r,
+        )
+        self.prewake_misses = Counter(
+            "snooze_prewake_misses_total",
+            "Pre-wakes that no request followed: each one weakens its slot of the profile.",
+            ["namespace", "model"],
+            registry=r,
+        )
+        self.window_active = Gauge(
+            "snooze_keepawake_window_active",
+            "1 while a keep-awake window of spec.schedule is in force, else 0.",
+            ["namespace", "model"],
+            registry=r,
+        )
         self.build_info = Info("snooze_operator_build", "The operator's version.", registry=r)
         self.build_info.info({"version": __version__})
         self.models = _ModelsByPhase()
@@ -243,3 +267,6 @@ class OperatorMetrics:
         self._pods.pop((namespace, model), None)
         self.models.phases.pop((namespace, model), None)
         self._started.discard((namespace, model))
+        for metric in (self.prewakes, self.prewake_hits, self.prewake_misses, self.window_active):
+            with contextlib.suppress(KeyError):
+                metric.remove(namespace, model)

@@ -1,0 +1,182 @@
+"""The API types of keep-awake schedules, pre-wake and the automatic keep-alive (`idle.after:
+Auto`): spec fields users write and the status the operator keeps of what it learnt."""
+
+from __future__ import annotations
+
+import zoneinfo
+from datetime import datetime
+from typing import Annotated
+
+from cronsim import CronSim, CronSimError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from snooze.durations import DURATION_PATTERN, parse_duration
+
+# The same wire conventions as the InferenceModel's own types (models.Wire), which import these.
+_WIRE = ConfigDict(
+    alias_generator=to_camel,
+    populate_by_name=True,
+    extra="forbid",
+    frozen=True,
+    use_attribute_docstrings=True,
+)
+_STATUS = ConfigDict(
+    alias_generator=to_camel, populate_by_name=True, extra="ignore", use_attribute_docstrings=True
+)
+MAX_WINDOWS = 16
+# A week of 10-minute slots: fine enough to wake a couple of minutes before a habit, coarse
+# enough that one week of traffic fills it and its status entry stays about a kilobyte.
+PROFILE_SLOT_MINUTES = 10
+
+
+def _positive(text: str) -> str:
+    if parse_duration(text) <= 0:
+        raise ValueError(f"{text!r} must be longer than zero, such as '30s' or '10m'")
+    return text
+
+
+Duration = Annotated[
+    str,
+    Field(pattern=DURATION_PATTERN, max_length=32, json_schema_extra={"example": "10m"}),
+    AfterValidator(_positive),
+]
+
+
+def _cron(text: str) -> str:
+    try:
+        CronSim(text, datetime(2000, 1, 1))
+    except CronSimError as exc:
+        raise ValueError(
+            f"{text!r} is not a cron expression ({exc}): write five fields, minute hour "
+            "day-of-month month day-of-week, such as '0 8 * * MON-FRI' (six: seconds first)"
+        ) from None
+    return text
+
+
+def _zone(text: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(text)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"{text!r} is not an IANA time zone: write one such as 'UTC', 'Europe/Paris' or "
+            "'America/New_York'"
+        ) from None
+    return text
+
+
+Cron = Annotated[
+    str,
+    Field(min_length=9, max_length=128, json_schema_extra={"example": "0 8 * * MON-FRI"}),
+    AfterValidator(_cron),
+]
+TimeZone = Annotated[
+    str,
+    Field(min_length=1, max_length=64, json_schema_extra={"example": "Europe/Paris"}),
+    AfterValidator(_zone),
+]
+
+
+class ScheduleWindow(BaseModel):
+    """A time during which the model is kept awake, whatever its traffic."""
+
+    model_config = _WIRE
+
+    name: str = Field(default="", max_length=63, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")
+    """A name for the status and Events; default: the cron expression."""
+    cron: Cron
+    """When each window starts: minute hour day-of-month month day-of-week, in timeZone, such
+    as '0 8 * * MON-FRI' (six fields: seconds first). Cron's own rules: a start in an hour
+    that a DST change skips runs when the clock jumps; one in an hour that repeats runs once."""
+    duration: Duration
+    """How long each window lasts, such as 10h."""
+    time_zone: TimeZone = "UTC"
+    """The IANA time zone the cron expression is read in, such as Europe/Paris."""
+    min_awake: int = Field(default=1, ge=1, le=10000)
+    """Engines kept awake during the window (woken at its start, scaled up from zero if
+    needed); spec.minAwake applies when it is larger."""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.cron
+
+    @property
+    def duration_seconds(self) -> float:
+        return parse_duration(self.duration)
+
+
+class PrewakeSpec(BaseModel):
+    """Wake a sleeping model shortly before the requests its own traffic says are likely."""
+
+    model_config = _WIRE
+
+    lead: Duration = "2m"
+    """How long before a likely request the model is woken (a wake must be done by then)."""
+    time_zone: TimeZone = "UTC"
+    """The time zone of the weekly profile: habits follow the local clock through DST changes."""
+
+    @property
+    def lead_seconds(self) -> float:
+        return parse_duration(self.lead)
+
+
+class AutoIdleSpec(BaseModel):
+    """Bounds of the keep-alive that `idle.after: Auto` chooses from the model's idle gaps."""
+
+    model_config = _WIRE
+
+    min: Duration = "1m"
+    """The shortest keep-alive Auto may choose."""
+    max: Duration = "30m"
+    """The longest keep-alive Auto may choose; also used until enough gaps are seen."""
+
+    @model_validator(mode="after")
+    def _in_order(self) -> AutoIdleSpec:
+        if parse_duration(self.min) > parse_duration(self.max):
+            raise ValueError(f"min ({self.min}) must not be longer than max ({self.max})")
+        return self
+
+    @property
+    def min_seconds(self) -> float:
+        return parse_duration(self.min)
+
+    @property
+    def max_seconds(self) -> float:
+        return parse_duration(self.max)
+
+
+class WindowStatus(BaseModel):
+    """A keep-awake window as the operator placed it in time."""
+
+    model_config = _STATUS
+
+    name: str
+    """The window's name (or its cron expression)."""
+    start: datetime
+    """When it starts (or started)."""
+    end: datetime
+    """When it ends."""
+    min_awake: int = 1
+    """Engines it keeps awake."""
+
+
+class PrewakeStatus(BaseModel):
+    """What the operator learnt of the model's traffic, kept here so that a restart keeps it."""
+
+    model_config = _STATUS
+
+    profile: str = ""
+    """One character per 10-minute slot of the week (Monday 00:00 first, in prewake.timeZone):
+    0 to 9, how strongly requests are expected there after idleness."""
+    idle_gaps: str = ""
+    """The idle-gap histogram that idle.after: Auto reads: counts per bin, comma-separated."""
+    auto_idle_after: str = ""
+    """The keep-alive idle.after: Auto chose last."""
+    last_prewake_time: datetime | None = None
+    """When the operator last woke the model ahead of its traffic."""
+    prewakes: int = 0
+    """Pre-wakes so far."""
+    hits: int = 0
+    """Pre-wakes that a request followed."""
+    misses: int = 0
+    """Pre-wakes that no request followed (each one weakens its slot)."""

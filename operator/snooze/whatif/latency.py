@@ -1,0 +1,33 @@
+"""How long an engine takes to sleep, wake, reload and start, in a whatif simulation.
+
+The defaults are the engine simulator's (`snooze.sim.engine.EngineConfig`, from vLLM's published
+figures), written here by value because whatif stands apart from the simulator; a unit test
+keeps the two equal. The cold start, which the simulator does not model (its pods start at
+once), is the middle of the published 30 to 100+ s for a full vLLM start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Latencies:
+    sleep_seconds: float = 5.7
+    """A level-1 or level-2 sleep (the engine counts as awake until it ends)."""
+    wake_seconds: float = 0.3
+    """Bringing the weights back (host RAM after level 1, allocation after level 2)."""
+    kv_wake_seconds: float = 0.05
+    """Re-allocating the KV cache on wake."""
+    reload_seconds: float = 20.0
+    """Reloading the weights from disk or page cache after a level-2 sleep."""
+    cold_start_seconds: float = 60.0
+    """A pod scaled up from zero until its engine answers (scheduling, image, load)."""
+    token_seconds: float = 0.02
+    """Per generated token: a request's service time is output_tokens times this."""
+    output_tokens: int = 16
+    """Tokens of a request whose trace line gives none (the simulator's max_tokens default)."""
+
+    def wake(self, level: int) -> float:
+        """A whole wake from `level`: weights (and their reload after level 2), KV cache."""
+        reload = self.reload_seconds if level == 2 else 0.0
+        return self.wake_seconds + reload + self.kv_wake_seconds

@@ -1,0 +1,103 @@
+"""Keep-awake windows and pre-wake end to end: the real operator wakes a sleeping model before
+any request, at a window's start and ahead of the traffic its profile expects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from conftest import FAST, Cluster, wait_for
+
+from snooze.operator.embedded import OperatorThread
+from snooze.policy import prewake
+
+LABELS = {"app": "chat"}
+MODELS = "/apis/snooze.dev/v1alpha1/namespaces/default/inferencemodels"
+
+
+def test_a_window_wakes_a_sleeping_model_before_any_request(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    engine = cluster.create_pod("chat-0", labels=LABELS)
+    # A window every 15 seconds for 5 (six cron fields: seconds first), one engine awake.
+    window = {"name": "burst", "cron": "*/15 * * * * *", "duration": "5s", "minAwake": 1}
+    cluster.create_model(
+        "chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": "1s"}, "schedule": [window]}
+    )
+    wait_for("asleep between windows", lambda: engine.is_sleeping, timeout=30)
+    woken_before = engine.wake_calls
+    status = wait_for(
+        "a window in force",
+        lambda: (s := cluster.status("chat")).get("activeWindow") and s,
+        timeout=30,
+    )
+    assert status["activeWindow"]["name"] == "burst" and status["activeWindow"]["minAwake"] == 1
+    assert status["nextWindow"]["start"] > status["activeWindow"]["start"]
+    wait_for(
+        "woken by the window", lambda: engine.wake_calls > woken_before and not engine.is_sleeping
+    )
+    assert "snooze.dev/wake-requested-at" not in (
+        cluster.model("chat")["metadata"].get("annotations") or {}
+    )  # no request asked for it
+    wait_for("a WindowStarted event", lambda: cluster.events("WindowStarted"))
+    # After the window, the idle policy resumes: asleep again, and the end is told.
+    wait_for("asleep after the window", lambda: engine.is_sleeping, timeout=30)
+    wait_for("a WindowEnded event", lambda: cluster.events("WindowEnded"))
+    started = cluster.events("WindowStarted")[0]["message"]
+    assert "keep-awake window burst began: 1 engine(s) kept awake until" in started
+
+
+@pytest.fixture
+def later_operator(cluster: Cluster) -> Iterator[list[OperatorThread]]:
+    threads: list[OperatorThread] = []
+    yield threads
+    for thread in threads:
+        thread.stop()
+
+
+def test_a_prewake_fires_from_the_profile_kept_on_the_status(
+    cluster: Cluster, later_operator: list[OperatorThread]
+) -> None:
+    engine = cluster.create_pod("chat-0", labels=LABELS)
+    cluster.create_model(
+        "chat",
+        {
+            "selector": {"matchLabels": LABELS},
+            "idle": {"after": "1s"},
+            "prewake": {"lead": "10m"},
+        },
+    )
+    # What an earlier operator learnt, as it left it on the status: requests come after
+    # idleness in every slot of the week. The operator starts only now and reads it.
+    learnt = {"prewake": {"profile": "9" * prewake.SLOTS, "prewakes": 4, "hits": 3, "misses": 1}}
+    response = cluster.http.patch(
+        f"{MODELS}/chat/status",
+        json={"status": learnt},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status_code == 200, response.text
+    thread = OperatorThread(FAST).start()
+    later_operator.append(thread)
+
+    wait_for("asleep", lambda: engine.is_sleeping, timeout=30)
+    woken_before = engine.wake_calls
+    # Ten minutes of lead: the next slot is always within reach, so the model is woken
+    # once it sleeps, with no request (the gateway's annotation is never written).
+    wait_for("pre-woken", lambda: engine.wake_calls > woken_before, timeout=30)
+    event = wait_for("a Prewake event", lambda: cluster.events("Prewake"))
+    assert "woken ahead of the requests expected from" in event[0]["message"]
+    status = wait_for(
+        "the pre-wake on the status",
+        lambda: (s := cluster.status("chat")).get("prewake", {}).get("prewakes") == 5 and s,
+    )
+    assert status["prewake"]["lastPrewakeTime"]
+    assert status["prewake"]["profile"] == "9" * prewake.SLOTS  # kept across the restart
+    assert "snooze.dev/wake-requested-at" not in (
+        cluster.model("chat")["metadata"].get("annotations") or {}
+    )
+    prewakes = thread.metrics.prewakes.labels("default", "chat")._value.get()
+    assert prewakes == 1
+    # A request now (the gateway's wake annotation) makes it a hit.
+    cluster.request_wake("chat")
+    wait_for("a hit", lambda: cluster.status("chat")["prewake"]["hits"] == 4)
+    assert thread.metrics.prewake_hits.labels("default", "chat")._value.get() == 1

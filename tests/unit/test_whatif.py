@@ -1,0 +1,310 @@
+"""`snooze whatif` against cases computed by hand: one model, known gaps, exact GPU-seconds,
+wakes and holds; the trace format, the policies, the converter and the command line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from snooze.cli import main
+from snooze.sim.engine import EngineConfig
+from snooze.whatif import convert, policies, report, trace
+from snooze.whatif.latency import Latencies
+from snooze.whatif.simulate import Simulation
+
+LAT = Latencies()
+SERVICE = 16 * 0.02  # the default output tokens, at the default pacing
+WAKE_1 = 0.3 + 0.05  # weights from host RAM, then the KV cache
+SLEEP = 5.7
+
+
+def simulate(policy: str, times: list[float], **kw: object) -> report.Result:
+    requests = [trace.Request(at=t, model="m") for t in times]
+    return report.evaluate(policies.parse(policy), requests, latencies=LAT, **kw)  # type: ignore[arg-type]
+
+
+def test_the_defaults_are_the_simulators() -> None:
+    sim = EngineConfig()
+    for name in ("sleep_seconds", "wake_seconds", "kv_wake_seconds", "reload_seconds"):
+        assert getattr(LAT, name) == getattr(sim, name), name
+    assert LAT.token_seconds == sim.token_seconds
+    assert LAT.output_tokens == sim.max_tokens_default
+
+
+def test_fixed_ttl_by_hand() -> None:
+    # 0 and 100 are answered at once; idle from 100.32, asleep at 700.32 + 5.7; the request at
+    # 2000 is held through a level-1 wake (0.35 s), then answered by 2000.67.
+    result = simulate("fixed:10m", [0, 100, 2000])
+    awake = (100 + SERVICE + 600 + SLEEP) + (WAKE_1 + SERVICE)
+    assert result.gpu_hours_awake * 3600 == pytest.approx(awake, abs=1e-3)
+    assert result.wakes == 1 and result.held_requests == 1 and result.cold_starts == 0
+    assert result.added_latency_p50_s == pytest.approx(WAKE_1, abs=1e-3)
+    assert result.gpu_hours_always_on * 3600 == pytest.approx(2000 + SERVICE, abs=1e-3)
+
+
+def test_always_on_never_sleeps() -> None:
+    result = simulate("always-on", [0, 100, 2000])
+    assert result.gpu_hours_awake == pytest.approx(result.gpu_hours_always_on)
+    assert result.wakes == 0 and result.held_requests == 0
+
+
+def test_a_short_ttl_sleeps_between_every_request() -> None:
+    # Gaps of 300 s with idle.after 1m: asleep after each request, woken by the next.
+    times = [0, 300, 600, 900]
+    result = simulate("fixed:1m", times)
+    assert result.wakes == 3 and result.held_requests == 3
+    per_gap = SERVICE + 60 + SLEEP  # awake after each request until its sleep ends
+    awake = 3 * per_gap + 3 * WAKE_1 + SERVICE
+    assert result.gpu_hours_awake * 3600 == pytest.approx(awake, abs=1e-3)
+
+
+def test_level_two_wakes_reload_the_weights(tmp_path: Path) -> None:
+    manifest = tmp_path / "level2.yaml"
+    manifest.write_text(
+        "apiVersion: snooze.dev/v1alpha1\nkind: InferenceModel\nmetadata: {name: deep}\n"
+        "spec:\n  selector: {matchLabels: {app: m}}\n  idle: {after: 1m}\n  sleep: {level: 2}\n"
+    )
+    result = simulate(str(manifest), [0, 300])
+    assert result.name == "deep"
+    assert result.added_latency_p50_s == pytest.approx(0.3 + 20.0 + 0.05, abs=1e-3)
+
+
+def test_tiers_scale_to_zero_and_count_a_cold_start() -> None:
+    # Asleep at 60.32 + 5.7; at zero replicas 120.32 after the last activity; the request at
+    # 1000 is held through a 60 s cold start (the GPU counts from the scale-up).
+    result = simulate("tiers:1m,2m", [0, 1000])
+    assert result.cold_starts == 1 and result.wakes == 0
+    assert result.added_latency_p50_s == pytest.approx(60.0, abs=1e-3)
+    awake = (SERVICE + 60 + SLEEP) + (60 + SERVICE)
+    assert result.gpu_hours_awake * 3600 == pytest.approx(awake, abs=1e-3)
+
+
+def test_a_window_wakes_the_model_before_its_request(tmp_path: Path) -> None:
+    windows = tmp_path / "windows.yaml"
+    windows.write_text("- cron: '0 1 * * *'\n  duration: 30m\n")
+    # 1970-01-01: requests at 00:00 and at 01:10; the window is 01:00 to 01:30 (UTC).
+    fixed = simulate("fixed:10m", [0, 4200])
+    scheduled = simulate(f"schedule:{windows}", [0, 4200])
+    assert fixed.held_requests == 1
+    assert scheduled.held_requests == 0 and scheduled.wakes == 1
+    # Awake until the first sleep, then from 01:00 (the wake's start) to the trace's end, the
+    # answer to 01:10.
+    awake = (SERVICE + 600 + SLEEP) + (600 + SERVICE)
+    assert scheduled.gpu_hours_awake * 3600 == pytest.approx(awake, abs=1e-3)
+
+
+def test_prewake_learns_a_weekly_habit_and_wakes_ahead_of_it() -> None:
+    week = 7 * 86400
+    # A request at 09:04 every day of two weeks (after one at midnight that starts the trace
+    # with the engine awake): after the first week, each is met by a pre-wake at 08:58.
+    times = [0] + [day * 86400 + 9 * 3600 + 240 for day in range(14)]
+    fixed = simulate("fixed:10m", times)
+    ahead = simulate("prewake:2m,10m", times)
+    assert fixed.held_requests == 14
+    assert ahead.held_requests == 7  # the first week teaches
+    measured = simulate("prewake:2m,10m", times, measure_from=float(week))
+    assert measured.held_requests == 0 and measured.prewakes == 7
+    assert measured.prewake_hits == 7 and measured.prewake_misses == 0
+    # Awake from 08:58 to 09:04.32, then ten minutes and a sleep, each day of the second week
+    # (but the last, where the trace ends with the last answer).
+    per_day = 6 * 60 + SERVICE + 600 + SLEEP
+    awake = 7 * per_day - (600 + SLEEP)
+    assert measured.gpu_hours_awake * 3600 == pytest.approx(awake, abs=1e-3)
+
+
+def test_a_prewake_without_its_request_is_a_miss_and_weakens_the_slot() -> None:
+    day = 86400
+    # Monday 1970-01-05 09:04 teaches the slot; the next Monday nothing comes (a miss); the
+    # Monday after is not pre-woken, so its request is held.
+    monday = 4 * day + 9 * 3600 + 240
+    times = [0, monday, monday + 7 * day + 3600 * 5, monday + 14 * day]
+    result = simulate("prewake:2m,10m", times)
+    assert result.prewakes == 1 and result.prewake_misses == 1 and result.prewake_hits == 0
+    assert result.held_requests == 3
+
+
+def test_auto_chooses_a_short_keep_alive_for_bursty_traffic() -> None:
+    # Bursts of 120 requests 15 s apart, every two hours for a day: 99% of the idle gaps are
+    # 15 s, so Auto keeps the model awake 1m6s (the 99th percentile's minute, plus 10%) where
+    # its ceiling would keep it 30 minutes; both hold the first request of each later burst.
+    times = [b * 7200 + i * 15 for b in range(12) for i in range(120)]
+    auto = simulate("auto:1m,30m", times)
+    ceiling = simulate("fixed:30m", times)
+    assert auto.held_requests == ceiling.held_requests == 11
+    assert auto.gpu_hours_awake < 0.6 * ceiling.gpu_hours_awake
+
+
+def test_the_trace_format() -> None:
+    requests = trace.parse(
+        [
+            "# a comment",
+            "timestamp,model,output_tokens",
+            "2026-05-04T09:30:00Z,chat,100",
+            "1777886910,code,",
+            "2026-05-04T09:29:00,chat,7",
+        ]
+    )
+    assert [(r.model, r.output_tokens) for r in requests] == [
+        ("code", None),
+        ("chat", 7),
+        ("chat", 100),
+    ]
+    assert requests[2].at - requests[1].at == 60
+
+
+@pytest.mark.parametrize(
+    ("lines", "says"),
+    [
+        (["time,model", "1,m"], "lacks timestamp"),
+        (["timestamp,model", "yesterday,m"], "line 2: 'yesterday' is neither seconds nor"),
+        (["timestamp,model,output_tokens", "1,m,many"], "line 2: output_tokens 'many'"),
+        (["timestamp,model", "1,"], "line 2: the model is empty"),
+        (["timestamp,model"], "a header but no request"),
+        ([], "empty"),
+    ],
+)
+def test_bad_traces_are_refused_naming_the_line(lines: list[str], says: str) -> None:
+    with pytest.raises(trace.TraceError, match=says):
+        trace.parse(lines)
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("fixed:ten", "not a duration"),
+        ("tiers:10m", "is not one of"),
+        ("tiers:1h,10m", "must be longer than idle.after"),
+        ("sometimes", "is not one of"),
+        ("schedule:/nonexistent.yaml", "cannot read"),
+    ],
+)
+def test_bad_policies_are_refused(spec: str, says: str) -> None:
+    with pytest.raises(policies.PolicyError, match=says):
+        policies.parse(spec)
+
+
+def test_convert_a_prometheus_range_query() -> None:
+    body = {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {
+                    "metric": {"__name__": convert.METRIC, "model": "chat", "code": "200"},
+                    "values": [[1000, "5"], [1060, "8"], [1120, "8"], [1180, "2"]],
+                },
+                {"metric": {"model": "chat", "code": "429"}, "values": [[1000, "0"], [1060, "1"]]},
+            ],
+        },
+    }
+    requests = convert.from_prometheus(json.dumps(body))
+    # 3 in the first minute (spread evenly), 1 rejected one, none, then 2 after a reset.
+    assert [round(r.at) for r in requests] == [1010, 1030, 1030, 1050, 1135, 1165]
+    with pytest.raises(trace.TraceError, match="resultType matrix"):
+        convert.from_prometheus('{"data": {"resultType": "vector", "result": []}}')
+
+
+def test_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text("timestamp,model\n0,m\n100,m\n2000,m\n")
+    code = main(
+        ["whatif", "--trace", str(path), "--policy", "always-on", "--policy", "fixed:10m",
+         "--out", str(tmp_path / "out")]
+    )  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    last = json.loads(out.strip().splitlines()[-1])
+    names = [p["name"] for p in last["policies"]]
+    assert names == ["always-on", "fixed:10m"]
+    assert set(last["policies"][0]) == {f for f in report.Result.__dataclass_fields__} - {
+        "requests",
+        "prewakes",
+        "prewake_hits",
+        "prewake_misses",
+    }
+    assert (tmp_path / "out" / "whatif.png").read_bytes()[:4] == b"\x89PNG"
+    assert "fixed:10m" in out and "1 of 3" in out
+
+
+def test_the_command_line_says_what_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["whatif", "--policy", "fixed:10m"]) == 2
+    assert "give --trace FILE" in capsys.readouterr().err
+    path = tmp_path / "trace.csv"
+    path.write_text("timestamp,model\n0,m\n")
+    assert main(["whatif", "--trace", str(path), "--policy", "fixed:soon"]) == 2
+    assert "not a duration" in capsys.readouterr().err
+    assert main(["whatif", "--trace", str(tmp_path / "none.csv"), "--policy", "always-on"]) == 2
+    assert "cannot read the trace" in capsys.readouterr().err
+
+
+def test_simulation_fields_are_all_set() -> None:
+    # Guards the hand-computed cases against a simulation that silently counts nothing.
+    requests = [trace.Request(at=0, model="m"), trace.Request(at=500, model="m")]
+    sim = Simulation(spec=policies.parse("fixed:1m").spec, requests=requests, latencies=LAT)
+    out = sim.run()
+    assert out.requests == 2 and out.wakes == 1 and len(out.held) == 1
+    assert {f.name for f in fields(out)} >= {"gpu_seconds_awake", "held"}
+
+
+def readme_command(prefix: str) -> str:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    lines = [line for line in readme.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1, f"README has {len(lines)} lines starting {prefix!r}"
+    return lines[0]
+
+
+def test_the_readme_whatif_command_runs_as_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+    import shutil
+
+    root = Path(__file__).parents[2]
+    command = readme_command("snooze whatif --trace traces/weekly-mix.csv")
+    # Run from a copy of the repository's files it reads, so that the committed picture is
+    # not rewritten by the tests.
+    shutil.copytree(root / "traces", tmp_path / "traces")
+    monkeypatch.chdir(tmp_path)
+    assert main(shlex.split(command)[1:]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    result = {p["name"]: p for p in json.loads(out[-1])["policies"]}
+    assert list(result) == [
+        "always-on",
+        "fixed:10m",
+        "auto",
+        "schedule:traces/office-hours.yaml",
+        "prewake",
+    ]
+    assert (tmp_path / "docs" / "whatif" / "whatif.png").exists()
+    # What the README's picture shows: every policy saves GPU-hours against always-on, and
+    # pre-wake holds fewer requests than the fixed TTL.
+    always = result["always-on"]["gpu_hours_awake"]
+    assert all(p["gpu_hours_awake"] < always for n, p in result.items() if n != "always-on")
+    assert result["prewake"]["held_requests"] < result["fixed:10m"]["held_requests"]
+
+
+def test_the_readme_convert_command_runs_as_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+
+    body = {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {"metric": {"model": "chat", "code": "200"}, "values": [[0, "0"], [60, "2"]]}
+            ],
+        },
+    }
+    monkeypatch.chdir(tmp_path)
+    Path("requests.json").write_text(json.dumps(body))
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    command = readme[readme.index("`snooze whatif convert") + 1 :].split("`")[0]
+    assert main(shlex.split(command)[1:]) == 0
+    assert [r.at for r in trace.read(Path("trace.csv"))] == [15.0, 45.0]
