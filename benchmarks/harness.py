@@ -95,10 +95,22 @@ class Bench:
             "metadata": {"name": name},
             "spec": {"selector": {"matchLabels": {"app": name}}, **spec},
         }
-        response = self.api.post(
-            f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels", json=body
-        )
+        models = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels"
+        response = self.api.post(models, json=body)
         response.raise_for_status()
+        if state:
+            # No operator runs: write the status it would, since the gateway routes only to
+            # pods that the model's status reports awake, under the name the status claims.
+            uid = self.api.get(f"{pods}/{name}-0").json()["metadata"]["uid"]
+            status = {
+                "modelName": name,
+                "pods": [{"name": f"{name}-0", "state": state, "uid": uid}],
+            }
+            self.api.patch(
+                f"{models}/{name}/status",
+                json={"status": status},
+                headers={"Content-Type": "application/merge-patch+json"},
+            ).raise_for_status()
 
     def gateway(self) -> str:
         port = free_port()

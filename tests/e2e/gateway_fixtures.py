@@ -25,3 +25,13 @@ def gateway(sandbox: Sandbox) -> Iterator[GatewayThread]:
     thread = start_gateway()
     yield thread
     thread.stop()
+
+
+def routable_pods(gw: GatewayThread, model_name: str) -> int:
+    """How many pods the gateway would send a request for `model_name` to now."""
+
+    def count() -> int:
+        holder = gw.g.registry.resolve(model_name).holder
+        return 0 if holder is None else len(gw.g.registry.awake_pods(holder))
+
+    return gw.call(count)

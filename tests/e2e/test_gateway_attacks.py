@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import socket
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 from conftest import Cluster, OperatorThread, wait_for
 from gateway_fixtures import GatewayThread, gateway
+from stand_in import set_label
 from test_gateway import MESSAGES, add_model, client, gateway_view
 
 __all__ = ["gateway"]
@@ -113,3 +115,38 @@ def test_unknown_routes_and_methods_get_openai_shaped_errors(gateway: GatewayThr
     assert wrong.status_code == 405
     assert wrong.headers["Allow"] == "POST"
     assert wrong.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_an_asleep_pod_labelled_awake_by_its_owner_gets_no_request(
+    cluster: Cluster, operator: OperatorThread, gateway: GatewayThread
+) -> None:
+    """A pod's owner labels an asleep pod `awake`; requests sent while the gateway sees that
+    label (until the operator puts it back) go only to the pod the operator reports awake."""
+    engines = add_model(cluster, "guarded", pods=2, spec={"minAwake": 1})
+    names = ["guarded-0", "guarded-1"]
+    wait_for(
+        "one asleep, one awake",
+        lambda: sorted(str(cluster.pod_state(n)) for n in names) == ["asleep", "awake"],
+    )
+    wait_for("the gateway sees one awake", lambda: gateway_view(gateway, "guarded")["awake"] == 1)
+    sleeper_name = next(n for n in names if cluster.pod_state(n) == "asleep")
+    sleeper = engines[names.index(sleeper_name)]
+
+    def ask(_: int) -> int:
+        body = {"model": "guarded", "messages": MESSAGES, "max_tokens": 2}
+        try:
+            return httpx.post(
+                gateway.url + "/v1/chat/completions", json=body, timeout=5
+            ).status_code
+        except httpx.TimeoutException:
+            return 0
+
+    with ThreadPoolExecutor(4) as pool:
+        set_label(cluster, sleeper_name, "awake")
+        codes = list(pool.map(ask, range(40)))
+    wait_for(
+        "the operator to put the label back", lambda: cluster.pod_state(sleeper_name) == "asleep"
+    )
+    assert sleeper.seen["POST /v1/chat/completions"] == 0, codes
+    assert sleeper.requests_served == 0
+    assert codes == [200] * 40

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import yaml
 from conftest import Cluster, OperatorThread, wait_for
-from gateway_fixtures import GatewayThread
+from gateway_fixtures import GatewayThread, routable_pods
 from prometheus_client import CollectorRegistry, start_http_server
 
 from snooze.operator.metrics import OperatorMetrics
@@ -211,8 +211,8 @@ def test_dashboard_queries_return_data_and_rules_evaluate(
             {"selector": {"matchLabels": {"app": name}}, "idle": {"after": "2s"}, "wake": wake},
         )
     wait_for("the gateway knows both", lambda: len(http.get("/v1/models").json()["data"]) == 2)
-    for pod in ("chat-0", "hybrid-0"):
-        wait_for(f"{pod} labelled awake", lambda pod=pod: cluster.pod_state(pod) == "awake")
+    for name in ("chat", "hybrid"):
+        wait_for(f"{name} routable", lambda name=name: routable_pods(gateway, name) == 1)
     # Traffic before the sleeps, so that the gateway's series exist in Prometheus before they
     # move (rate() and increase() need two samples).
     assert ask("chat") == 200

@@ -8,7 +8,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from snooze.gateway.registry import Key, Model, Registry
+from snooze.gateway.model import Key, Model
+from snooze.gateway.registry import Registry
 from snooze.kube.api import KubeApi, models_ref
 from snooze.kube.pods import PodInfo, format_time
 from snooze.models import WAKE_REQUESTED_ANNOTATION
@@ -42,6 +43,9 @@ class Outcome(enum.Enum):
     TIMEOUT = "timeout"
     GONE = "gone"
     REFUSED = "refused"
+    UNCLAIMED = "unclaimed"
+    """The model no longer holds the name the request asked for (the operator settled a
+    clash, or its spec changed)."""
 
 
 class Holds:
@@ -128,6 +132,7 @@ class Holds:
         self,
         model: Model,
         *,
+        name: str,
         deadline: float,
         tick: float,
         on_tick: Callable[[], Awaitable[None]] | None = None,
@@ -138,6 +143,8 @@ class Holds:
             current = self.registry.get(model.key)
             if current is None:
                 return Outcome.GONE, []
+            if not current.holds(name):
+                return Outcome.UNCLAIMED, []
             pods = self.registry.awake_pods(current)
             if pods:
                 return Outcome.AWAKE, pods

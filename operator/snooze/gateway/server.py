@@ -20,7 +20,8 @@ from snooze.gateway import paths, proxy
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
 from snooze.gateway.hold import Holds, Outcome
 from snooze.gateway.metrics import GatewayMetrics
-from snooze.gateway.registry import MODELS, PODS, Model, Registry
+from snooze.gateway.model import Model
+from snooze.gateway.registry import MODELS, PODS, Claim, Registry
 from snooze.gateway.router import Router
 from snooze.gateway.settings import GatewaySettings
 from snooze.gateway.watch import follow
@@ -123,31 +124,39 @@ class Gateway:
             return web.json_response({"status": "ready"})
         return web.json_response({"status": "listing models and pods"}, status=503)
 
-    def describe(self, model: Model) -> dict[str, Any]:
-        """A model in OpenAI's shape, with Snooze's view of it under `snooze`."""
+    def describe(self, name: str) -> dict[str, Any]:
+        """A model name in OpenAI's shape, with Snooze's view of it under `snooze`."""
+        claim = self.registry.resolve(name)
+        holder = claim.holder
+        view: dict[str, Any]
+        if holder is not None:
+            view = {
+                "phase": holder.phase,
+                "awake": len(self.registry.awake_pods(holder)),
+                "pods": len(self.registry.pods_of(holder)),
+                "namespace": holder.namespace,
+                "name": holder.name,
+            }
+        else:
+            phase = "NameConflict" if claim.claimants > 1 else "Pending"
+            view = {"phase": phase, "awake": 0, "pods": 0, "namespace": None, "name": None}
         return {
-            "id": model.model_name,
+            "id": name,
             "object": "model",
             "created": 0,
             "owned_by": "snooze",
-            "snooze": {
-                "phase": model.phase,
-                "awake": len(self.registry.awake_pods(model)),
-                "pods": len(self.registry.pods_of(model)),
-                "namespace": model.namespace,
-                "name": model.name,
-            },
+            "snooze": view,
         }
 
     async def list_models(self, request: web.Request) -> web.Response:
-        models = sorted(self.registry.models.values(), key=lambda m: m.key)
-        return web.json_response({"object": "list", "data": [self.describe(m) for m in models]})
+        data = [self.describe(name) for name in self.registry.names()]
+        return web.json_response({"object": "list", "data": data})
 
     async def get_model(self, request: web.Request) -> web.Response:
-        model = self.registry.find(request.match_info["name"])
-        if model is None:
-            return _unknown(request.match_info["name"])
-        return web.json_response(self.describe(model))
+        name = request.match_info["name"]
+        if not self.registry.resolve(name).named:
+            return _unknown(name)
+        return web.json_response(self.describe(name))
 
     async def inference(self, request: web.Request) -> web.StreamResponse:
         begun = time.monotonic()
@@ -175,22 +184,23 @@ class Gateway:
                 code="not_ready",
                 headers={"Retry-After": "1"},
             )
-        model = self.registry.find(name)
-        if model is None:
-            return _unknown(name)
+        claim = self.registry.resolve(name)
+        if claim.holder is None:
+            return _unserved(name, claim)
+        model = claim.holder
         labels[:] = [model.namespace, model.name]
         started: web.StreamResponse | None = None
         held = 0.0
         if not self.registry.awake_pods(model):
-            result = await self._hold(request, model, stream)
+            result = await self._hold(request, model, name, stream)
             if not isinstance(result, Held):
                 return result
             started, held = result.stream, result.seconds
             model = self.registry.get(model.key) or model  # its spec may have changed meanwhile
-        return await self._forward(request, model, raw, started, held)
+        return await self._forward(request, model, name, raw, started, held)
 
     async def _hold(
-        self, request: web.Request, model: Model, stream: bool
+        self, request: web.Request, model: Model, name: str, stream: bool
     ) -> web.StreamResponse | Held:
         refusal = model.refusal()
         if refusal is not None:
@@ -233,6 +243,7 @@ class Gateway:
 
                 outcome, _ = await self.holds.wait_awake(
                     model,
+                    name=name,
                     deadline=begun + model.hold_seconds(),
                     tick=self.settings.keepalive_seconds,
                     on_tick=keepalive if response is not None else None,
@@ -258,6 +269,7 @@ class Gateway:
         self,
         request: web.Request,
         model: Model,
+        name: str,
         body: bytes,
         started: web.StreamResponse | None,
         held: float,
@@ -266,7 +278,9 @@ class Gateway:
         tried: set[str] = set()
         extra = {HELD_HEADER: f"{held:.3f}"}
         while True:
-            candidates = [p for p in self.registry.awake_pods(model) if p.name not in tried]
+            current = self.registry.get(model.key)
+            awake = self.registry.awake_pods(current) if current and current.holds(name) else []
+            candidates = [p for p in awake if p.name not in tried]
             pod = self.router.choose(candidates)
             if pod is None:
                 message = (
@@ -361,6 +375,27 @@ def _unknown(name: str) -> web.Response:
     )
 
 
+def _unserved(name: str, claim: Claim) -> web.Response:
+    """No model holds `name`: unknown (404), claimed by several (503), or not yet claimed."""
+    if not claim.named:
+        return _unknown(name)
+    if claim.claimants > 1:
+        # Never the namespaces: they belong to other tenants. The cluster's admin can look.
+        message = (
+            f"the model name {name!r} is claimed by {claim.claimants} models and the operator "
+            "has not yet settled which one holds it; retry shortly, or ask an administrator "
+            "to run `kubectl get inferencemodels.snooze.dev -A`"
+        )
+        code = "model_name_conflict"
+    else:
+        message = (
+            f"model {name!r} is not yet served by the operator (no InferenceModel's status "
+            "claims that name yet); retry shortly"
+        )
+        code = "model_not_ready"
+    return error_response(503, message, code=code, headers={"Retry-After": "2"})
+
+
 def _failure(model: Model, outcome: Outcome) -> tuple[int, str, str]:
     if outcome is Outcome.TIMEOUT:
         limit = model.hold_limit_name() if model.spec else "wake timeout"
@@ -372,6 +407,12 @@ def _failure(model: Model, outcome: Outcome) -> tuple[int, str, str]:
         )
     if outcome is Outcome.GONE:
         return 404, f"model {model.model_name!r} was deleted while waiting", "model_not_found"
+    if outcome is Outcome.UNCLAIMED:
+        return (
+            503,
+            f"the model that served {model.model_name!r} no longer holds that name; retry",
+            "model_name_conflict",
+        )
     current = model.refusal() or "the model may no longer be woken on request"
     return 503, current, "model_asleep"
 
