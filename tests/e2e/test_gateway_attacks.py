@@ -8,6 +8,7 @@ on what the engine saw, not only on the status code.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
@@ -150,3 +151,46 @@ def test_an_asleep_pod_labelled_awake_by_its_owner_gets_no_request(
     assert sleeper.seen["POST /v1/chat/completions"] == 0, codes
     assert sleeper.requests_served == 0
     assert codes == [200] * 40
+
+
+def raw_exchange(port: int, data: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send bytes as they are; the status, headers and body of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body
+
+
+MALFORMED = {
+    "a header of 10,000 bytes": (
+        b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nX-Big: " + b"a" * 10000 + b"\r\n\r\n",
+        431,
+    ),
+    "a request line of 10,000 bytes": (b"GET /v1/" + b"a" * 10000 + b" HTTP/1.1\r\n\r\n", 431),
+    "300 headers": (
+        b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(300)) + b"\r\n",
+        431,
+    ),
+    "not HTTP": (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 hello\r\n\r\n", 400),
+    "a bad Content-Length": (b"POST /v1/completions HTTP/1.1\r\nContent-Length: abc\r\n\r\n", 400),
+    "a bad method": (b"G@T /healthz HTTP/1.1\r\n\r\n", 400),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_requests_that_are_not_http_get_openai_shaped_errors_and_no_traceback(
+    gateway: GatewayThread, caplog: pytest.LogCaptureFixture, case: str
+) -> None:
+    data, expected = MALFORMED[case]
+    caplog.set_level(logging.DEBUG)
+    status, headers, body = raw_exchange(gateway.port, data)
+    assert status == expected, body[:200]
+    assert headers["Content-Type"].startswith("application/json")
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

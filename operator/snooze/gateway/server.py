@@ -17,6 +17,7 @@ from aiohttp import web
 from yarl import URL
 
 from snooze.gateway import paths, proxy
+from snooze.gateway.connection import GatewayConnection
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
 from snooze.gateway.hold import Holds, Outcome
 from snooze.gateway.metrics import GatewayMetrics
@@ -54,11 +55,15 @@ class Gateway:
             recent=settings.wake_recent_seconds,
         )
         self.router = Router()
+        self.bounds = proxy.Bounds(
+            first_byte=settings.upstream_first_byte_timeout, idle=settings.upstream_idle_timeout
+        )
         self.held_seconds: list[float] = []
         """How long each held request waited, for tests and benchmarks."""
         self._tasks: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
         self.port = settings.port
 
     def app(self) -> web.Application:
@@ -97,12 +102,27 @@ class Gateway:
             self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
+        server = self._runner.server
+        assert server is not None
+        loop = asyncio.get_running_loop()
+
+        def connection() -> GatewayConnection:
+            return GatewayConnection(
+                server,
+                loop=loop,
+                head_timeout=self.settings.client_header_timeout,
+                access_log=None,
+            )
+
+        self._listener = await loop.create_server(
+            connection, self.settings.host, self.settings.port, reuse_address=True, backlog=512
+        )
+        self.port = int(self._listener.sockets[0].getsockname()[1])
         log.info("gateway listening on %s:%d", self.settings.host, self.port)
 
     async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -170,7 +190,9 @@ class Gateway:
         return response
 
     async def _inference(self, request: web.Request, labels: list[str]) -> web.StreamResponse:
-        raw = await read_body(request, self.settings.max_body_bytes)
+        raw = await read_body(
+            request, self.settings.max_body_bytes, self.settings.client_body_timeout
+        )
         if isinstance(raw, web.Response):
             return raw
         parsed = parse_request(raw)
@@ -312,6 +334,7 @@ class Gateway:
                         started=started,
                         extra_headers=extra,
                         pod_name=pod.name,
+                        bounds=self.bounds,
                     )
                 except proxy.ConnectFailed as exc:
                     log.warning("%s; trying another pod", exc)
@@ -327,6 +350,20 @@ class Gateway:
 @web.middleware
 async def checked_target(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuse a request target with a second spelling; answer unknown routes in OpenAI's shape."""
+    connection = request.protocol
+    if not isinstance(connection, GatewayConnection):
+        return await _checked(request, handler)
+    connection.request_began()
+    reusable = False
+    try:
+        response = await _checked(request, handler)
+        reusable = response.keep_alive is not False and request.content.is_eof()
+        return response
+    finally:
+        connection.request_ended(reusable=reusable)
+
+
+async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse:
     why = paths.refusal(request.raw_path)
     if why is not None:
         return error_response(400, f"{why}; the gateway serves {', '.join(paths.INFERENCE_PATHS)}")
@@ -417,8 +454,9 @@ def _failure(model: Model, outcome: Outcome) -> tuple[int, str, str]:
     return 503, current, "model_asleep"
 
 
-async def read_body(request: web.Request, limit: int) -> bytes | web.Response:
-    """The body, read in chunks so that an oversized one is refused without being kept."""
+async def read_body(request: web.Request, limit: int, seconds: float) -> bytes | web.Response:
+    """The body, read in chunks so that an oversized one is refused without being kept, and
+    within `seconds`, so that a client trickling it is cut (408)."""
     too_big = error_response(
         413,
         f"the request body is larger than the gateway's limit of {limit} bytes",
@@ -428,11 +466,22 @@ async def read_body(request: web.Request, limit: int) -> bytes | web.Response:
         return too_big
     parts: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            return too_big
-        parts.append(chunk)
+    try:
+        async with asyncio.timeout(seconds):
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > limit:
+                    return too_big
+                parts.append(chunk)
+    except TimeoutError:
+        late = error_response(
+            408,
+            f"the request body did not arrive within {seconds:g}s (--client-body-timeout); "
+            "send it at once",
+            code="request_timeout",
+        )
+        late.force_close()
+        return late
     return b"".join(parts)
 
 

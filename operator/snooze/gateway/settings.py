@@ -21,6 +21,17 @@ class GatewaySettings:
     """Interval of the SSE comments sent to a held streaming request."""
     connect_timeout: float = 5.0
     """How long connecting to an engine may take before another pod is tried."""
+    upstream_first_byte_timeout: float = 600.0
+    """How long an engine may take to send its answer's head and first chunk (a non-streamed
+    answer comes whole, after the whole generation): then 504. OpenAI's client waits 600 s."""
+    upstream_idle_timeout: float = 120.0
+    """How long an engine may pause between two chunks of an answer: then the answer ends
+    (502, or a final SSE error event)."""
+    client_header_timeout: float = 15.0
+    """How long a client may take to send a request's line and headers, from its first byte
+    (or from connecting): then 408 and the connection is closed."""
+    client_body_timeout: float = 60.0
+    """How long a client may take to send a whole request body: then 408."""
     wake_recent_seconds: float = 5.0
     """A wake annotation this recent is never rewritten (another replica just asked)."""
     watch_seconds: int = 300
