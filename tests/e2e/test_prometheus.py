@@ -205,7 +205,7 @@ def test_dashboard_queries_return_data_and_rules_evaluate(
     # chat wakes slowly enough for a scrape to see its request held.
     chat = cluster.create_pod("chat-0", labels={"app": "chat"}, model="chat", wake_seconds=2.5)
     cluster.create_pod("hybrid-0", labels={"app": "hybrid"}, model="hybrid", hybrid_wake_crash=True)
-    for name, wake in (("chat", {}), ("hybrid", {"timeout": "2s"})):
+    for name, wake in (("chat", {}), ("hybrid", {"timeout": "2s", "onFailure": "Restart"})):
         cluster.create_model(
             name,
             {"selector": {"matchLabels": {"app": name}}, "idle": {"after": "2s"}, "wake": wake},
@@ -242,7 +242,8 @@ def test_dashboard_queries_return_data_and_rules_evaluate(
     assert ask("chat") == 200
     scraped(prom, 'snooze_wake_duration_seconds_count{model="chat"}', lambda v: v == 2)
 
-    # The hybrid model's wake crashes; the request held for it times out (504).
+    # The hybrid model's wake crashes; the operator deletes the pod (wake.onFailure: Restart)
+    # and no controller recreates it here: the request held for it times out (504).
     wait_for("hybrid asleep", lambda: cluster.pod_state("hybrid-0") == "asleep")
     assert ask("hybrid") == 504
     scraped(prom, 'snooze_wake_failures_total{model="hybrid",reason="HybridKVCacheReinit"}')

@@ -19,14 +19,15 @@ from yarl import URL
 from snooze.gateway import paths, proxy
 from snooze.gateway.connection import GatewayConnection
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
-from snooze.gateway.hold import Holds, Outcome
+from snooze.gateway.hold import Holds, Outcome, Waited
 from snooze.gateway.metrics import GatewayMetrics
 from snooze.gateway.model import Model
 from snooze.gateway.registry import MODELS, PODS, Claim, Registry
 from snooze.gateway.router import Router
 from snooze.gateway.settings import GatewaySettings
+from snooze.gateway.wake import WakeRequestFailed, WakeRequests
 from snooze.gateway.watch import follow
-from snooze.kube.api import KubeApi, KubeError
+from snooze.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -48,10 +49,12 @@ class Gateway:
         scopes: list[str | None] = list(settings.namespaces) or [None]
         self.scopes = scopes
         self.registry = Registry(scopes=scopes)
-        self.holds = Holds(
+        self.holds = Holds(registry=self.registry, max_held=settings.max_held_per_model)
+        self.wakes = WakeRequests(
             api=api,
             registry=self.registry,
-            max_held=settings.max_held_per_model,
+            metrics=self.metrics,
+            bound=settings.wake_request_timeout,
             recent=settings.wake_recent_seconds,
         )
         self.router = Router()
@@ -241,15 +244,15 @@ class Gateway:
         response: web.StreamResponse | None = None
         try:
             with self.metrics.held(model.namespace, model.name):
-                asked = self.holds.wake_requests
                 try:
-                    await self.holds.ensure_wake(model)
-                except KubeError as exc:
+                    asked_at = await self.wakes.ensure(model)
+                except WakeRequestFailed as exc:
                     return error_response(
-                        503, f"could not ask for a wake of model {model.model_name!r}: {exc}"
+                        503,
+                        str(exc),
+                        code="wake_request_failed",
+                        headers={"Retry-After": str(math.ceil(exc.retry_after))},
                     )
-                if self.holds.wake_requests > asked:
-                    self.metrics.wake_requested(model.namespace, model.name)
                 if stream:
                     # Begin the SSE now, so that clients and proxies see life while it wakes.
                     response = web.StreamResponse(
@@ -263,9 +266,10 @@ class Gateway:
                     if response is not None:
                         await response.write(comment)
 
-                outcome, _ = await self.holds.wait_awake(
+                waited = await self.holds.wait_awake(
                     model,
                     name=name,
+                    asked_at=asked_at,
                     deadline=begun + model.hold_seconds(),
                     tick=self.settings.keepalive_seconds,
                     on_tick=keepalive if response is not None else None,
@@ -273,19 +277,29 @@ class Gateway:
         finally:
             self.holds.leave(model)
         seconds = time.monotonic() - begun
-        if outcome is Outcome.AWAKE:
+        if waited.outcome is Outcome.AWAKE:
             self.held_seconds.append(seconds)
             log.info("held a request for %s for %.3fs", model.model_name, seconds)
             if response is not None:
                 await response.write(f": held {seconds:.3f}s while the model woke\n\n".encode())
             return Held(stream=response, seconds=seconds)
-        status, message, code = _failure(model, outcome)
+        retry = self._retry_after(model, asked_at)
+        status, message, code = _failure(model, waited, retry)
         if response is None:
-            return error_response(status, message, code=code)
+            headers = {"Retry-After": str(retry)} if status == 503 else None
+            return error_response(status, message, code=code, headers=headers)
         await response.write(sse_error(status, message, code=code))
         await response.write_eof()
         response[REJECTED] = REASONS[status]
         return response
+
+    def _retry_after(self, model: Model, asked_at: float | None) -> int:
+        """Seconds until the wake request a request waited on lapses, and a new request would
+        ask again (at least 1)."""
+        if asked_at is None or model.spec is None:
+            return 1
+        lapses = asked_at + max(model.hold_seconds(), self.settings.wake_recent_seconds)
+        return max(1, math.ceil(lapses - time.time()))
 
     async def _forward(
         self,
@@ -433,7 +447,9 @@ def _unserved(name: str, claim: Claim) -> web.Response:
     return error_response(503, message, code=code, headers={"Retry-After": "2"})
 
 
-def _failure(model: Model, outcome: Outcome) -> tuple[int, str, str]:
+def _failure(model: Model, waited: Waited, retry: int) -> tuple[int, str, str]:
+    """Status, message and code for a held request whose wait ended without an awake pod."""
+    outcome = waited.outcome
     if outcome is Outcome.TIMEOUT:
         limit = model.hold_limit_name() if model.spec else "wake timeout"
         return (
@@ -441,6 +457,15 @@ def _failure(model: Model, outcome: Outcome) -> tuple[int, str, str]:
             f"model {model.model_name!r} did not wake within its {limit}; "
             "kubectl describe inferencemodel shows why",
             "wake_timeout",
+        )
+    if outcome is Outcome.FAILED and waited.failure is not None:
+        failure = waited.failure
+        return (
+            503,
+            f"model {model.model_name!r} failed to wake ({failure.reason}): {failure.message}. "
+            "The operator reported it and will not retry this wake (wake.onFailure: Report); "
+            f"kubectl describe inferencemodel shows more. Retry in {retry}s",
+            "wake_failed",
         )
     if outcome is Outcome.GONE:
         return 404, f"model {model.model_name!r} was deleted while waiting", "model_not_found"

@@ -32,6 +32,9 @@ class GatewaySettings:
     (or from connecting): then 408 and the connection is closed."""
     client_body_timeout: float = 60.0
     """How long a client may take to send a whole request body: then 408."""
+    wake_request_timeout: float = 5.0
+    """How long writing a wake request to the API may take (retries included): then every
+    request waiting on it gets 503 with Retry-After."""
     wake_recent_seconds: float = 5.0
     """A wake annotation this recent is never rewritten (another replica just asked)."""
     watch_seconds: int = 300
