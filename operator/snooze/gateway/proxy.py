@@ -114,6 +114,7 @@ async def forward(
     silent engine a 504 (or an SSE error event when the stream has begun).
     """
     headers = forward_headers(request.headers)
+    headers.popall("Content-Encoding", None)  # the body was decoded (body.py)
     if request.remote:
         headers.add("X-Forwarded-For", request.remote)
     deadline = asyncio.get_running_loop().time() + bounds.first_byte

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import time
@@ -17,6 +16,7 @@ from aiohttp import web
 from yarl import URL
 
 from snooze.gateway import paths, proxy
+from snooze.gateway.body import BodyBudget, Parser, Reservation, read_body
 from snooze.gateway.connection import GatewayConnection
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
 from snooze.gateway.hold import Holds, Outcome, Waited
@@ -61,6 +61,8 @@ class Gateway:
         self.bounds = proxy.Bounds(
             first_byte=settings.upstream_first_byte_timeout, idle=settings.upstream_idle_timeout
         )
+        self.bodies = BodyBudget(settings.max_buffered_body_bytes)
+        self.parser = Parser()
         self.held_seconds: list[float] = []
         """How long each held request waited, for tests and benchmarks."""
         self._tasks: list[asyncio.Task[None]] = []
@@ -115,6 +117,7 @@ class Gateway:
                 loop=loop,
                 head_timeout=self.settings.client_header_timeout,
                 access_log=None,
+                auto_decompress=False,  # body.py decodes, within the body limit
             )
 
         self._listener = await loop.create_server(
@@ -136,6 +139,7 @@ class Gateway:
         if self._session is not None:
             await self._session.close()
         await self.api.aclose()
+        self.parser.close()
 
     # --- routes ---------------------------------------------------------------------------
 
@@ -184,7 +188,11 @@ class Gateway:
     async def inference(self, request: web.Request) -> web.StreamResponse:
         begun = time.monotonic()
         labels: list[str] = ["", ""]  # namespace and InferenceModel name, once known
-        response = await self._inference(request, labels)
+        hold = Reservation(self.bodies)
+        try:
+            response = await self._inference(request, labels, hold)
+        finally:
+            hold.release()
         namespace, model = labels
         self.metrics.request_done(namespace, model, response.status, time.monotonic() - begun)
         reason = response.get(REJECTED)
@@ -192,13 +200,18 @@ class Gateway:
             self.metrics.rejected(reason, namespace=namespace, model=model)
         return response
 
-    async def _inference(self, request: web.Request, labels: list[str]) -> web.StreamResponse:
+    async def _inference(
+        self, request: web.Request, labels: list[str], hold: Reservation
+    ) -> web.StreamResponse:
         raw = await read_body(
-            request, self.settings.max_body_bytes, self.settings.client_body_timeout
+            request,
+            limit=self.settings.max_body_bytes,
+            seconds=self.settings.client_body_timeout,
+            hold=hold,
         )
         if isinstance(raw, web.Response):
             return raw
-        parsed = parse_request(raw)
+        parsed = await self.parser.parse(raw)
         if isinstance(parsed, web.Response):
             return parsed
         name, stream = parsed
@@ -477,51 +490,6 @@ def _failure(model: Model, waited: Waited, retry: int) -> tuple[int, str, str]:
         )
     current = model.refusal() or "the model may no longer be woken on request"
     return 503, current, "model_asleep"
-
-
-async def read_body(request: web.Request, limit: int, seconds: float) -> bytes | web.Response:
-    """The body, read in chunks so that an oversized one is refused without being kept, and
-    within `seconds`, so that a client trickling it is cut (408)."""
-    too_big = error_response(
-        413,
-        f"the request body is larger than the gateway's limit of {limit} bytes",
-        code="body_too_large",
-    )
-    if request.content_length is not None and request.content_length > limit:
-        return too_big
-    parts: list[bytes] = []
-    size = 0
-    try:
-        async with asyncio.timeout(seconds):
-            async for chunk in request.content.iter_any():
-                size += len(chunk)
-                if size > limit:
-                    return too_big
-                parts.append(chunk)
-    except TimeoutError:
-        late = error_response(
-            408,
-            f"the request body did not arrive within {seconds:g}s (--client-body-timeout); "
-            "send it at once",
-            code="request_timeout",
-        )
-        late.force_close()
-        return late
-    return b"".join(parts)
-
-
-def parse_request(raw: bytes) -> tuple[str, bool] | web.Response:
-    """The `model` and `stream` fields of an OpenAI request body, or a 400."""
-    try:
-        body: Any = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return error_response(400, f"the request body is not valid JSON: {exc}")
-    if not isinstance(body, dict):
-        return error_response(400, "the request body must be a JSON object")
-    name = body.get("model")
-    if not isinstance(name, str) or not name:
-        return error_response(400, "the request body must name a `model` (a string)", param="model")
-    return name, body.get("stream") is True
 
 
 async def serve(

@@ -16,7 +16,10 @@ class GatewaySettings:
     max_held_per_model: int = 256
     """Requests held per model while it wakes; more are refused with 429 and Retry-After."""
     max_body_bytes: int = 10 * 1024 * 1024
-    """Largest request body accepted (413 above it)."""
+    """Largest request body accepted (413 above it), decompressed."""
+    max_buffered_body_bytes: int = 256 * 1024 * 1024
+    """Bytes of request bodies the gateway holds at once, over every request being read,
+    held for a wake or sent: a request that would go over gets 503 with Retry-After."""
     keepalive_seconds: float = 5.0
     """Interval of the SSE comments sent to a held streaming request."""
     connect_timeout: float = 5.0
