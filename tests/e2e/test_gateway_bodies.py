@@ -184,3 +184,25 @@ def test_healthz_answers_while_large_bodies_are_parsed(gateway: GatewayThread) -
     prober.join()
     assert all(r.startswith(b"HTTP/1.1 404") for r in results)
     assert answered >= 30, f"/healthz answered {answered} times while six bodies were parsed"
+
+
+def test_a_client_supplied_forwarded_for_is_not_passed_on_as_if_trusted(
+    recorder: RecordingEngine, gateway: GatewayThread
+) -> None:
+    """The engine gets one X-Forwarded-For whose last entry is the peer the gateway saw;
+    whatever the client claimed comes before it, never alone or first on its own line."""
+    wait_for("routable", lambda: routable_pods(gateway, "rec") == 1)
+    body = json.dumps(PROMPT).encode()
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(
+            (
+                f"POST {COMPLETIONS} HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\n"
+                "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-For: 7.7.7.7, 8.8.8.8\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode()
+            + body
+        )
+        answer = b"".join(iter(lambda: sock.recv(65536), b""))
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    (received,) = recorder.received
+    assert received.header("X-Forwarded-For") == ["6.6.6.6, 7.7.7.7, 8.8.8.8, 127.0.0.1"]

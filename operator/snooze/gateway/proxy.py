@@ -97,6 +97,16 @@ def forward_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
     return out
 
 
+def forwarded_for(headers: CIMultiDict[str], peer: str | None) -> None:
+    """One X-Forwarded-For: what the client (or a proxy before the gateway) sent, then the
+    peer the gateway saw. Appended, not replaced, so that a chain set by an ingress in front
+    survives; a reader trusts entries from the right, as far as it trusts the proxies."""
+    claimed = [v.strip() for v in headers.popall("X-Forwarded-For", []) if v.strip()]
+    chain = [*claimed, peer] if peer else claimed
+    if chain:
+        headers["X-Forwarded-For"] = ", ".join(chain)
+
+
 async def forward(
     session: aiohttp.ClientSession,
     request: web.Request,
@@ -115,8 +125,7 @@ async def forward(
     """
     headers = forward_headers(request.headers)
     headers.popall("Content-Encoding", None)  # the body was decoded (body.py)
-    if request.remote:
-        headers.add("X-Forwarded-For", request.remote)
+    forwarded_for(headers, request.remote)
     deadline = asyncio.get_running_loop().time() + bounds.first_byte
     try:
         async with asyncio.timeout_at(deadline):
