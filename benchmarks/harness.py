@@ -118,7 +118,7 @@ class Bench:
             "import argparse, sys; from snooze.gateway import cli; p = argparse.ArgumentParser();"
             " cli.add_arguments(p); sys.exit(cli.run(p.parse_args(sys.argv[1:])))"
         )
-        self.spawn("-c", code, "--host", "127.0.0.1", "--port", str(port))
+        self.spawn("-c", code, "--host", "127.0.0.1", "--port", str(port), "--expose-model-status")
         self.gateway_url = f"http://127.0.0.1:{port}"
         wait_until(
             "the gateway", lambda: httpx.get(self.gateway_url + "/readyz").status_code == 200

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import Cluster, wait_for
-from gateway_fixtures import GatewayThread, gateway
+from gateway_fixtures import GatewayThread, gateway, start_gateway
 from stand_in import conflict, no_conflict, set_label, write_status
 from test_gateway import MESSAGES, engine_config
 
@@ -153,6 +153,26 @@ def test_a_pod_labelled_awake_by_its_owner_is_not_routed_until_the_status_says_s
     assert answer.status_code == 504  # held for a wake no operator performs
     assert impostor.seen["POST /v1/completions"] == 0
     assert fooled.seen["POST /v1/completions"] == 0
+
+
+def test_anonymous_clients_see_model_names_only_unless_status_is_exposed(
+    victim: Cluster, cluster: Cluster
+) -> None:
+    serve(victim, "chat")
+    for expose in (False, True):
+        gw = start_gateway(expose_model_status=expose)
+        try:
+            wait_for("listed", lambda gw=gw: listed(gw) == [NAME])
+            listing = httpx.get(gw.url + "/v1/models")
+            one = httpx.get(f"{gw.url}/v1/models/{NAME}").json()
+            assert ("snooze" in one) is expose
+            assert ("team-victim" in listing.text) is expose
+            if not expose:
+                assert listing.json()["data"] == [
+                    {"id": NAME, "object": "model", "created": 0, "owned_by": "snooze"}
+                ]
+        finally:
+            gw.stop()
 
 
 def label_seen(gw: GatewayThread, pod: str) -> str | None:

@@ -51,6 +51,8 @@ class Outcome(enum.Enum):
     REFUSED = "refused"
     FAILED = "failed"
     """The wake failed, and the operator will not try again for this request."""
+    SHUTDOWN = "shutdown"
+    """The gateway is shutting down and its grace period is over."""
     UNCLAIMED = "unclaimed"
     """The model no longer holds the name the request asked for (the operator settled a
     clash, or its spec changed)."""
@@ -69,6 +71,12 @@ class Holds:
         self.registry = registry
         self.max_held = max_held
         self.held: dict[Key, int] = {}
+        self.closing = False
+
+    def close(self) -> None:
+        """Release every held request (Outcome.SHUTDOWN): the gateway is going away."""
+        self.closing = True
+        self.registry.poke()
 
     def enter(self, model: Model) -> bool:
         """Take a place in the model's queue; False when it is full."""
@@ -98,6 +106,8 @@ class Holds:
         """Wait (monotonic `deadline`) for an awake pod; `on_tick` runs every `tick` seconds."""
         next_tick = time.monotonic() + tick
         while True:
+            if self.closing:
+                return Waited(outcome=Outcome.SHUTDOWN)
             current = self.registry.get(model.key)
             if current is None:
                 return Waited(outcome=Outcome.GONE)

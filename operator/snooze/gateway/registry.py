@@ -100,6 +100,10 @@ class Registry:
             pod = pod_info(obj)
             self.pods[(pod.namespace, pod.name)] = pod
 
+    def poke(self) -> None:
+        """Wake every waiter, as a change would."""
+        self._notify()
+
     def _notify(self) -> None:
         # Swap, then set: a waiter that re-checks after this change waits for the next one.
         changed, self._changed = self._changed, asyncio.Event()

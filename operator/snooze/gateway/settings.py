@@ -35,9 +35,15 @@ class GatewaySettings:
     (or from connecting): then 408 and the connection is closed."""
     client_body_timeout: float = 60.0
     """How long a client may take to send a whole request body: then 408."""
+    expose_model_status: bool = False
+    """Add Snooze's view of each model (phase, pods awake, namespace) to `/v1/models` under
+    `snooze`; off, anonymous clients learn model names only."""
     wake_request_timeout: float = 5.0
     """How long writing a wake request to the API may take (retries included): then every
     request waiting on it gets 503 with Retry-After."""
+    shutdown_grace_seconds: float = 30.0
+    """On SIGTERM, how long requests under way (streams, held requests) may take to finish;
+    the pod's terminationGracePeriodSeconds should be a little longer."""
     wake_recent_seconds: float = 5.0
     """A wake annotation this recent is never rewritten (another replica just asked)."""
     watch_seconds: int = 300
