@@ -8,12 +8,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pytest
 from conftest import Cluster, OperatorThread, wait_for
 from gateway_fixtures import GatewayThread, gateway, routable_pods, start_gateway
-from stand_in import write_status
+from stand_in import set_label, write_status
 from test_gateway import MESSAGES, add_model, engine_config, wait_asleep
 
+from snooze import rbac
 from snooze.gateway.model import Key
+from snooze.kube.api import KubeApi
 from snooze.sandbox import Sandbox
 
 __all__ = ["gateway"]
@@ -153,3 +156,46 @@ def test_an_api_that_cannot_be_reached_gives_fast_503s(cluster: Cluster, sandbox
         assert wake_metric(gw, "m") == 0
     finally:
         gw.stop()
+
+
+def test_the_gateway_asks_the_api_only_for_what_its_rbac_grants(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox checks no permissions: record every call the gateway makes through a wake,
+    as the verb RBAC would check, against the rules the chart grants it (rbac.GATEWAY)."""
+    calls: set[tuple[str, str]] = set()
+    request, watch = KubeApi.request, KubeApi.watch
+
+    def verb(method: str, path: str, params: Any) -> tuple[str, str]:
+        resource = next(r for r in ("inferencemodels", "pods") if f"/{r}" in path)
+        item = not path.rstrip("/").endswith(resource)
+        verbs = {"GET": "get" if item else "list", "PATCH": "patch", "POST": "create"}
+        return verbs.get(method, method.lower()), resource
+
+    async def recorded_request(self: KubeApi, method: str, path: str, **kw: Any) -> Any:
+        calls.add(verb(method, path, kw.get("params")))
+        return await request(self, method, path, **kw)
+
+    def recorded_watch(self: KubeApi, ref: Any, **kw: Any) -> Any:
+        calls.add(("watch", verb("GET", ref.path, None)[1]))
+        return watch(self, ref, **kw)
+
+    monkeypatch.setattr(KubeApi, "request", recorded_request)
+    monkeypatch.setattr(KubeApi, "watch", recorded_watch)
+    cluster.create_pod("m-0", labels={"app": "m", "snooze.dev/state": "asleep"}, model="m")
+    cluster.create_model("m", {"selector": {"matchLabels": {"app": "m"}}})
+    write_status(cluster, "m", model_name="m", pods={"m-0": "asleep"})
+    gw = start_gateway()
+    try:
+        wait_for("the gateway knows m", lambda: known(gw, ("default", "m")))
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(httpx.post, gw.url + CHAT, json=body("m"), timeout=30)
+            wait_for("a wake asked for", lambda: gw.call(lambda: gw.g.wakes.written) == 1)
+            set_label(cluster, "m-0", "awake")  # the operator's part
+            write_status(cluster, "m", model_name="m", pods={"m-0": "awake"})
+            assert waiting.result(30).status_code == 200
+    finally:
+        gw.stop()
+    granted = {(v, p.resource) for p in rbac.GATEWAY for v in p.verbs}
+    assert calls - granted == set(), f"calls outside the gateway's RBAC: {calls - granted}"
+    assert ("patch", "inferencemodels") in calls

@@ -150,8 +150,14 @@ class WakeRequests:
     async def _annotate(self, model: Model) -> float | None:
         # Another replica may have asked since our watch last spoke: read the model afresh,
         # which narrows the window in which two replicas both annotate to one round trip.
-        fresh = await self.api.get(models_ref(model.namespace), model.name)
-        self.registry.note_model(fresh)
+        # A list by name, not a get: the gateway's RBAC grants list, watch and patch only.
+        listing = await self.api.request(
+            "GET",
+            models_ref(model.namespace).path,
+            params={"fieldSelector": f"metadata.name={model.name}"},
+        )
+        for fresh in listing.get("items") or []:
+            self.registry.note_model(fresh)
         current = self.registry.get(model.key) or model
         if current.spec is None or self.registry.awake_pods(current):
             return None
