@@ -25,7 +25,8 @@ def parse(*argv: str) -> argparse.Namespace:
 def flags() -> list[str]:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    options = (o for a in parser._actions for o in a.option_strings)
+    return [o for o in options if o.startswith("--") and o != "--help"]
 
 
 def test_defaults_are_the_settings_defaults() -> None:
