@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from snooze import models
+from snooze import gpupool, models
 
 JSON = dict[str, Any]
 
@@ -108,7 +108,13 @@ SPEC_RULES: list[JSON] = [
         "fieldPath": ".scaleToZeroAfter",
     },
     {
-        "rule": "!has(self.scaleToZeroAfter) || "
+        "rule": "!has(self.scaleToZeroAfter) || self.idle.after != 'Never'",
+        "message": "scaleToZeroAfter needs idle.after to be a duration, not Never: engines "
+        "sleep first, then scale to zero",
+        "fieldPath": ".scaleToZeroAfter",
+    },
+    {
+        "rule": "!has(self.scaleToZeroAfter) || self.idle.after == 'Never' || "
         "duration(self.idle.after) < duration(self.scaleToZeroAfter)",
         "message": "scaleToZeroAfter must be longer than idle.after: engines sleep first, "
         "then scale to zero",
@@ -142,21 +148,44 @@ def _strip_defaults(schema: Any) -> None:
             _strip_defaults(item)
 
 
-def openapi_schema() -> JSON:
-    """The `openAPIV3Schema` of the InferenceModel CRD."""
+def _openapi(description: str, kind: str, spec: JSON, status: JSON) -> JSON:
     return {
         "type": "object",
-        "description": "An InferenceModel tells Snooze which pods serve a vLLM model, when "
-        "their engines sleep and how they wake.",
+        "description": description,
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string", "description": "snooze.dev/v1alpha1"},
-            "kind": {"type": "string", "description": "InferenceModel"},
+            "apiVersion": {"type": "string", "description": models.API_VERSION},
+            "kind": {"type": "string", "description": kind},
             "metadata": {"type": "object"},
-            "spec": spec_schema(),
-            "status": status_schema(),
+            "spec": spec,
+            "status": status,
         },
     }
+
+
+def openapi_schema() -> JSON:
+    """The `openAPIV3Schema` of the InferenceModel CRD."""
+    return _openapi(
+        "An InferenceModel tells Snooze which pods serve a vLLM model, when their engines "
+        "sleep and how they wake.",
+        models.KIND,
+        spec_schema(),
+        status_schema(),
+    )
+
+
+def pool_openapi_schema() -> JSON:
+    """The `openAPIV3Schema` of the GPUPool CRD."""
+    spec = _object_schema(gpupool.GPUPoolSpec)
+    status = _object_schema(gpupool.GPUPoolStatus)
+    _strip_defaults(status)
+    return _openapi(
+        "A GPUPool is one GPU that several models' engines share: Snooze keeps awake what fits "
+        "in its memory and makes room on demand.",
+        gpupool.KIND,
+        dict(_ordered(spec)),
+        dict(_ordered(status)),
+    )
 
 
 def printer_columns() -> list[JSON]:
@@ -176,21 +205,39 @@ def printer_columns() -> list[JSON]:
     ]
 
 
-def crd() -> JSON:
-    """The whole CustomResourceDefinition."""
+def pool_printer_columns() -> list[JSON]:
+    return [
+        {"name": "Memory", "type": "string", "jsonPath": ".spec.memory"},
+        {"name": "Used", "type": "string", "jsonPath": ".status.used"},
+        {"name": "Awake", "type": "integer", "jsonPath": ".status.awake"},
+        {"name": "Waiting", "type": "integer", "jsonPath": ".status.waiting"},
+        {"name": "Evictions", "type": "integer", "jsonPath": ".status.evictions"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+
+
+def _crd(
+    *,
+    kind: str,
+    plural: str,
+    singular: str,
+    short_names: list[str],
+    schema: JSON,
+    columns: list[JSON],
+) -> JSON:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{models.PLURAL}.{models.GROUP}"},
+        "metadata": {"name": f"{plural}.{models.GROUP}"},
         "spec": {
             "group": models.GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": models.KIND,
-                "listKind": f"{models.KIND}List",
-                "plural": models.PLURAL,
-                "singular": models.SINGULAR,
-                "shortNames": models.SHORT_NAMES,
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": short_names,
                 "categories": ["snooze"],
             },
             "versions": [
@@ -198,13 +245,47 @@ def crd() -> JSON:
                     "name": models.VERSION,
                     "served": True,
                     "storage": True,
-                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "schema": {"openAPIV3Schema": schema},
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": printer_columns(),
+                    "additionalPrinterColumns": columns,
                 }
             ],
         },
     }
+
+
+def crd() -> JSON:
+    """The InferenceModel CustomResourceDefinition."""
+    return _crd(
+        kind=models.KIND,
+        plural=models.PLURAL,
+        singular=models.SINGULAR,
+        short_names=models.SHORT_NAMES,
+        schema=openapi_schema(),
+        columns=printer_columns(),
+    )
+
+
+def pool_crd() -> JSON:
+    """The GPUPool CustomResourceDefinition."""
+    return _crd(
+        kind=gpupool.KIND,
+        plural=gpupool.PLURAL,
+        singular=gpupool.SINGULAR,
+        short_names=gpupool.SHORT_NAMES,
+        schema=pool_openapi_schema(),
+        columns=pool_printer_columns(),
+    )
+
+
+# Each CRD by kind, in the order `snooze crd` prints them; file names in crds/ follow.
+CRDS = {models.KIND: crd, gpupool.KIND: pool_crd}
+
+
+def file_name(kind: str) -> str:
+    """The file in crds/ (and the chart's crds/) that holds the CRD of `kind`."""
+    body = CRDS[kind]()
+    return f"{body['metadata']['name']}.yaml"
 
 
 class _Dumper(yaml.SafeDumper):
@@ -219,17 +300,28 @@ def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str_presenter)
 
 
-def render() -> str:
-    """The CRD as the YAML checked in at crds/inferencemodels.snooze.dev.yaml."""
-    header = "# Generated by `snooze crd` from operator/snooze/models.py: do not edit by hand.\n"
-    body = yaml.dump(crd(), Dumper=_Dumper, sort_keys=False, width=100)
+def render(kind: str = models.KIND) -> str:
+    """One CRD as the YAML checked in at crds/ (see file_name)."""
+    source = "gpupool.py" if kind == gpupool.KIND else "models.py"
+    header = (
+        f"# Generated by `snooze crd --kind {kind}` from operator/snooze/{source}: "
+        "do not edit by hand.\n"
+    )
+    body = yaml.dump(CRDS[kind](), Dumper=_Dumper, sort_keys=False, width=100)
     return header + body
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = "Apply it with: snooze crd | kubectl apply -f -"
+    parser.add_argument(
+        "--kind",
+        choices=[*CRDS, "all"],
+        default="all",
+        help="which CRD to print (default: all, as separate YAML documents)",
+    )
+    parser.epilog = "Apply them with: snooze crd | kubectl apply -f -"
 
 
 def run(args: argparse.Namespace) -> int:
-    sys.stdout.write(render())
+    kinds = list(CRDS) if args.kind == "all" else [args.kind]
+    sys.stdout.write("---\n".join(render(kind) for kind in kinds))
     return 0

@@ -10,6 +10,9 @@ import re
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+# Go's time.Duration is int64 nanoseconds: the API server's CEL `duration()` (and every Go
+# client) refuses anything longer, so the operator does too, rather than read it as infinite.
+MAX_SECONDS = (2**63 - 1) / 1e9
 
 
 class DurationError(ValueError):
@@ -23,7 +26,13 @@ def parse_duration(text: str) -> float:
             f"{text!r} is not a duration: write a number and a unit (ms, s, m, h), "
             "such as '30s', '10m', '2h' or '1h30m'"
         )
-    return sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _PART.findall(text))
+    seconds = sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _PART.findall(text))
+    if seconds > MAX_SECONDS:
+        raise DurationError(
+            f"{text!r} is longer than the longest duration Kubernetes can represent "
+            f"(about 292 years): write a shorter one"
+        )
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
@@ -20,6 +21,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from snooze.durations import DURATION_PATTERN, parse_duration
+from snooze.quantities import QUANTITY_PATTERN, parse_quantity
 
 GROUP = "snooze.dev"
 VERSION = "v1alpha1"
@@ -44,13 +46,30 @@ Duration = Annotated[
     str,
     Field(
         pattern=DURATION_PATTERN,
+        max_length=32,
         json_schema_extra={"example": "10m"},
     ),
     AfterValidator(_positive_duration),
 ]
 
 
-class _Wire(BaseModel):
+NEVER = "Never"
+IDLE_PATTERN = f"^({NEVER}|{DURATION_PATTERN[1:-1]})$"
+
+
+def _positive_or_never(text: str) -> str:
+    return text if text == NEVER else _positive_duration(text)
+
+
+IdleDuration = Annotated[
+    str,
+    Field(pattern=IDLE_PATTERN, max_length=32, json_schema_extra={"example": "10m"}),
+    AfterValidator(_positive_or_never),
+]
+"""A duration, or `Never`."""
+
+
+class Wire(BaseModel):
     """camelCase on the wire, unknown fields refused, so that a typo is an error and not a no-op."""
 
     model_config = ConfigDict(
@@ -69,7 +88,7 @@ class SelectorOperator(StrEnum):
     DOES_NOT_EXIST = "DoesNotExist"
 
 
-class LabelSelectorRequirement(_Wire):
+class LabelSelectorRequirement(Wire):
     """One requirement of a label selector, as in Kubernetes' own LabelSelector."""
 
     key: str = Field(min_length=1)
@@ -89,7 +108,7 @@ class LabelSelectorRequirement(_Wire):
         return self
 
 
-class LabelSelector(_Wire):
+class LabelSelector(Wire):
     """Which pods serve the model: at least one of matchLabels or matchExpressions."""
 
     match_labels: dict[str, str] = Field(default_factory=dict)
@@ -142,7 +161,7 @@ class LabelSelector(_Wire):
         return True
 
 
-class ScaleTargetRef(_Wire):
+class ScaleTargetRef(Wire):
     """The workload that owns the model's pods, scaled through its scale subresource."""
 
     api_version: str = "apps/v1"
@@ -153,7 +172,7 @@ class ScaleTargetRef(_Wire):
     """Name of the workload, in the InferenceModel's namespace."""
 
 
-class EngineSpec(_Wire):
+class EngineSpec(Wire):
     """How to reach each pod's vLLM engine."""
 
     port: int = Field(default=8000, ge=1, le=65535)
@@ -162,21 +181,22 @@ class EngineSpec(_Wire):
     """http or https."""
 
 
-class IdleSpec(_Wire):
+class IdleSpec(Wire):
     """When an engine counts as idle."""
 
-    after: Duration = "10m"
-    """How long an engine must see no request before it is put to sleep, such as 30s, 10m, 2h."""
+    after: IdleDuration = "10m"
+    """How long an engine must see no request before it is put to sleep, such as 30s, 10m, 2h;
+    or Never: it sleeps only when its GPU pool needs the room, or by desiredState."""
 
 
-class SleepSpec(_Wire):
+class SleepSpec(Wire):
     """How deeply an idle engine sleeps."""
 
     level: Literal[1, 2] = 1
     """1: weights move to host RAM, fast wake. 2: weights are discarded and reloaded on wake."""
 
 
-class WakeSpec(_Wire):
+class WakeSpec(Wire):
     """How a sleeping engine is woken, and what happens when waking fails."""
 
     on_request: bool = True
@@ -200,7 +220,54 @@ class DesiredState(StrEnum):
     ASLEEP = "Asleep"
 
 
-class InferenceModelSpec(_Wire):
+def _positive_quantity(text: str) -> str:
+    if parse_quantity(text) <= 0:
+        raise ValueError(f"{text!r} must be more than zero, such as '30Gi'")
+    return text
+
+
+Quantity = Annotated[
+    str,
+    Field(pattern=QUANTITY_PATTERN, max_length=32, json_schema_extra={"example": "30Gi"}),
+    AfterValidator(_positive_quantity),
+]
+"""A Kubernetes memory quantity: `80Gi`, `512Mi`, `40G`."""
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class ModelPoolSpec(Wire):
+    """The GPU pool the model's engines share a device in, and what each engine takes there."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    """A GPUPool in the InferenceModel's namespace."""
+    memory: Quantity | None = None
+    """One engine's awake footprint on the device (weights, KV cache, CUDA context). Default:
+    the engine's own share, read from its vllm:cache_config_info metric
+    (gpu_memory_utilization) times the pool's memory."""
+    asleep_memory: Quantity = "1Gi"
+    """What a sleeping engine still holds on the device (CUDA context, graphs: vLLM's sleep frees
+    only the weights and the KV cache). Measure it; do not assume zero."""
+    weights_memory: Quantity | None = None
+    """Host RAM one engine's level-1 sleep takes (its weights, copied out of the GPU), counted
+    against the pool's hostMemory. Default: memory minus asleepMemory, an upper bound."""
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    """When room must be made, lower priorities are put to sleep first."""
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return None if self.memory is None else parse_quantity(self.memory)
+
+    @property
+    def asleep_bytes(self) -> int:
+        return parse_quantity(self.asleep_memory)
+
+    @property
+    def weights_bytes(self) -> int | None:
+        return None if self.weights_memory is None else parse_quantity(self.weights_memory)
+
+
+class InferenceModelSpec(Wire):
     """Which pods serve a model, when they sleep and how they wake."""
 
     model_name: str | None = Field(default=None, min_length=1, max_length=253)
@@ -221,6 +288,9 @@ class InferenceModelSpec(_Wire):
     """Engines kept awake whatever the traffic."""
     desired_state: DesiredState = DesiredState.AUTO
     """Auto: sleep when idle, wake on request. Awake or Asleep: a manual override."""
+    pool: ModelPoolSpec | None = None
+    """Optional: the GPUPool whose device the engines share with other models' engines; the
+    pool then decides when one may wake (making room first) and which sleeps for another."""
     scale_to_zero_after: Duration | None = None
     """Optional: idle this long (longer than idle.after), the scaleTargetRef workload is scaled
     to zero replicas, freeing host RAM and the GPU reservation too; a request scales it back
@@ -236,6 +306,11 @@ class InferenceModelSpec(_Wire):
                 "scaleToZeroAfter needs scaleTargetRef: name the Deployment or StatefulSet to scale"
             )
         idle = info.data.get("idle")
+        if idle is not None and idle.after == NEVER:
+            raise ValueError(
+                "scaleToZeroAfter needs idle.after to be a duration, not Never: engines sleep "
+                "first, then scale to zero"
+            )
         if idle is not None and parse_duration(value) <= parse_duration(idle.after):
             raise ValueError(
                 f"scaleToZeroAfter ({value}) must be longer than idle.after ({idle.after}): "
@@ -255,7 +330,8 @@ class InferenceModelSpec(_Wire):
 
     @property
     def idle_after_seconds(self) -> float:
-        return parse_duration(self.idle.after)
+        """Seconds of idleness before sleep; infinite for Never."""
+        return math.inf if self.idle.after == NEVER else parse_duration(self.idle.after)
 
     @property
     def wake_timeout_seconds(self) -> float:
@@ -313,7 +389,7 @@ class EngineState(StrEnum):
     FAILED = "failed"
 
 
-class _Status(BaseModel):
+class Status(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
@@ -322,11 +398,12 @@ class _Status(BaseModel):
     )
 
 
-class Condition(_Status):
+class Condition(Status):
     """A Kubernetes-style condition."""
 
     type: str
-    """Ready, Asleep, WakeFailed or SpecValid."""
+    """Ready, Asleep, WakeFailed, SpecValid, Conflict (another model holds this one's model
+    name) or SharedPods (another model selects some of its pods)."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
     reason: str = ""
@@ -339,13 +416,16 @@ class Condition(_Status):
     """The spec generation this condition was computed from."""
 
 
-class PodStatus(_Status):
+class PodStatus(Status):
     """One engine, as the operator last saw it."""
 
     name: str
     """The pod's name."""
+    uid: str = ""
+    """The pod's uid: this entry speaks of that pod only, not of one recreated under its name."""
     state: str
-    """awake, draining, asleep, waking, failed, or unready."""
+    """awake, draining, asleep, waking, failed, unready, unknown, unreachable, or shared
+    (selected by another InferenceModel too: acted on by neither)."""
     since: datetime | None = None
     """When the pod entered this state."""
     last_activity_time: datetime | None = None
@@ -360,13 +440,14 @@ class PodStatus(_Status):
     """Why the pod is in this state, when that is worth saying."""
 
 
-class InferenceModelStatus(_Status):
+class InferenceModelStatus(Status):
     """What the operator last saw and did; the summary for people and dashboards."""
 
     phase: Phase = Phase.PENDING
     """Pending, Awake, Asleep, Waking, Draining, Degraded, ScaledToZero, ScalingUp or Invalid."""
     model_name: str = ""
-    """The model name that the gateway routes by."""
+    """The model name that the gateway routes by (empty while the spec is invalid); the model
+    holds it unless its Conflict condition is True."""
     engines: int = 0
     """Pods selected."""
     awake: int = 0
@@ -399,6 +480,6 @@ class InferenceModelStatus(_Status):
     """When someone else scaled the workload while Snooze had it at zero, or scaled it to zero
     themselves: Snooze leaves the scale alone until the model is next active."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Ready, Asleep, WakeFailed and SpecValid."""
+    """Ready, Asleep, WakeFailed, SpecValid, Conflict and SharedPods."""
     observed_generation: int | None = None
     """The metadata.generation the operator last acted on."""

@@ -45,14 +45,28 @@ OPERATOR: tuple[Permission, ...] = (
     ),
     Permission(
         group="apps",
+        resource="deployments",
+        verbs=("get",),
+        why="read a model's scaleTargetRef Deployment: its replicas, and its pod template, "
+        "which the model's selector must select before Snooze scales it",
+    ),
+    Permission(
+        group="apps",
+        resource="statefulsets",
+        verbs=("get",),
+        why="read a model's scaleTargetRef StatefulSet: its replicas, and its pod template, "
+        "which the model's selector must select before Snooze scales it",
+    ),
+    Permission(
+        group="apps",
         resource="deployments/scale",
-        verbs=("get", "patch"),
+        verbs=("patch",),
         why="scale a model's Deployment to zero after scaleToZeroAfter, and back on demand",
     ),
     Permission(
         group="apps",
         resource="statefulsets/scale",
-        verbs=("get", "patch"),
+        verbs=("patch",),
         why="scale a model's StatefulSet to zero after scaleToZeroAfter, and back on demand",
     ),
 )

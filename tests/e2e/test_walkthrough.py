@@ -118,9 +118,13 @@ def test_the_readme_walkthrough(walkthrough: Walkthrough) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     w.kubectl("annotate", "im", "chat", f"snooze.dev/wake-requested-at={stamp}", "--overwrite")
     wait_for("both awake again", lambda: states().count("awake") == 2, timeout=30)
-    phase = w.kubectl(
-        "get", "im", "chat", "-o", "jsonpath={.status.phase} {.status.lastWakeSeconds}"
-    )
-    assert phase.split()[0] == "Awake" and float(phase.split()[1]) > 0
+
+    def phase() -> list[str]:
+        jsonpath = "jsonpath={.status.phase} {.status.lastWakeSeconds}"
+        return w.kubectl("get", "im", "chat", "-o", jsonpath).split()
+
+    # The status follows the labels within a cycle.
+    awake = wait_for("phase Awake", lambda: (p := phase()) and p[0] == "Awake" and p)
+    assert float(awake[1]) > 0
     events = w.kubectl("get", "events")
     assert "Slept" in events and "Woke" in events

@@ -50,9 +50,9 @@ def kubectl(sandbox: Sandbox, tmp_path: Path) -> Any:
 
 
 def test_crd_shortname_after_creation(kubectl: Any) -> None:
-    assert kubectl("apply", "--validate=false", "-f", "-", stdin=json.dumps(CRD)).returncode == 0
+    assert kubectl("apply", "-f", "-", stdin=json.dumps(CRD)).returncode == 0
     gadget = {"apiVersion": "example.dev/v1", "kind": "Gadget", "metadata": {"name": "g1"}}
-    created = kubectl("create", "--validate=false", "-f", "-", stdin=json.dumps(gadget))
+    created = kubectl("create", "-f", "-", stdin=json.dumps(gadget))
     assert created.returncode == 0, created.stderr
     listed = kubectl("get", "gdg", "-o", "json")
     assert listed.returncode == 0, listed.stderr
@@ -92,7 +92,7 @@ def test_cli_refuses_a_port_in_use(sandbox: Sandbox, tmp_path: Path) -> None:
 
 def test_crd_printer_columns(kubectl: Any, sandbox: Sandbox) -> None:
     crd = Path(__file__).parents[2] / "crds" / "inferencemodels.snooze.dev.yaml"
-    applied = kubectl("apply", "--validate=false", "-f", str(crd))
+    applied = kubectl("apply", "-f", str(crd))
     assert applied.returncode == 0, applied.stderr
     model = {
         "apiVersion": "snooze.dev/v1alpha1",
@@ -100,7 +100,7 @@ def test_crd_printer_columns(kubectl: Any, sandbox: Sandbox) -> None:
         "metadata": {"name": "llama"},
         "spec": {"selector": {"matchLabels": {"app": "llama"}}},
     }
-    created = kubectl("create", "--validate=false", "-f", "-", stdin=json.dumps(model))
+    created = kubectl("create", "-f", "-", stdin=json.dumps(model))
     assert created.returncode == 0, created.stderr
     status = {"phase": "Asleep", "modelName": "meta/llama-3", "awake": 0, "asleep": 2}
     patched = httpx.patch(
@@ -131,7 +131,7 @@ def test_event_columns(kubectl: Any, sandbox: Sandbox) -> None:
         "source": {"component": "snooze"},
         "lastTimestamp": "2020-01-01T00:00:00Z",
     }
-    created = kubectl("create", "--validate=false", "-f", "-", stdin=json.dumps(event))
+    created = kubectl("create", "-f", "-", stdin=json.dumps(event))
     assert created.returncode == 0, created.stderr
     lines = kubectl("get", "events").stdout.splitlines()
     assert lines[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from snooze.sandbox import jsonpath, printers, tables
+from snooze.sandbox.api import ApiError
 from snooze.sandbox.discovery import PrinterColumn, ResourceSpec
 
 OBJ = {
@@ -81,3 +82,63 @@ def test_crd_cells_are_typed_like_the_server() -> None:
     cells = result["rows"][0]["cells"]
     assert cells[:5] == ["m", 1, '{"a":"b"}', None, None]
     assert cells[5].endswith(("y", "d")) and cells[6] == "<invalid>"
+
+
+KUBECTL_ACCEPT = (
+    "application/json;as=Table;v=v1;g=meta.k8s.io,"
+    "application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+)
+
+
+@pytest.mark.parametrize(
+    ("accept", "query", "expected"),
+    [
+        (KUBECTL_ACCEPT, {}, tables.TableRequest()),
+        ("application/json;as=Table;v=v1beta1;g=meta.k8s.io", {"includeObject": "Object"},
+         tables.TableRequest(api_version="meta.k8s.io/v1beta1", include_object="Object")),
+        ("application/json, application/json;as=Table;v=v1;g=meta.k8s.io", {}, None),
+        ("application/json;as=Table;v=v2;g=meta.k8s.io,application/json", {}, None),
+        ("", {}, None),
+    ],
+)  # fmt: skip
+def test_table_negotiation(
+    accept: str, query: dict[str, str], expected: tables.TableRequest | None
+) -> None:
+    assert tables.requested(accept, query) == expected
+
+
+def test_table_refuses_an_unknown_include_object() -> None:
+    with pytest.raises(ApiError, match="unrecognized includeObject"):
+        tables.requested(KUBECTL_ACCEPT, {"includeObject": "Everything"})
+
+
+POD_SPEC = ResourceSpec(
+    group="", version="v1", plural="pods", kind="Pod", singular="pod", namespaced=True
+)
+
+
+def test_rows_carry_metadata_unless_asked_otherwise() -> None:
+    pod = {"metadata": {"name": "p", "labels": {"a": "b"}}, "spec": {"containers": [{}]}}
+    default = tables.table(POD_SPEC, [pod], {}, tables.TableRequest())["rows"][0]["object"]
+    assert default == {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": pod["metadata"],
+    }
+    whole = tables.TableRequest(include_object="Object")
+    assert tables.table(POD_SPEC, [pod], {}, whole)["rows"][0]["object"] == pod
+    nothing = tables.TableRequest(include_object="None")
+    assert tables.table(POD_SPEC, [pod], {}, nothing)["rows"][0]["object"] is None
+
+
+def test_watch_tables_have_headers_once() -> None:
+    render = tables.watch_renderer(POD_SPEC, tables.TableRequest())
+    pod = {"metadata": {"name": "p", "resourceVersion": "7"}, "spec": {"containers": [{}]}}
+    first, second = (render({"type": t, "object": pod}) for t in ("ADDED", "MODIFIED"))
+    assert [c["name"] for c in first["object"]["columnDefinitions"]][:2] == ["Name", "Ready"]
+    assert second["object"]["columnDefinitions"] is None
+    assert [len(e["object"]["rows"]) for e in (first, second)] == [1, 1]
+    assert first["object"]["metadata"] == {"resourceVersion": "7"}
+    error = {"type": "ERROR", "object": {"kind": "Status", "code": 410}}
+    assert render(error) == error
+    assert tables.watch_renderer(POD_SPEC, None)(first) is first

@@ -12,29 +12,49 @@ import jsonschema
 import pytest
 import yaml
 
-from snooze import crd, models
+from snooze import crd, gpupool, models
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKED_IN = ROOT / "crds" / "inferencemodels.snooze.dev.yaml"
 EXAMPLES = sorted((ROOT / "examples").glob("inferencemodel-*.yaml"))
+KINDS = list(crd.CRDS)
 
 
-def test_checked_in_crd_is_the_generated_one() -> None:
-    assert CHECKED_IN.read_text() == crd.render(), (
-        "crds/ is stale: run `snooze crd > crds/inferencemodels.snooze.dev.yaml`"
-    )
+@pytest.mark.parametrize("kind", KINDS)
+def test_checked_in_crds_are_the_generated_ones(kind: str) -> None:
+    name = crd.file_name(kind)
+    for where in (ROOT / "crds", ROOT / "charts" / "snooze" / "crds"):
+        assert (where / name).read_text() == crd.render(kind), (
+            f"{where.name}/{name} is stale: run `snooze crd --kind {kind} > crds/{name}` "
+            f"and copy it to charts/snooze/crds/"
+        )
 
 
-def test_snooze_crd_command_prints_it() -> None:
+def test_snooze_crd_command_prints_them_all() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "snooze.cli", "crd"], capture_output=True, text=True, check=True
     )
-    assert out.stdout == CHECKED_IN.read_text()
+    documents = list(yaml.safe_load_all(out.stdout))
+    assert [d["spec"]["names"]["kind"] for d in documents] == KINDS
+    single = subprocess.run(
+        [sys.executable, "-m", "snooze.cli", "crd", "--kind", "InferenceModel"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert single.stdout == CHECKED_IN.read_text()
 
 
-def test_crd_passes_kubernetes_validate_strict() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_crd_passes_kubernetes_validate_strict(kind: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "kubernetes_validate", "--strict", str(CHECKED_IN)],
+        [
+            sys.executable,
+            "-m",
+            "kubernetes_validate",
+            "--strict",
+            str(ROOT / "crds" / crd.file_name(kind)),
+        ],
         capture_output=True,
         text=True,
     )
@@ -69,6 +89,45 @@ def _walk(schema: dict[str, Any], path: str, in_junctor: bool = False) -> list[s
 
 def test_schema_is_structural_and_described() -> None:
     assert _walk(crd.openapi_schema(), "") == []
+    assert _walk(crd.pool_openapi_schema(), "") == []
+
+
+def test_the_pool_crd_has_its_short_name_and_columns() -> None:
+    body = crd.pool_crd()
+    assert body["spec"]["names"]["shortNames"] == ["gpool"]
+    columns = [c["name"] for c in body["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert columns == ["Memory", "Used", "Awake", "Waiting", "Evictions", "Age"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({}, "memory"),
+        ({"memory": "80 GB"}, "memory"),
+        ({"memory": "80Gi", "eviction": "Random"}, "eviction"),
+        ({"memory": "80Gi", "minResidency": "soon"}, "minResidency"),
+        ({"memory": "80Gi", "hostMemory": "-1Gi"}, "hostMemory"),
+        ({"memory": "80Gi", "resourceClaimName": "Not_A_Name"}, "resourceClaimName"),
+        ({"memory": "80Gi", "evict": "LeastRecentlyUsed"}, "evict"),
+    ],
+)
+def test_a_bad_pool_is_refused_by_schema_and_models(spec: dict[str, Any], field: str) -> None:
+    schema = copy.deepcopy(crd.pool_openapi_schema()["properties"]["spec"])
+    schema["additionalProperties"] = False
+    errors = list(jsonschema.Draft7Validator(schema).iter_errors(spec))
+    assert errors and field in " ".join(
+        ".".join(str(p) for p in e.absolute_path) + " " + e.message for e in errors
+    )
+    with pytest.raises(models.SpecError, match=f"spec.{field}"):
+        gpupool.parse_pool_spec(spec)
+
+
+def test_pool_defaults() -> None:
+    pool = gpupool.parse_pool_spec({"memory": "80Gi"})
+    assert pool.memory_bytes == 80 * 2**30
+    assert pool.eviction is gpupool.Eviction.LEAST_RECENTLY_USED
+    assert pool.min_residency_seconds == 30
+    assert pool.host_memory_bytes is None
 
 
 def test_status_subresource_columns_and_short_name() -> None:
@@ -141,6 +200,10 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("scale target kind", {"scaleTargetRef": {"kind": "Pod", "name": "x"}}, "kind"),
     ("empty model name", {"modelName": ""}, "modelName"),
+    ("pool without a name", {"pool": {"memory": "30Gi"}}, "name"),
+    ("pool memory not a quantity", {"pool": {"name": "gpu", "memory": "thirty"}}, "memory"),
+    ("pool priority out of range", {"pool": {"name": "gpu", "priority": 5000}}, "priority"),
+    ("idle never misspelt", {"idle": {"after": "never"}}, "after"),
 ]
 
 
@@ -192,6 +255,19 @@ def test_what_only_the_models_refuse(spec: dict[str, Any], message: str) -> None
     with pytest.raises(models.SpecError) as raised:
         models.parse_spec(raw)
     assert message in str(raised.value)
+
+
+def test_idle_never_and_a_pool() -> None:
+    spec = models.parse_spec(
+        {
+            "selector": {"matchLabels": {"app": "m"}},
+            "idle": {"after": "Never"},
+            "pool": {"name": "gpu-0", "memory": "30Gi", "priority": 2},
+        }
+    )
+    assert spec.idle_after_seconds == float("inf")
+    assert spec.pool is not None and spec.pool.memory_bytes == 30 * 2**30
+    assert spec.pool.asleep_bytes == 2**30
 
 
 def test_defaults() -> None:
@@ -258,6 +334,11 @@ TIERS: list[tuple[str, dict[str, Any], str | None]] = [
         "equal",
         {"idle": {"after": "60m"}, "scaleToZeroAfter": "1h", "scaleTargetRef": TARGET},
         "must be longer than idle.after",
+    ),
+    (
+        "never sleeps, so never goes to zero",
+        {"idle": {"after": "Never"}, "scaleToZeroAfter": "1h", "scaleTargetRef": TARGET},
+        "not Never",
     ),
 ]
 

@@ -27,3 +27,25 @@ def test_refused_with_an_example(text: str) -> None:
 )
 def test_format(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize("text", ["9" * 400 + "s", "2562048h", "99999999999999999999h"])
+def test_longer_than_kubernetes_can_represent_is_refused(text: str) -> None:
+    # A 400-digit number of seconds used to parse as infinity: an idle timer that never fires.
+    with pytest.raises(DurationError, match="292 years"):
+        parse_duration(text)
+
+
+def test_the_longest_go_duration_is_accepted() -> None:
+    assert parse_duration("2562047h") == 2562047 * 3600
+
+
+def test_a_spec_with_an_endless_duration_names_the_field() -> None:
+    from snooze.models import SpecError, parse_spec
+
+    selector = {"matchLabels": {"a": "b"}}
+    with pytest.raises(SpecError, match=r"spec\.idle\.after: .*292 years"):
+        parse_spec({"selector": selector, "idle": {"after": "99999999999999999999h"}})
+    # The API server refuses absurdly long strings before the operator sees them (maxLength).
+    with pytest.raises(SpecError, match=r"spec\.idle\.after: .*at most 32 characters"):
+        parse_spec({"selector": selector, "idle": {"after": "9" * 400 + "s"}})

@@ -265,6 +265,35 @@ async def test_wake_level_2_reloads_weights_between_the_two_wakes() -> None:
     assert json.loads(engine.requests[1].content) == {"method": "reload_weights"}
 
 
+async def test_wake_reports_each_step_and_skips_those_done() -> None:
+    answers: dict[tuple[str, str], httpx.Response | Handler] = {
+        ("POST", "/wake_up"): httpx.Response(200),
+        ("POST", "/collective_rpc"): httpx.Response(200, json={"results": [None]}),
+        ("GET", "/is_sleeping"): httpx.Response(200, json={"is_sleeping": False}),
+    }
+    engine = FakeEngine(answers)
+    steps: list[str] = []
+
+    async def record(step: str) -> None:
+        steps.append(step)
+
+    async with engine.client() as client:
+        await client.wake(2, on_step=record)
+    assert steps == ["weights", "reload_weights", "kv_cache"]
+
+    # Resumed after the weights and their reload: only the KV cache is left to wake.
+    resumed = FakeEngine(answers)
+    async with resumed.client() as client:
+        await client.wake(2, done={"weights", "reload_weights"})
+    assert resumed.calls() == ["POST /wake_up?tags=kv_cache", "GET /is_sleeping"]
+
+    # The last step always runs: its answer is what says the engine is awake.
+    again = FakeEngine(answers)
+    async with again.client() as client:
+        await client.wake(2, done={"weights", "reload_weights", "kv_cache"})
+    assert again.calls() == ["POST /wake_up?tags=kv_cache", "GET /is_sleeping"]
+
+
 @pytest.mark.parametrize("body", [HYBRID_JSON, HYBRID_TEXT], ids=["json (0.18+)", "plain text"])
 async def test_wake_recognises_the_hybrid_crash(body: str) -> None:
     engine = FakeEngine({("POST", "/wake_up"): httpx.Response(500, text=body)})

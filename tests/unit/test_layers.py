@@ -25,7 +25,7 @@ FORBIDDEN = (
     "prometheus_client",
 )
 # What the policy may import besides the standard library: the spec and its durations.
-ALLOWED_FIRST_PARTY = {"snooze.models", "snooze.durations"}
+ALLOWED_FIRST_PARTY = {"snooze.models", "snooze.gpupool", "snooze.durations", "snooze.quantities"}
 # Standard-library modules that exist to do I/O or to run things.
 STDLIB_IO = {
     "asyncio",
@@ -99,10 +99,14 @@ def test_the_policy_modules_are_found() -> None:
     assert {"snooze.policy.sleep", "snooze.policy.scale"} <= set(POLICY_MODULES)
 
 
-@pytest.mark.parametrize("module", [*POLICY_MODULES, "snooze.models", "snooze.durations"])
+API_TYPES = ["snooze.models", "snooze.gpupool", "snooze.durations", "snooze.quantities"]
+
+
+@pytest.mark.parametrize("module", [*POLICY_MODULES, *API_TYPES])
 def test_policy_layer_imports_only_stdlib_and_the_spec(module: str) -> None:
     path = Path(importlib.import_module(module).__file__ or "")
-    allowed_third_party = {"pydantic", "pydantic_core"} if module == "snooze.models" else set()
+    pydantic = module in ("snooze.models", "snooze.gpupool")
+    allowed_third_party = {"pydantic", "pydantic_core"} if pydantic else set()
     for name in sorted(imports_of(path)):
         top = name.split(".")[0]
         if name in ALLOWED_FIRST_PARTY or top in allowed_third_party:

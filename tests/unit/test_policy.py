@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -151,16 +151,54 @@ def check(case: Case) -> None:
         ["Label a=asleep", "Wake a"],
     ),
     Case(
-        "cut-off drain of an idle engine: label awake, then sleep anew",
-        [awake("a", label=DRAINING, idle_for=IDLE + 5)],
+        "drain cut off before its /sleep was sent: resumed at once",
+        [awake("a", label=DRAINING, idle_for=IDLE + 5, sleep_started=NOW - 100)],
         model(),
-        ["Label a=awake", "Sleep a"],
+        ["Sleep a"],
     ),
     Case(
-        "cut-off drain of a busy engine: label awake only",
-        [awake("a", label=DRAINING, idle_for=IDLE + 5, busy=True)],
+        "drain cut off with requests still in flight: resumed (the drain waits for them)",
+        [awake("a", label=DRAINING, idle_for=IDLE + 5, busy=True, sleep_started=NOW - 100)],
         model(),
+        ["Sleep a"],
+    ),
+    Case(
+        "drain cut off, /sleep marked sent by an older drain: resumed",
+        [awake("a", label=DRAINING, sleep_started=NOW - 10, sleep_sent=NOW - 500)],
+        model(),
+        ["Sleep a"],
+    ),
+    Case(
+        "drain cut off after its /sleep was sent: left while the sleep may still run",
+        [awake("a", label=DRAINING, sleep_started=NOW - 20, sleep_sent=NOW - 10)],
+        ModelView(spec=spec(), wake_requested=None, now=NOW, sleep_grace=60),
+    ),
+    Case(
+        "drain whose /sleep was sent longer ago than a sleep may take: awake again",
+        [awake("a", label=DRAINING, sleep_started=NOW - 200, sleep_sent=NOW - 100)],
+        ModelView(spec=spec(), wake_requested=None, now=NOW, sleep_grace=60),
         ["Label a=awake"],
+    ),
+    Case(
+        "drain cut off, but a wake was requested since: awake again, not resumed",
+        [awake("a", label=DRAINING, sleep_started=NOW - 100)],
+        model(requested_ago=50),
+        ["Label a=awake"],
+    ),
+    Case(
+        "drain cut off, but minAwake needs it: awake again",
+        [awake("a", label=DRAINING, idle_for=IDLE + 5, sleep_started=NOW - 100)],
+        model(spec(min_awake=1)),
+        ["Label a=awake"],
+    ),
+    Case(
+        "drain cut off, minAwake met by another awake engine: resumed",
+        [
+            awake("a", label=DRAINING, idle_for=IDLE + 5, sleep_started=NOW - 100),
+            awake("b", idle_for=0),
+        ],
+        model(spec(min_awake=1)),
+        ["Sleep a"],
     ),
     Case(
         "drain that reached sleep: label asleep",
@@ -668,6 +706,7 @@ def engine_views(draw: st.DrawFn, pod: str, *, failures: bool = True) -> EngineV
         last_activity=NOW - draw(ago),
         action_running=draw(MOSTLY_FALSE),
         sleep_started=draw(st.none() | ago.map(lambda s: NOW - s)),
+        sleep_sent=draw(st.none() | ago.map(lambda s: NOW - s)),
         wake_failures=wake_failures,
         last_failure=(draw(st.none() | ago.map(lambda s: NOW - s)) if wake_failures else None),
         last_failure_reason=draw(st.sampled_from(REASONS)) if wake_failures else "",
@@ -696,6 +735,7 @@ def situations(
         spec=draw(specs(desired)),
         wake_requested=draw(st.none() | ago.map(lambda s: NOW - s)),
         now=NOW,
+        sleep_grace=draw(st.sampled_from([0.0, 60.0])),
     )
     return engines, view
 
@@ -768,12 +808,32 @@ def test_auto_sleeps_only_idle_engines(situation: Situation) -> None:
     pods = by_pod(engines)
     idle_after = view.spec.idle_after_seconds
     for action in decide(engines, view):
-        if action.kind is not ActionKind.SLEEP:
-            continue
+        if action.kind is not ActionKind.SLEEP or action.reason == "ResumeDrain":
+            continue  # a resumed drain carries on a decision taken before (tested below)
         engine = pods[action.pod]
         assert not engine.busy
         assert view.now - engine.last_activity >= idle_after
         assert view.wake_requested is None or view.now - view.wake_requested >= idle_after
+
+
+@PROPERTY
+@given(situations())
+def test_only_drains_cut_off_before_their_sleep_was_sent_are_resumed(situation: Situation) -> None:
+    # Resuming one whose /sleep was sent could sleep an engine twice; one a request wants
+    # awake must be published awake instead.
+    engines, view = situation
+    pods = by_pod(engines)
+    for action in decide(engines, view):
+        if action.reason != "ResumeDrain":
+            continue
+        engine = pods[action.pod]
+        assert action.kind is ActionKind.SLEEP
+        assert engine.label is DRAINING and engine.sleeping is False
+        assert not engine.action_running
+        started, sent = engine.sleep_started, engine.sleep_sent
+        assert sent is None or started is None or sent < started
+        assert view.spec.desired_state is not DesiredState.AWAKE
+        assert not wants_wake(engine, view)
 
 
 @PROPERTY
@@ -860,3 +920,70 @@ def test_sleeps_take_only_the_surplus_over_min_awake(situation: Situation) -> No
     waking = sum(1 for e in engines if e.action_running and e.label is WAKING)
     woken = sum(1 for a in actions if a.kind in (ActionKind.WAKE, ActionKind.CANCEL_SLEEP))
     assert staying + waking + woken >= view.spec.min_awake
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU pool members: they wake only with the pool's grant and sleep when it makes room
+
+
+def pooled(engine: EngineView, **kw: Any) -> EngineView:
+    return replace(engine, pooled=True, **kw)
+
+
+@table(
+    Case(
+        "a member asks for room instead of waking",
+        [pooled(asleep("a", slept_ago=100))],
+        model(requested_ago=50),
+        ["AskRoom a"],
+    ),
+    Case(
+        "a member granted room wakes",
+        [pooled(asleep("a", slept_ago=100), pool_grant=True)],
+        model(requested_ago=50),
+        ["Wake a"],
+    ),
+    Case(
+        "minAwake asks the pool too",
+        [pooled(asleep("a"))],
+        model(spec(min_awake=1)),
+        ["AskRoom a"],
+    ),
+    Case(
+        "the pool puts an awake member to sleep, idle or not",
+        [pooled(awake("a", idle_for=0), pool_evict=True)],
+        model(),
+        ["Sleep a"],
+    ),
+    Case(
+        "a drain the pool ordered is not cancelled by a request",
+        [pooled(draining("a", sleep_started=NOW - 10), pool_evict=True)],
+        model(requested_ago=5),
+    ),
+    Case(
+        "desiredState Awake keeps a member awake whatever the pool says",
+        [pooled(awake("a"), pool_evict=True)],
+        model(spec(desired="Awake")),
+    ),
+    Case(
+        "a member that is not asked for stays asleep, granted or not",
+        [pooled(asleep("a"), pool_grant=True)],
+        model(),
+    ),
+)
+def test_pool_members(case: Case) -> None:
+    check(case)
+
+
+@PROPERTY
+@given(situations(), st.booleans(), st.booleans())
+def test_a_pool_member_never_wakes_without_a_grant(
+    situation: Situation, grant: bool, evict: bool
+) -> None:
+    engines, view = situation
+    members = [replace(e, pooled=True, pool_grant=grant, pool_evict=evict) for e in engines]
+    for action in decide(members, view):
+        if action.kind is ActionKind.WAKE:
+            assert grant
+        if action.kind is ActionKind.CANCEL_SLEEP:
+            assert not evict

@@ -89,14 +89,24 @@ Plain YAML only inside these blocks: no template actions, no wildcards.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# read a model's scaleTargetRef Deployment: its replicas, and its pod template, which the
+# model's selector must select before Snooze scales it
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get"]
+# read a model's scaleTargetRef StatefulSet: its replicas, and its pod template, which the
+# model's selector must select before Snooze scales it
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get"]
 # scale a model's Deployment to zero after scaleToZeroAfter, and back on demand
 - apiGroups: ["apps"]
   resources: ["deployments/scale"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
 # scale a model's StatefulSet to zero after scaleToZeroAfter, and back on demand
 - apiGroups: ["apps"]
   resources: ["statefulsets/scale"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
 {{- end }}
 
 {{- define "snooze.rules.gateway" -}}

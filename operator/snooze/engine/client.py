@@ -7,6 +7,7 @@ import enum
 import json
 import ssl
 import time
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -41,6 +42,8 @@ SLEEP_STATE = "vllm:engine_sleep_state"
 ACTIVITY_METRICS = (RUNNING, WAITING, SUCCESS, SLEEP_STATE)
 
 SLEEP_MODES = ("abort", "wait", "keep")
+# The named steps of a wake (see EngineClient.wake).
+WEIGHTS, RELOAD, KV_CACHE = "weights", "reload_weights", "kv_cache"
 
 
 class SleepState(enum.StrEnum):
@@ -215,33 +218,48 @@ class EngineClient:
             raise ValueError(f"sleep mode must be one of {', '.join(SLEEP_MODES)}, not {mode!r}")
         await self._request("POST", "/sleep", params={"level": level, "mode": mode}, budget=timeout)
 
-    async def wake(self, level: int, *, timeout: float = 300.0, staged: bool = False) -> None:  # noqa: ASYNC109
+    async def wake(
+        self,
+        level: int,
+        *,
+        timeout: float = 300.0,  # noqa: ASYNC109
+        staged: bool = False,
+        done: Collection[str] = (),
+        on_step: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         """Wake an engine put to sleep at `level`, within `timeout` seconds for the whole sequence.
 
         Level 2 discarded the weights, so it wakes the weights, reloads them
         (`collective_rpc reload_weights`) and then wakes the KV cache: a plain wake would serve
         garbage. Levels 0 and 1 wake in one call, or weights then KV cache when `staged`
         (lower peak GPU memory). Raises unless the engine ends up awake.
+
+        Steps are named (`weights`, `reload_weights`, `kv_cache`, or `all`); those in `done`
+        are skipped (a wake resumed after the caller restarted: a weight reload takes tens of
+        seconds on vLLM), and `on_step` is awaited after each step the engine completed, so
+        that the caller can record the progress.
         """
         if level not in (0, 1, 2):
             raise ValueError(f"sleep level must be 0, 1 or 2, not {level!r}")
         deadline = time.monotonic() + timeout
-        steps: list[tuple[str, dict[str, Any]]]
+        steps: list[tuple[str, str, dict[str, Any]]]
         if level == 2:
             steps = [
-                ("/wake_up", {"params": {"tags": "weights"}}),
-                ("/collective_rpc", {"json": {"method": "reload_weights"}}),
-                ("/wake_up", {"params": {"tags": "kv_cache"}}),
+                (WEIGHTS, "/wake_up", {"params": {"tags": "weights"}}),
+                (RELOAD, "/collective_rpc", {"json": {"method": "reload_weights"}}),
+                (KV_CACHE, "/wake_up", {"params": {"tags": "kv_cache"}}),
             ]
         elif staged:
             steps = [
-                ("/wake_up", {"params": {"tags": "weights"}}),
-                ("/wake_up", {"params": {"tags": "kv_cache"}}),
+                (WEIGHTS, "/wake_up", {"params": {"tags": "weights"}}),
+                (KV_CACHE, "/wake_up", {"params": {"tags": "kv_cache"}}),
             ]
         else:
-            steps = [("/wake_up", {})]
+            steps = [("all", "/wake_up", {})]
         response: httpx.Response | None = None
-        for path, kwargs in steps:
+        for name, path, kwargs in steps:
+            if name in done and name != steps[-1][0]:
+                continue  # the last step always runs: its answer says whether the engine woke
             during = f"waking up from level {level} (at {path})"
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -251,6 +269,8 @@ class EngineClient:
             except EngineTimeoutError as error:
                 # Report the caller's budget for the whole sequence, not this step's remainder.
                 raise self._timed_out(path, timeout, during=during) from error
+            if on_step is not None:
+                await on_step(name)
         assert response is not None
         # 0.32+ says where the wake left the engine; earlier releases answer an empty body.
         status = (

@@ -9,7 +9,14 @@ from typing import Any
 
 from snooze.models import STATE_LABEL, EngineState
 
+# Progress marks on the pod, so that an operator restarted in the middle of a step resumes
+# it rather than repeats or orphans it.
 SLEEP_STARTED_ANNOTATION = "snooze.dev/sleep-started-at"
+"""When the drain before a sleep began (the pod was labelled draining)."""
+SLEEP_SENT_ANNOTATION = "snooze.dev/sleep-sent-at"
+"""When /sleep was sent for that drain: from then on the engine may be freeing its memory."""
+WAKE_PROGRESS_ANNOTATION = "snooze.dev/wake-progress"
+"""The steps of the wake under way that the engine has done (`weights,reload_weights`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,6 +32,10 @@ class PodInfo:
     """Ready condition True, phase Running and not being deleted: the engine has loaded."""
     sleep_started: float | None = None
     """When the operator last began to put its engine to sleep (the drain)."""
+    sleep_sent: float | None = None
+    """When the operator sent /sleep for that drain; None, or older than it, if not yet."""
+    wake_steps: frozenset[str] = frozenset()
+    """Steps of the wake under way that the engine has done, to resume it without redoing them."""
 
     @property
     def state(self) -> EngineState | None:
@@ -76,4 +87,8 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         ip=status.get("podIP") or None,
         ready=ready,
         sleep_started=parse_time(annotations.get(SLEEP_STARTED_ANNOTATION)),
+        sleep_sent=parse_time(annotations.get(SLEEP_SENT_ANNOTATION)),
+        wake_steps=frozenset(
+            step for step in str(annotations.get(WAKE_PROGRESS_ANNOTATION) or "").split(",") if step
+        ),
     )

@@ -15,10 +15,16 @@ from dataclasses import dataclass
 
 import httpx
 
-from snooze.engine.client import EngineClient
+from snooze.engine.client import RELOAD, WEIGHTS, EngineClient
 from snooze.engine.errors import EngineError
 from snooze.kube.api import KubeApi, KubeError, pods_ref
-from snooze.kube.pods import SLEEP_STARTED_ANNOTATION, PodInfo, format_time
+from snooze.kube.pods import (
+    SLEEP_SENT_ANNOTATION,
+    SLEEP_STARTED_ANNOTATION,
+    WAKE_PROGRESS_ANNOTATION,
+    PodInfo,
+    format_time,
+)
 from snooze.models import STATE_LABEL, EngineState, InferenceModelSpec
 from snooze.operator.memory import EngineMemory, ModelMemory
 from snooze.operator.metrics import OperatorMetrics
@@ -40,11 +46,26 @@ class Settings:
     lets vLLM finish them itself)."""
     drain_poll: float = 0.25
     probe_timeout: float = 5.0
+    min_sleep_timeout: float = 60.0
+    """The least time a /sleep may take before it counts as failed (freeing tens of GiB takes
+    seconds; the model's wake.timeout applies when longer)."""
+    peering_lifetime: int = 60
+    """With peering: how long a replica's keep-alive counts; a standby takes over this long
+    after the active replica's last one (kopf refreshes it 5 to 10 s before it expires)."""
 
 
-def sleep_timeout(spec: InferenceModelSpec) -> float:
+# (label left by a cut-off step, label the engine's answer calls for) -> (Event reason, state).
+RECOVERED: dict[tuple[EngineState | None, EngineState | None], tuple[str, str]] = {
+    (EngineState.DRAINING, EngineState.ASLEEP): ("Slept", "asleep"),
+    (EngineState.DRAINING, EngineState.AWAKE): ("SleepCancelled", "awake, not asleep"),
+    (EngineState.WAKING, EngineState.AWAKE): ("Woke", "awake"),
+    (EngineState.WAKING, EngineState.ASLEEP): ("WakeInterrupted", "still asleep"),
+}
+
+
+def sleep_timeout(spec: InferenceModelSpec, settings: Settings) -> float:
     """How long a /sleep call may take: freeing tens of GiB takes seconds, not minutes."""
-    return max(spec.wake_timeout_seconds, 60.0)
+    return max(spec.wake_timeout_seconds, settings.min_sleep_timeout)
 
 
 def engine_url(spec: InferenceModelSpec, pod: PodInfo) -> str:
@@ -117,20 +138,36 @@ class Executor:
         state: EngineState,
         engine: EngineMemory,
         *,
-        sleep_started: str | None = None,
+        annotations: dict[str, str | None] | None = None,
     ) -> None:
         metadata: dict[str, object] = {"labels": {STATE_LABEL: state.value}}
-        if sleep_started is not None:
-            metadata["annotations"] = {SLEEP_STARTED_ANNOTATION: sleep_started}
+        if annotations:
+            metadata["annotations"] = annotations
         await self.api.patch(pods_ref(self.namespace), pod.name, {"metadata": metadata})
+        engine.published = state
         if state.value not in engine.state_since:
             engine.state_since = {state.value: time.time()}
 
     async def _label_action(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
-        if action.label is not None:
-            await self.label(pod, action.label, engine)
+        if action.label is None:
+            return
+        # The pod's label as this process saw it; the label it wrote itself, if the pod index
+        # still shows an older one (then this is no leftover, only a late echo).
+        before = pod.state if engine.published is None else engine.published
+        await self.label(pod, action.label, engine)
+        # A step cut off by a restart of the operator ended inside the engine meanwhile: say
+        # how it ended, since the Event its own action would have posted never was.
+        outcome = RECOVERED.get((before, action.label))
+        if outcome is not None and before is not None:
+            reason, state = outcome
+            self.emit(
+                "Normal",
+                reason,
+                f"{pod.name}: found {state} after a {before.value} step that the operator did "
+                "not see end (it restarted, or the engine stopped answering meanwhile)",
+            )
 
     async def _mark_failed(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
@@ -164,8 +201,17 @@ class Executor:
             engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
         )
         started = time.time()
-        # Label first, so that the gateway stops routing here before the drain begins.
-        await self.label(pod, EngineState.DRAINING, engine, sleep_started=format_time(started))
+        # Label first, so that the gateway stops routing here before the drain begins. Any
+        # wake progress left from before belongs to an older sleep.
+        await self.label(
+            pod,
+            EngineState.DRAINING,
+            engine,
+            annotations={
+                SLEEP_STARTED_ANNOTATION: format_time(started),
+                WAKE_PROGRESS_ANNOTATION: None,
+            },
+        )
         self.emit("Normal", "Draining", f"{pod.name}: {_why(action)}; draining before sleep")
         deadline = started + self.settings.drain_timeout
         while time.time() < deadline and not engine.cancel.is_set():
@@ -183,8 +229,15 @@ class Executor:
             )
             return
         level = spec.sleep.level
+        # Marked before it is sent: an operator restarted from here on waits for this sleep
+        # to end rather than sending another (or resumes the drain, if the mark is missing).
+        await self.api.patch(
+            pods_ref(self.namespace),
+            pod.name,
+            {"metadata": {"annotations": {SLEEP_SENT_ANNOTATION: format_time(time.time())}}},
+        )
         try:
-            await client.sleep(level, "wait", timeout=sleep_timeout(spec))
+            await client.sleep(level, "wait", timeout=sleep_timeout(spec, self.settings))
             if not await client.is_sleeping():
                 raise EngineError(
                     "the engine answered /sleep but still says it is awake", url=client.base_url
@@ -192,7 +245,10 @@ class Executor:
         except EngineError as exc:
             engine.busy = False
             sleeping = await _sleeping_or_none(client)
-            await self.label(pod, EngineState.ASLEEP if sleeping else EngineState.AWAKE, engine)
+            if sleeping is not None:
+                await self.label(pod, EngineState.ASLEEP if sleeping else EngineState.AWAKE, engine)
+            # An engine that does not answer stays `draining`, not routable: it may be frozen,
+            # or still freeing its memory. The loop publishes it once a probe says which.
             self.metrics.sleep_failures.labels(self.namespace, self.model, exc.reason).inc()
             self.emit("Warning", "SleepFailed", f"{pod.name}: sleep failed ({exc.reason}): {exc}")
             return
@@ -220,8 +276,23 @@ class Executor:
             "Normal", "Waking", f"{pod.name}: waking from level {spec.sleep.level} ({_why(action)})"
         )
         started = time.monotonic()
+        done = set(pod.wake_steps)
+        if done:
+            log.info("%s/%s: resuming a wake, steps done: %s", self.namespace, pod.name, done)
+
+        async def record(step: str) -> None:
+            # Only steps worth skipping on a resume are recorded (a reload takes tens of
+            # seconds on vLLM); the last step is followed by the awake label anyway.
+            done.add(step)
+            if step in (WEIGHTS, RELOAD):
+                progress = ",".join(sorted(done))
+                patch = {"metadata": {"annotations": {WAKE_PROGRESS_ANNOTATION: progress}}}
+                await self.api.patch(pods_ref(self.namespace), pod.name, patch)
+
         try:
-            await client.wake(spec.sleep.level, timeout=spec.wake_timeout_seconds)
+            await client.wake(
+                spec.sleep.level, timeout=spec.wake_timeout_seconds, done=done, on_step=record
+            )
             if await client.is_sleeping():
                 raise EngineError(
                     "the engine answered /wake_up but still says it sleeps", url=client.base_url
@@ -252,7 +323,9 @@ class Executor:
         # A woken engine starts a fresh idle period: it was woken because it is wanted.
         engine.last_activity = now
         self.memory.last_activity = now
-        await self.label(pod, EngineState.AWAKE, engine)
+        await self.label(
+            pod, EngineState.AWAKE, engine, annotations={WAKE_PROGRESS_ANNOTATION: None}
+        )
         self.memory.last_wake_time = now
         self.memory.last_wake_seconds = seconds
         self.memory.failure = None

@@ -57,6 +57,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="peering priority: the live replica with the highest acts, the others stand by "
         "(default with --peering: random, so that replicas never tie)",
     )
+    parser.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=60,
+        metavar="SECONDS",
+        help="with --peering: how long a replica's keep-alive counts, so how soon a standby "
+        "takes over from a replica that died (default: 60; kopf renews it 5 to 10 s before "
+        "it expires, or every second when it is shorter)",
+    )
     parser.add_argument("--verbose", action="store_true", help="log at debug level")
 
 
@@ -71,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.probe_interval <= 0:
         raise SystemExit("snooze operator: --probe-interval must be greater than zero")
+    if args.peering_lifetime < 2:
+        raise SystemExit("snooze operator: --peering-lifetime must be at least 2 seconds")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -79,7 +90,11 @@ def run(args: argparse.Namespace) -> int:
         # One line per probe request or per handled watch event drowns what matters.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    settings = Settings(probe_interval=args.probe_interval, drain_timeout=args.drain_timeout)
+    settings = Settings(
+        probe_interval=args.probe_interval,
+        drain_timeout=args.drain_timeout,
+        peering_lifetime=args.peering_lifetime,
+    )
     # kopf pauses every replica that sees a live peer of the same priority: equal priorities
     # would leave the cluster unserved, so each replica draws its own.
     priority = args.priority

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import ssl
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -17,9 +17,10 @@ from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo, pod_info
 from snooze.operator.actions import Settings
-from snooze.operator.loop import ModelLoop
+from snooze.operator.loop import ModelLoop, Neighbours
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.release import release
+from snooze.policy.claims import Claim
 
 PREFIX = models.GROUP
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class Runtime:
     routing: dict[tuple[str, str], tuple[Any, ...]] = dataclasses.field(default_factory=dict)
 
 
-def configure(settings: kopf.OperatorSettings) -> None:
+def configure(settings: kopf.OperatorSettings, ours: Settings) -> None:
     """kopf's own marks go under snooze.dev, not kopf.zalando.org."""
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
@@ -57,6 +58,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.error_backoffs = (0.2, 0.5, 1, 2, 5, 10)
+    settings.peering.lifetime = ours.peering_lifetime
 
 
 def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
@@ -72,7 +74,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure(settings)
+        configure(settings, runtime.settings)
         runtime.api = KubeApi.from_environment()
         runtime.probe_slots = asyncio.Semaphore(64)
         runtime.ssl_context = ssl.create_default_context()
@@ -97,6 +99,23 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         # (a thousand models each scanning two thousand pods every cycle took a third of a core).
         info = pod_info(body)
         return {(namespace or "", key, value): info for key, value in info.labels.items()}
+
+    @kopf.index(models.GROUP, models.VERSION, models.PLURAL, id="claims", registry=registry)
+    def claims_index(body: kopf.Body, **_: Any) -> dict[str, Claim]:
+        # Every valid model's claim on its model name, across namespaces: who holds a name
+        # claimed twice is decided from these (policy.claims.holder), by every loop alike.
+        claim = claim_of(body)
+        return {} if claim is None else {claim[0]: claim[1]}
+
+    @kopf.index(models.GROUP, models.VERSION, models.PLURAL, id="selectors", registry=registry)
+    def selectors_index(
+        body: kopf.Body, namespace: str | None, name: str, **_: Any
+    ) -> dict[str, tuple[str, models.LabelSelector]]:
+        try:
+            spec = models.parse_spec(dict(body.get("spec") or {}))
+        except models.SpecError:
+            return {}  # an invalid spec selects nothing: it acts on no pod
+        return {namespace or "": (name, spec.selector)}
 
     @kopf.on.event("pods", id="pod_changed", registry=registry)
     def pod_changed(body: kopf.Body, event: kopf.RawEvent, namespace: str | None, **_: Any) -> None:
@@ -124,20 +143,37 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         # probes (a third more probes at 1,000 models under traffic).
         key = (namespace or "", name)
         meta = body.get("metadata", {})
+        claim = claim_of(body)
         seen = (
             meta.get("generation"),
             tuple(sorted((meta.get("annotations") or {}).items())),
             meta.get("deletionTimestamp"),
+            claim,
         )
+        before = model_seen.get(key)
         if kwargs.get("type") == "DELETED":
             model_seen.pop(key, None)
-        elif model_seen.get(key) == seen:
+        elif before == seen:
             return
         else:
             model_seen[key] = seen
         loop = runtime.loops.get(key)
         if loop is not None:
             loop.memory.poke.set()
+        # A model that appears, goes, or changes its name, selector or hold on a name changes
+        # what its neighbours may do: the models of the same name or namespace look again.
+        names = {c[0] for c in (claim, before[3] if before else None) if c is not None}
+        if (
+            before is None
+            or kwargs.get("type") == "DELETED"
+            or before[:1] != seen[:1]
+            or (before[3] != claim)
+        ):
+            for (other_namespace, other), other_loop in runtime.loops.items():
+                if (other_namespace, other) != key and (
+                    other_namespace == key[0] or other_loop.model_name in names
+                ):
+                    other_loop.memory.poke.set()
 
     @kopf.daemon(
         models.GROUP,
@@ -156,6 +192,8 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     ) -> None:
         pods_by_namespace: kopf.Index[str, PodInfo] = kwargs["pods_by_namespace"]
         pods_by_label: kopf.Index[tuple[str, str, str], PodInfo] = kwargs["pods_by_label"]
+        claims: kopf.Index[str, Claim] = kwargs["claims"]
+        selectors: kopf.Index[str, tuple[str, models.LabelSelector]] = kwargs["selectors"]
         assert runtime.api is not None
         namespace = namespace or ""
 
@@ -184,6 +222,10 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             settings=runtime.settings,
             emit=emit,
             metrics=runtime.metrics,
+            neighbours=Neighbours(
+                claims=lambda model_name: list(claims.get(model_name, [])),
+                selectors=lambda ns: list(selectors.get(ns, [])),
+            ),
         )
         runtime.loops[(namespace, name)] = loop
         try:
@@ -216,3 +258,25 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         )
 
     return registry
+
+
+def claim_of(body: Mapping[str, Any]) -> tuple[str, Claim] | None:
+    """A model's claim on its model name (None for an invalid spec, which claims nothing)."""
+    meta = body.get("metadata") or {}
+    try:
+        spec = models.parse_spec(dict(body.get("spec") or {}))
+    except models.SpecError:
+        return None
+    model_name = spec.model_name or str(meta.get("name", ""))
+    status = body.get("status") or {}
+    conflicted = any(
+        c.get("type") == "Conflict" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    claim = Claim(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        created=str(meta.get("creationTimestamp", "")),
+        holds=status.get("modelName") == model_name and not conflicted,
+    )
+    return model_name, claim

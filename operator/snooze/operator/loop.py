@@ -27,11 +27,13 @@ from snooze.models import (
 )
 from snooze.operator import status
 from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
-from snooze.operator.memory import ModelMemory, rebuild
+from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory, rebuild
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.scaling import Scaler
+from snooze.policy import claims
 from snooze.policy import scale as scale_policy
 from snooze.policy import sleep as sleep_policy
+from snooze.policy.claims import Claim
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -43,6 +45,8 @@ class Probe:
     sleeping: bool | None
     in_flight: int = 0
     success_total: float | None = None
+    error: str = ""
+    """Why the probe got no answer (names the URL), when it got none."""
 
 
 async def probe(client: EngineClient, pod: str) -> Probe:
@@ -57,13 +61,26 @@ async def probe(client: EngineClient, pod: str) -> Probe:
             sleeping = await client.is_sleeping()
     except EngineError as exc:
         log.debug("probe of %s failed: %s", pod, exc)
-        return Probe(pod=pod, sleeping=None)
+        return Probe(pod=pod, sleeping=None, error=str(exc))
     return Probe(
         pod=pod,
         sleeping=sleeping,
         in_flight=activity.in_flight,
         success_total=activity.success_total,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Neighbours:
+    """What a model's loop may know of the other models (from kopf indices, no API calls)."""
+
+    claims: Callable[[str], Iterable[Claim]]
+    """Every valid model's claim on a model name, in any namespace."""
+    selectors: Callable[[str], Iterable[tuple[str, LabelSelector]]]
+    """(name, selector) of every valid model in a namespace."""
+
+
+NO_NEIGHBOURS = Neighbours(claims=lambda _: (), selectors=lambda _: ())
 
 
 class ModelLoop:
@@ -82,8 +99,12 @@ class ModelLoop:
         settings: Settings,
         emit: Emit,
         metrics: OperatorMetrics,
+        neighbours: Neighbours = NO_NEIGHBOURS,
     ) -> None:
         self.namespace = namespace
+        self.neighbours = neighbours
+        self._conflicts: dict[str, str] = {}
+        """The conflicts (kind -> message) last reported by Event, so each is told once."""
         self.metrics = metrics
         self._counted_at: float | None = None
         self.name = name
@@ -113,6 +134,8 @@ class ModelLoop:
         self.written: JSON = dict(body.get("status") or {})
         self._reported_error: str | None = None
         self.selector: LabelSelector | None = None
+        self.model_name = ""
+        """The model name of the last valid spec, for neighbours to find this loop by."""
 
     async def run(self, stopped: Callable[[], bool]) -> None:
         first = True
@@ -154,26 +177,42 @@ class ModelLoop:
         except SpecError as exc:
             await self._report_invalid(str(exc), generation, now)
             return
+        workload = await self.scaler.workload(spec)
+        target = spec.scale_target_ref
+        if workload is not None and target is not None:
+            problem = claims.workload_problem(
+                spec.selector,
+                kind=target.kind,
+                name=target.name,
+                template_labels=workload.template_labels,
+            )
+            if problem is not None:
+                await self._report_invalid(problem, generation, now)
+                return
         if self._reported_error is not None:
             self.emit("Normal", "SpecValid", "the spec is valid again; resuming")
             self._reported_error = None
         self.metrics.start_model(self.namespace, self.name, str(spec.sleep.level))
 
         self.selector = spec.selector
-        pods = [p for p in self.pods(spec.selector) if spec.selector.matches(p.labels)]
-        self.memory.forget_missing({p.name for p in pods})
+        selected = [p for p in self.pods(spec.selector) if spec.selector.matches(p.labels)]
+        self.memory.forget_missing({p.name for p in selected})
+        conflicts = self._conflicts_of(spec, selected)
+        shared = conflicts.shared
+        # A pod two models select is acted on by neither: each would undo what the other did.
+        pods = [p for p in selected if p.name not in shared]
         views = await self._observe(spec, pods, now)
         wake_requested = parse_time((meta.get("annotations") or {}).get(WAKE_REQUESTED_ANNOTATION))
         model = sleep_policy.ModelView(
             spec=spec,
             wake_requested=wake_requested,
             now=now,
-            drain_grace=self.settings.drain_timeout + sleep_timeout(spec),
+            sleep_grace=sleep_timeout(spec, self.settings),
         )
         by_name = {p.name: p for p in pods}
         for action in sleep_policy.decide(views, model):
             self.executor.start(action, by_name[action.pod], spec)
-        replicas = await self.scaler.replicas(spec)
+        replicas = None if workload is None else workload.replicas
         scale = self.scaler.view(
             spec, views, replicas=replicas, wake_requested=wake_requested, now=now
         )
@@ -184,7 +223,36 @@ class ModelLoop:
                 replicas = decision.replicas
         awake = sum(1 for p in pods if p.ready and p.state is EngineState.AWAKE)
         self.scaler.check_cold_start(spec, awake, now)
-        await self._write_status(spec, pods, generation, now, replicas=replicas)
+        await self._write_status(
+            spec, selected, generation, now, replicas=replicas, conflicts=conflicts
+        )
+
+    def _conflicts_of(self, spec: InferenceModelSpec, pods: list[PodInfo]) -> status.Conflicts:
+        """Whether another model holds this one's model name, and which pods others select too;
+        each new conflict (and each one resolved) is told once by an Event."""
+        model_name = self.model_name = spec.model_name or self.name
+        held_by = claims.holder(self.neighbours.claims(model_name))
+        name_taken = held_by is not None and held_by.key != (self.namespace, self.name)
+        others = [
+            (n, sel) for n, sel in self.neighbours.selectors(self.namespace) if n != self.name
+        ]
+        found = status.Conflicts(
+            model_name=model_name,
+            name_taken=name_taken,
+            shared=claims.shared_pods({p.name: p.labels for p in pods}, others),
+        )
+        for kind, message in (
+            ("ModelNameTaken", found.name_message),
+            ("PodsShared", found.shared_message),
+        ):
+            told = self._conflicts.get(kind)
+            if message and message != told:
+                self.emit("Warning", kind, message)
+                self._conflicts[kind] = message
+            elif not message and told:
+                self.emit("Normal", f"{kind}Resolved", f"resolved: {told}")
+                del self._conflicts[kind]
+        return found
 
     async def _observe(
         self, spec: InferenceModelSpec, pods: list[PodInfo], now: float
@@ -206,6 +274,8 @@ class ModelLoop:
         for pod in pods:
             engine = self.memory.engine(pod.name, now=now)
             result = results.get(pod.name)
+            if result is not None:
+                self._note_reachability(pod.name, engine, result)
             if result is not None and result.sleeping is not None:
                 moved = (
                     engine.success_total is not None
@@ -227,6 +297,7 @@ class ModelLoop:
                     last_activity=engine.last_activity,
                     action_running=engine.acting,
                     sleep_started=pod.sleep_started,
+                    sleep_sent=pod.sleep_sent,
                     wake_failures=engine.wake_failures,
                     last_failure=engine.last_failure,
                     last_failure_reason=engine.last_failure_reason,
@@ -234,13 +305,32 @@ class ModelLoop:
             )
         return views
 
+    def _note_reachability(self, pod: str, engine: EngineMemory, result: Probe) -> None:
+        """Count probes in a row without an answer; tell when an engine becomes unreachable
+        (naming the URL tried) and when it answers again."""
+        was = engine.unreachable
+        if result.sleeping is None:
+            engine.probe_failures += 1
+            engine.probe_error = result.error
+        else:
+            engine.probe_failures, engine.probe_error = 0, ""
+        if engine.unreachable and not was:
+            self.emit(
+                "Warning",
+                "EngineUnreachable",
+                f"{pod}: no answer to {UNREACHABLE_AFTER} probes in a row, so it gets no "
+                f"requests until it answers: {engine.probe_error}",
+            )
+        elif was and not engine.unreachable:
+            self.emit("Normal", "EngineReachable", f"{pod}: the engine answers again")
+
     async def _report_invalid(self, message: str, generation: int | None, now: float) -> None:
         if message != self._reported_error:
             self.emit("Warning", "InvalidSpec", message)
             self._reported_error = message
-        spec_name = self.body.get("metadata", {}).get("name", self.name)
+        # An invalid spec claims no model name: it must not keep a valid model from its own.
         new = status.build(
-            model_name=str((self.body.get("spec") or {}).get("modelName") or spec_name),
+            model_name="",
             pods=[],
             memory=self.memory,
             previous=self.written,
@@ -258,6 +348,7 @@ class ModelLoop:
         now: float,
         *,
         replicas: int | None,
+        conflicts: status.Conflicts,
     ) -> None:
         new = status.build(
             model_name=spec.model_name or self.name,
@@ -267,6 +358,7 @@ class ModelLoop:
             generation=generation,
             now=now,
             replicas=replicas,
+            conflicts=conflicts,
         )
         self._count(pods, str(new["phase"]), now)
         await self._patch_status(new)

@@ -13,6 +13,11 @@ from typing import Any
 from snooze.kube.pods import parse_time
 from snooze.models import EngineState
 
+# One failed probe can be a hiccup (a busy node, a GC pause); two in a row, an interval apart,
+# mean the engine is gone, frozen or never started: its status stops saying it is awake, so
+# the gateway stops sending it requests until a probe gets an answer again.
+UNREACHABLE_AFTER = 2
+
 
 @dataclass(kw_only=True)
 class EngineMemory:
@@ -32,6 +37,16 @@ class EngineMemory:
     last_failure_message: str = ""
     state_since: dict[str, float] = field(default_factory=dict)
     """When the pod entered its current published state, keyed by that state."""
+    published: EngineState | None = None
+    """The label this operator process last wrote on the pod (its index may lag behind)."""
+    probe_failures: int = 0
+    """Probes in a row that got no answer; at UNREACHABLE_AFTER the engine counts as unreachable."""
+    probe_error: str = ""
+    """What the last failed probe met (names the URL it tried)."""
+
+    @property
+    def unreachable(self) -> bool:
+        return self.probe_failures >= UNREACHABLE_AFTER
 
     @property
     def acting(self) -> bool:

@@ -12,7 +12,12 @@ import httpx
 from snooze.engine.client import EngineClient
 from snooze.engine.errors import EngineError
 from snooze.kube.api import MERGE_PATCH, KubeApi, KubeError, NotFound, pods_ref
-from snooze.kube.pods import SLEEP_STARTED_ANNOTATION, PodInfo
+from snooze.kube.pods import (
+    SLEEP_SENT_ANNOTATION,
+    SLEEP_STARTED_ANNOTATION,
+    WAKE_PROGRESS_ANNOTATION,
+    PodInfo,
+)
 from snooze.models import STATE_LABEL, SpecError, parse_spec
 from snooze.operator.actions import engine_url
 from snooze.operator.scaling import scale_path
@@ -50,11 +55,15 @@ async def release(
                     woken += 1
             except EngineError as exc:
                 emit("Warning", "ReleaseFailed", f"{pod.name}: could not wake it: {exc}")
-        if STATE_LABEL in pod.labels or pod.sleep_started is not None:
+        if STATE_LABEL in pod.labels or pod.sleep_started is not None or pod.wake_steps:
             patch = {
                 "metadata": {
                     "labels": {STATE_LABEL: None},
-                    "annotations": {SLEEP_STARTED_ANNOTATION: None},
+                    "annotations": {
+                        SLEEP_STARTED_ANNOTATION: None,
+                        SLEEP_SENT_ANNOTATION: None,
+                        WAKE_PROGRESS_ANNOTATION: None,
+                    },
                 }
             }
             with contextlib.suppress(NotFound):  # the pod went meanwhile: nothing to undo

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from snooze.kube.api import MERGE_PATCH, KubeApi, NotFound
 from snooze.models import EngineState, InferenceModelSpec, ScaleTargetRef
@@ -17,9 +18,21 @@ from snooze.policy.sleep import EngineView
 log = logging.getLogger(__name__)
 
 
-def scale_path(namespace: str, target: ScaleTargetRef) -> str:
+def workload_path(namespace: str, target: ScaleTargetRef) -> str:
     plural = {"Deployment": "deployments", "StatefulSet": "statefulsets"}[target.kind]
-    return f"/apis/{target.api_version}/namespaces/{namespace}/{plural}/{target.name}/scale"
+    return f"/apis/{target.api_version}/namespaces/{namespace}/{plural}/{target.name}"
+
+
+def scale_path(namespace: str, target: ScaleTargetRef) -> str:
+    return workload_path(namespace, target) + "/scale"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """The scaleTargetRef workload as the operator reads it: its scale and its pods' labels."""
+
+    replicas: int
+    template_labels: Mapping[str, str]
 
 
 class Scaler:
@@ -43,13 +56,17 @@ class Scaler:
         self.metrics = metrics
         self._missing_reported = False
 
-    async def replicas(self, spec: InferenceModelSpec) -> int | None:
-        """The workload's replicas now; None without a target, or when it cannot be read."""
+    async def workload(self, spec: InferenceModelSpec) -> Workload | None:
+        """The workload now; None without a target, or when it does not exist.
+
+        One read gives both what ownership is judged by (its pod template's labels) and its
+        replicas, so a model with a scaleTargetRef costs one API read a cycle, as before.
+        """
         target = spec.scale_target_ref
         if target is None:
             return None
         try:
-            scale = await self.api.request("GET", scale_path(self.namespace, target))
+            body = await self.api.request("GET", workload_path(self.namespace, target))
         except NotFound:
             if not self._missing_reported:
                 self.emit(
@@ -60,8 +77,13 @@ class Scaler:
                 self._missing_reported = True
             return None
         self._missing_reported = False
-        value = (scale.get("spec") or {}).get("replicas", 0)
-        return int(value) if isinstance(value, int) else 0
+        spec_part = body.get("spec") or {}
+        value = spec_part.get("replicas", 1)  # absent means 1, as the API server defaults it
+        template = (spec_part.get("template") or {}).get("metadata") or {}
+        return Workload(
+            replicas=int(value) if isinstance(value, int) else 0,
+            template_labels=dict(template.get("labels") or {}),
+        )
 
     def view(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from snooze.kube.pods import PodInfo, format_time
@@ -17,6 +17,38 @@ JSON = dict[str, Any]
 # operator's API writes grow with traffic. Status records it at this granularity, which
 # bounds what a restarted operator can misjudge (it may sleep an engine this much early).
 ACTIVITY_GRANULARITY_SECONDS = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conflicts:
+    """What other models contest: this model's name, and pods they select too."""
+
+    model_name: str = ""
+    name_taken: bool = False
+    """Another model holds `model_name` (it claimed it first): the gateway routes it there."""
+    shared: dict[str, list[str]] = field(default_factory=dict)
+    """Pods that other models of the namespace also select: pod -> those models."""
+
+    @property
+    def name_message(self) -> str:
+        if not self.name_taken:
+            return ""
+        return (
+            f"model name {self.model_name!r} is already served by another InferenceModel, "
+            "which claimed it first; the gateway does not route it to this one. Choose another "
+            "spec.modelName (a cluster admin sees who holds which with "
+            "`kubectl get inferencemodels.snooze.dev -A`)"
+        )
+
+    @property
+    def shared_message(self) -> str:
+        if not self.shared:
+            return ""
+        parts = [f"{pod} (also selected by {', '.join(by)})" for pod, by in self.shared.items()]
+        return (
+            f"pods selected by other InferenceModels too: {'; '.join(sorted(parts))}. Snooze "
+            "sleeps, wakes and routes such a pod for none of them: make the selectors disjoint"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,10 +111,16 @@ def build(
     now: float,
     spec_error: str | None = None,
     replicas: int | None = None,
+    conflicts: Conflicts | None = None,
 ) -> JSON:
-    """The whole status to write."""
+    """The whole status to write; `pods` are all the pods selected, shared ones included."""
+    conflicts = conflicts or Conflicts()
+    shared = conflicts.shared
+    every = pods
+    pods = [p for p in every if p.name not in shared]
     ready = [p for p in pods if p.ready]
-    labels = [p.state for p in ready]
+    # An engine that stopped answering serves nothing, whatever its label says.
+    labels = [None if _unreachable(memory, p) else p.state for p in ready]
     count = {state: sum(1 for label in labels if label is state) for state in EngineState}
     model_phase = phase(labels, ready=len(ready), spec_valid=spec_error is None)
     if spec_error is None and not count[EngineState.AWAKE]:
@@ -93,15 +131,25 @@ def build(
 
     pod_entries = []
     failing: list[tuple[str, str, str]] = []
-    for pod in sorted(pods, key=lambda p: p.name):
+    for pod in sorted(every, key=lambda p: p.name):
         engine = memory.engines.get(pod.name)
-        state = pod_state(pod)
-        entry: JSON = {"name": pod.name, "state": state}
+        state = "shared" if pod.name in shared else pod_state(pod)
+        if _unreachable(memory, pod):
+            state = "unreachable"  # whatever its label says: not to be routed to
+        # The uid, so that a reader (the gateway) never trusts this entry for a pod recreated
+        # under the same name.
+        entry: JSON = {"name": pod.name, "uid": pod.uid or None, "state": state}
+        if pod.name in shared:
+            entry["message"] = f"also selected by {', '.join(shared[pod.name])}"
+            pod_entries.append({k: v for k, v in entry.items() if v is not None})
+            continue
         if engine is not None:
             since = engine.state_since.get(state)
             entry["since"] = _time(since)
             entry["lastActivityTime"] = format_time(_coarse(engine.last_activity))
             entry["wakeFailures"] = engine.wake_failures
+            if state == "unreachable":
+                entry["message"] = engine.probe_error
             if engine.wake_failures:
                 entry["failureReason"] = engine.last_failure_reason
                 entry["lastFailureTime"] = _time(engine.last_failure)
@@ -132,11 +180,30 @@ def build(
             message=f"{asleep} of {len(ready)} ready engines asleep",
         ),
         _wake_failed(failing or ([memory.failure] if memory.failure else [])),
+        ConditionValue(
+            type="Conflict",
+            status=conflicts.name_taken,
+            reason="ModelNameTaken"
+            if conflicts.name_taken
+            else ("NameHeld" if model_name else "NoModelName"),
+            message=conflicts.name_message
+            or (
+                f"model name {model_name!r} is this model's"
+                if model_name
+                else "an invalid spec claims no model name"
+            ),
+        ),
+        ConditionValue(
+            type="SharedPods",
+            status=bool(shared),
+            reason="PodsShared" if shared else "NoSharedPods",
+            message=conflicts.shared_message or "no pod is selected by another model",
+        ),
     ]
     return {
         "phase": model_phase.value,
         "modelName": model_name,
-        "engines": len(pods),
+        "engines": len(every),
         "awake": awake,
         "asleep": asleep + count[EngineState.FAILED],
         "waking": count[EngineState.WAKING],
@@ -175,3 +242,8 @@ def _wake_failed(failing: Sequence[tuple[str, str, str]]) -> ConditionValue:
         reason=reason or "WakeFailed",
         message=f"{pod}{more}: {message}",
     )
+
+
+def _unreachable(memory: ModelMemory, pod: PodInfo) -> bool:
+    engine = memory.engines.get(pod.name)
+    return pod.ready and engine is not None and engine.unreachable

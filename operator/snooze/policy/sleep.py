@@ -35,11 +35,19 @@ class EngineView:
     """An action (drain, sleep, wake) is in flight on this engine."""
     sleep_started: float | None = None
     """When its last sleep began (the drain), from the pod's annotation."""
+    sleep_sent: float | None = None
+    """When /sleep was sent for the last drain, from the pod's annotation (if it was)."""
     wake_failures: int = 0
     """Failed wakes in a row."""
     last_failure: float | None = None
     """When the last wake failed."""
     last_failure_reason: str = ""
+    pooled: bool = False
+    """A member of a GPU pool: it wakes only when the pool grants it room."""
+    pool_grant: bool = False
+    """The pool has room for it now."""
+    pool_evict: bool = False
+    """The pool puts it to sleep to make room for another model's engine."""
 
 
 class ActionKind(StrEnum):
@@ -56,6 +64,8 @@ class ActionKind(StrEnum):
     """Publish what the engine already is (after a restart of the operator, or a new pod)."""
     MARK_FAILED = "MarkFailed"
     """Give up on waking it (wake.onFailure: Report); a newer wake request tries again."""
+    ASK_ROOM = "AskRoom"
+    """A pool member that should wake: ask its pool for room (the pool grants it in turn)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,10 +84,9 @@ class ModelView:
     wake_requested: float | None
     """The time in the `snooze.dev/wake-requested-at` annotation."""
     now: float
-    drain_grace: float = 0.0
-    """How long a drain (and the sleep it sends) may take: a `draining` label left by an
-    operator that stopped is left alone this long after the drain began, since the engine
-    may still be carrying out the sleep that was sent."""
+    sleep_grace: float = 0.0
+    """How long a sent /sleep may take: a `draining` label left by an operator that stopped
+    after sending it is left alone this long, since the engine may still be freeing memory."""
 
 
 def retry_delay(failures: int) -> float:
@@ -100,15 +109,60 @@ def wants_wake(engine: EngineView, model: ModelView) -> bool:
 
 def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     """The actions to take now: at most one per engine, and none on an engine already acting,
-    but for CANCEL_SLEEP, which speaks to the drain running there."""
+    but for CANCEL_SLEEP, which speaks to the drain running there.
+
+    A GPU pool's member wakes only with the pool's grant (it asks for room otherwise), is not
+    kept from a sleep the pool ordered, and sleeps when the pool makes room with it.
+    """
+    return _through_pool(_decide(engines, model), engines, model)
+
+
+def _through_pool(
+    actions: list[Action], engines: Sequence[EngineView], model: ModelView
+) -> list[Action]:
+    views = {e.pod: e for e in engines}
+    out: list[Action] = []
+    for action in actions:
+        engine = views[action.pod]
+        if not engine.pooled:
+            out.append(action)
+        elif action.kind is ActionKind.WAKE and not engine.pool_grant:
+            out.append(replace(action, kind=ActionKind.ASK_ROOM))
+        elif action.kind is ActionKind.CANCEL_SLEEP and engine.pool_evict:
+            continue  # its room is promised to another model
+        else:
+            out.append(action)
+    if model.spec.desired_state is DesiredState.AWAKE:
+        return out
+    decided = {a.pod for a in out if a.kind is not ActionKind.LABEL}
+    for engine in engines:
+        if (
+            engine.pooled
+            and engine.pool_evict
+            and engine.pod not in decided
+            and engine.ready
+            and not engine.action_running
+            and engine.sleeping is False
+            and engine.label is EngineState.AWAKE
+        ):
+            out.append(Action(kind=ActionKind.SLEEP, pod=engine.pod, reason="MakeRoom"))
+    return out
+
+
+def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     spec = model.spec
     actions: list[Action] = []
     candidates = [e for e in engines if e.ready and not e.action_running and e.sleeping is not None]
 
     # 1. Publish the truth: a label that disagrees with the engine and has no action behind it
-    #    is a leftover (operator restarted mid-step, or a new pod with no label yet).
+    #    is a leftover (operator restarted mid-step, or a new pod with no label yet). A drain
+    #    cut off before its /sleep was sent is resumed, not left to time out.
     settled: list[EngineView] = []
+    awake_now = sum(1 for e in candidates if e.label is EngineState.AWAKE and not e.sleeping)
     for engine in candidates:
+        if _resumes_drain(engine, model, awake_others=awake_now):
+            actions.append(Action(kind=ActionKind.SLEEP, pod=engine.pod, reason="ResumeDrain"))
+            continue
         label = _settled_label(engine, model)
         if label is not None:
             actions.append(
@@ -231,22 +285,49 @@ def _failure_gate(engine: EngineView, model: ModelView) -> ActionKind | None:
     return None
 
 
+def _sent_for_this_drain(engine: EngineView) -> bool:
+    return (
+        engine.sleep_sent is not None
+        and engine.sleep_started is not None
+        and engine.sleep_sent >= engine.sleep_started
+    )
+
+
+def _wanted(engine: EngineView, model: ModelView) -> bool:
+    return model.spec.desired_state is DesiredState.AWAKE or wants_wake(engine, model)
+
+
+def _resumes_drain(engine: EngineView, model: ModelView, *, awake_others: int) -> bool:
+    """A drain cut off (the operator stopped) before its /sleep was sent is carried on, as
+    long as the model still wants it asleep: nothing was sent, so nothing can be repeated."""
+    if engine.sleeping or engine.label is not EngineState.DRAINING:
+        return False
+    if _sent_for_this_drain(engine) or _wanted(engine, model):
+        return False
+    desired = model.spec.desired_state
+    return desired is DesiredState.ASLEEP or awake_others >= model.spec.min_awake
+
+
 def _settled_label(engine: EngineView, model: ModelView) -> EngineState | None:
     """The label to publish when the current one is stale; None when it stands.
 
     With no action in flight, `waking` and `draining` are leftovers of an interrupted step
     (the operator restarted): the engine's own answer says where it really is. A cut-off wake
     leaves it asleep, and the wake request that started it is still newer than its sleep, so
-    it is woken again. A cut-off drain is left alone while the sleep it may have sent can
-    still be running, unless the model is wanted; then it is published awake again.
+    it is woken again. A drain whose /sleep was sent is left alone while that sleep can still
+    be running, unless the model is wanted; then it is published awake again.
     """
     if engine.sleeping:
         keep = (EngineState.ASLEEP, EngineState.FAILED)
         return None if engine.label in keep else EngineState.ASLEEP
     if engine.label is EngineState.DRAINING:
-        wanted = model.spec.desired_state is DesiredState.AWAKE or wants_wake(engine, model)
-        started = engine.sleep_started
-        if not wanted and started is not None and model.now - started < model.drain_grace:
+        sent = engine.sleep_sent
+        if (
+            not _wanted(engine, model)
+            and _sent_for_this_drain(engine)
+            and sent is not None
+            and model.now - sent < model.sleep_grace
+        ):
             return None
     return None if engine.label is EngineState.AWAKE else EngineState.AWAKE
 

@@ -6,13 +6,24 @@ import argparse
 import errno
 import sys
 
+# The commands the help suggests; tests/sandbox/test_cli_help.py runs each against a sandbox.
+EPILOG = """\
+Then, in another terminal, from a clone of the repository:
+  export KUBECONFIG=FILE KUBECACHEDIR=$(mktemp -d)
+  kubectl apply -f crds/
+  kubectl apply -f examples/sandbox/pods.yaml
+  kubectl get pods
+  kubectl explain inferencemodel.spec
+
+Writes are validated, and `kubectl explain` answered, from the sandbox's OpenAPI documents.
+A fresh KUBECACHEDIR keeps what kubectl cached of an earlier sandbox at the same address
+(its resources, its documents) from standing in for this one's.
+"""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = (
-        "Then: KUBECONFIG=FILE KUBECACHEDIR=$(mktemp -d) kubectl get pods --validate=false."
-        " kubectl needs a fresh KUBECACHEDIR (its discovery cache would hide new CRDs) and"
-        " --validate=false on writes (the sandbox serves no OpenAPI schemas)."
-    )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # keeps the commands' lines
+    parser.epilog = EPILOG
     parser.add_argument("--port", type=int, required=True, help="TCP port to serve on (0: any)")
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"

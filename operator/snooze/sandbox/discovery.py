@@ -8,8 +8,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from snooze.sandbox import schemas
 from snooze.sandbox.api import ApiError
 
+SERVER_VERSION = {
+    "major": "1",
+    "minor": "34",
+    "gitVersion": "v1.34.0-snooze-sandbox",
+    "platform": "linux/amd64",
+    "compiler": "gc",
+}
 DEFAULT_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
@@ -65,6 +73,8 @@ class ResourceSpec:
     )
     # A CRD's additionalPrinterColumns at this version; empty: NAME and AGE.
     printer_columns: tuple[PrinterColumn, ...] = ()
+    # A CRD's schema at this version, as OpenAPI documents show it (schemas.crd_kinds).
+    schema: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
     @property
     def api_version(self) -> str:
@@ -122,6 +132,7 @@ class Registry:
         spec = crd.get("spec", {})
         names = spec.get("names", {})
         group = spec["group"]
+        built = {gvk[1]: schema for gvk, schema in schemas.crd_kinds(crd).values()}
         for version in spec.get("versions", []):
             if not version.get("served", True):
                 continue
@@ -151,6 +162,7 @@ class Registry:
                         PrinterColumn.from_crd(column)
                         for column in version.get("additionalPrinterColumns") or ()
                     ),
+                    schema=built.get(version["name"]),
                 )
             )
             if version.get("storage"):
@@ -230,13 +242,29 @@ class Registry:
         }
 
 
+def root_document(path: str, host: str, registry: Registry) -> Any:
+    """What the API server answers at /api, /apis, /version and its health checks, or None."""
+    path = path.rstrip("/") or path
+    if path == "/api":
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}],
+        }
+    if path == "/apis":
+        return registry.api_group_list()
+    if path == "/version":
+        return SERVER_VERSION
+    return "ok" if path in ("/healthz", "/livez", "/readyz") else None
+
+
 # Built-ins whose `scale` subresource the sandbox serves (needed for scale-to-zero).
 _SCALABLE = {("apps", "deployments"), ("apps", "statefulsets"), ("apps", "replicasets")}
 # Built-in subresources that the sandbox really serves; the rest (exec, log, ...) are not listed.
 _SERVED_SUBRESOURCES = frozenset({"status"})
 
 
-def builtin_registry() -> Registry:
+def bundled_specs() -> list[ResourceSpec]:
     """The built-in resources of a recent cluster, from the list that kmock bundles."""
     import kmock
 
@@ -244,13 +272,13 @@ def builtin_registry() -> Registry:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # kmock 0.8 uses read_binary()
         bundled.load_bundled()
-    registry = Registry()
+    specs = []
     for res in bundled:
         info = bundled[res]
         if res.group is None or res.version is None or res.plural is None:
             continue
         scalable = (res.group, res.plural) in _SCALABLE
-        registry.add(
+        specs.append(
             ResourceSpec(
                 group=res.group,
                 version=res.version,
@@ -265,6 +293,20 @@ def builtin_registry() -> Registry:
                 scale=ScalePaths() if scalable else None,
             )
         )
+    return specs
+
+
+def builtin_registry() -> Registry:
+    """The resources that Kubernetes itself serves, each with its schema.
+
+    kmock's list also has Gateway API and metrics.k8s.io resources, which a cluster serves only
+    once their CRDs or metrics-server are installed: the sandbox leaves them out.
+    """
+    registry = Registry()
+    known = schemas.builtin_kinds()
+    for spec in bundled_specs():
+        if (spec.group, spec.version, spec.kind) in known:
+            registry.add(spec)
     return registry
 
 

@@ -14,20 +14,13 @@ import aiohttp.web
 import attrs
 import kmock
 
-from snooze.sandbox import api, discovery, scale, tables, views
+from snooze.sandbox import api, discovery, openapi, scale, tables, validation, views
 from snooze.sandbox.api import ApiError, ApiPath
 from snooze.sandbox.discovery import ResourceSpec
-from snooze.sandbox.views import Change, Obj, ResourceKey
+from snooze.sandbox.validation import NO_CHECK, Check
+from snooze.sandbox.views import Change, Obj
 from snooze.sandbox.watches import Watches
 
-CRD_KEY: ResourceKey = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-SERVER_VERSION = {
-    "major": "1",
-    "minor": "34",
-    "gitVersion": "v1.34.0-snooze-sandbox",
-    "platform": "linux/amd64",
-    "compiler": "gc",
-}
 # Namespaces that every cluster has from the start.
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -58,9 +51,11 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     _counts: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
     # Tests inject faults and read counters from their own thread while the loop serves.
     _guard: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    openapi: openapi.Documents = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        self.openapi = openapi.Documents(self.registry, discovery.SERVER_VERSION["gitVersion"])
         for name in INITIAL_NAMESPACES:
             spec = self._spec("", "v1", "namespaces")
             self._create(spec, None, {"metadata": {"name": name}})
@@ -108,12 +103,11 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         if fault is not None:
             return views.respond(api.status_body(fault.status, fault.message), fault.status)
         try:
-            if raw.path.rstrip("/") in ("/api", "/apis", "/version") or raw.path in (
-                "/healthz",
-                "/livez",
-                "/readyz",
-            ):
-                return views.respond(self._serve_root_docs(raw))
+            root = discovery.root_document(raw.path, raw.host or "127.0.0.1", self.registry)
+            if root is not None:
+                return views.respond(root)
+            if raw.path.startswith("/openapi/"):
+                return self.openapi.serve(raw)
             path = api.parse_api_path(raw.path)
             if path is None:
                 response: aiohttp.web.StreamResponse = await super().__call__(raw)
@@ -121,21 +115,6 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             return await self._serve_resource_url(raw, path, body)
         except ApiError as exc:
             return views.respond(exc.status(), exc.code)
-
-    def _serve_root_docs(self, raw: aiohttp.web.BaseRequest) -> Any:
-        path = raw.path.rstrip("/")
-        if path == "/api":
-            host = raw.host or "127.0.0.1"
-            return {
-                "kind": "APIVersions",
-                "versions": ["v1"],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}],
-            }
-        if path == "/apis":
-            return self.registry.api_group_list()
-        if path == "/version":
-            return SERVER_VERSION
-        return "ok"
 
     async def _serve_resource_url(
         self, raw: aiohttp.web.BaseRequest, path: ApiPath, body: bytes
@@ -155,30 +134,39 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             # Clients retry with JSON on 415; the sandbox stores JSON only.
             raise ApiError(415, f"the body of type {raw.content_type} is not supported")
         data = views.decode(body)
-        query = raw.query
-        method = raw.method
+        query, method = raw.query, raw.method
+        as_table = tables.requested(raw.headers.get("Accept", ""), query)
         if method == "GET" and (path.legacy_watch or query.get("watch") in ("true", "1")):
+            current = lambda: self._iter(spec, path.namespace)  # noqa: E731
+            render = tables.watch_renderer(spec, as_table)
             return await self.watches.serve(
-                raw, spec, path, current=lambda: self._iter(spec, path.namespace), rv=self._rv
+                raw, spec, path, current=current, rv=self._rv, render=render
             )
+        if query.get("dryRun") and method != "GET":  # refused rather than carried out for real
+            raise ApiError(400, "the snooze sandbox does not do dry runs: nothing was changed")
+        check = validation.check_for(spec, query, method=method)
         if path.name is None:
             if method == "GET":
-                return views.respond(self._list(spec, path, query, raw.headers.get("Accept", "")))
+                return views.respond(self._list(spec, path, query, as_table))
             if method == "POST":
-                return views.respond(self._create(spec, path.namespace, data), 201)
+                created = self._create(spec, path.namespace, data, check)
+                return views.respond(created, 201, warnings=check.warnings)
             if method == "DELETE":
                 return views.respond(self._delete_collection(spec, path, query))
         elif path.subresource in (None, "status"):
             if method == "GET":
                 obj = self._get(spec, path)
-                if path.subresource is None and "as=Table" in raw.headers.get("Accept", ""):
+                if path.subresource is None and as_table is not None:
                     meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
-                    return views.respond(tables.table(spec, [obj], meta))
+                    return views.respond(tables.table(spec, [obj], meta, as_table))
                 return views.respond(obj)
             if method == "PUT":
-                return views.respond(self._replace(spec, path, data))
+                return views.respond(
+                    self._replace(spec, path, data, check), warnings=check.warnings
+                )
             if method == "PATCH":
-                return views.respond(self._patch(spec, path, data, raw.content_type))
+                patched = self._patch(spec, path, data, raw.content_type, check)
+                return views.respond(patched, warnings=check.warnings)
             if method == "DELETE" and path.subresource is None:
                 return views.respond(self._delete(spec, path, data))
         elif path.subresource == "scale" and spec.scale is not None:
@@ -262,7 +250,11 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         return self._load(spec, path.namespace, path.name)
 
     def _list(
-        self, spec: ResourceSpec, path: ApiPath, query: Mapping[str, str], accept: str
+        self,
+        spec: ResourceSpec,
+        path: ApiPath,
+        query: Mapping[str, str],
+        as_table: tables.TableRequest | None,
     ) -> Obj:
         predicate = views.predicate(spec, query)
         items = [obj for obj in self._iter(spec, path.namespace) if predicate(obj)]
@@ -275,8 +267,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             meta["remainingItemCount"] = len(items) - limit
             items = items[:limit]
             meta["continue"] = views.encode_continue(views.sort_key(items[-1]))
-        if "as=Table" in accept:
-            return tables.table(spec, items, meta)
+        if as_table is not None:
+            return tables.table(spec, items, meta, as_table)
         return {
             "kind": f"{spec.kind}List",
             "apiVersion": spec.api_version,
@@ -284,7 +276,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             "items": items,
         }
 
-    def _create(self, spec: ResourceSpec, url_namespace: str | None, data: Any) -> Obj:
+    def _create(
+        self, spec: ResourceSpec, url_namespace: str | None, data: Any, check: Check = NO_CHECK
+    ) -> Obj:
         if not isinstance(data, dict):
             raise ApiError(400, "the body of the request must be a JSON object")
         obj: Obj = copy.deepcopy(data)
@@ -333,6 +327,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             )
         if spec.custom and spec.has_status:
             obj.pop("status", None)  # the CRD strategy ignores status on create
+        check(obj)
         if spec.kind == "CustomResourceDefinition":
             discovery.check_crd(obj, name)
         obj["apiVersion"], obj["kind"] = spec.api_version, spec.kind
@@ -356,7 +351,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         self._emit(spec, "ADDED", obj, None)
         return copy.deepcopy(obj)
 
-    def _replace(self, spec: ResourceSpec, path: ApiPath, data: Any) -> Obj:
+    def _replace(self, spec: ResourceSpec, path: ApiPath, data: Any, check: Check) -> Obj:
         assert path.name is not None
         old = self._load(spec, path.namespace, path.name)
         if not isinstance(data, dict):
@@ -371,16 +366,19 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 f'{spec.kind} "{path.name}" is invalid: metadata.resourceVersion:'
                 " Invalid value: 0x0: must be specified for an update",
             )
-        return self._commit(spec, path, old, copy.deepcopy(data))
+        return self._commit(spec, path, old, copy.deepcopy(data), check)
 
-    def _patch(self, spec: ResourceSpec, path: ApiPath, data: Any, content_type: str) -> Obj:
+    def _patch(
+        self, spec: ResourceSpec, path: ApiPath, data: Any, content_type: str, check: Check
+    ) -> Obj:
         assert path.name is not None
         old = self._load(spec, path.namespace, path.name)
-        # A merge patch shares the untouched parts of `old`; committing edits metadata in place.
-        patched = copy.deepcopy(views.apply_patch(old, data, content_type))
-        return self._commit(spec, path, old, patched)
+        patched = views.apply_patch(old, data, content_type, check.schema, custom=spec.custom)
+        return self._commit(spec, path, old, patched, check)
 
-    def _commit(self, spec: ResourceSpec, path: ApiPath, old: Obj, new: Obj) -> Obj:
+    def _commit(
+        self, spec: ResourceSpec, path: ApiPath, old: Obj, new: Obj, check: Check = NO_CHECK
+    ) -> Obj:
         """Store an update as the API server does: preconditions, system fields, no-op skipping."""
         assert path.name is not None
         new_meta: Obj = new.setdefault("metadata", {})
@@ -420,6 +418,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 if system in old_meta:
                     result["metadata"][system] = old_meta[system]
             result["apiVersion"], result["kind"] = old["apiVersion"], old["kind"]
+        check(result)
         if result == old:
             return result  # a no-op write changes nothing, not even the resourceVersion
         # Generation counts changes of the desired state: not metadata, not status (if separate).

@@ -59,7 +59,7 @@ def since(timestamp: Any) -> str:
 
 
 def _name(obj: Obj) -> str:
-    name: str = obj["metadata"]["name"]
+    name: str = obj["metadata"].get("name", "")
     return name
 
 

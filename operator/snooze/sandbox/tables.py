@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from snooze.sandbox import jsonpath, printers
+from snooze.sandbox.api import ApiError
 from snooze.sandbox.discovery import PrinterColumn, ResourceSpec
 
 Obj = dict[str, Any]
@@ -23,13 +26,86 @@ DEFAULT_CRD_COLUMNS = (
 )
 
 
-def table(spec: ResourceSpec, items: list[Obj], meta: Obj) -> Obj:
-    """The Table of `items`, with the objects included, as the API server renders it."""
+# What a Table row carries besides its cells (metav1.IncludeObjectPolicy); Metadata by default.
+INCLUDE_OBJECT = ("Object", "Metadata", "None")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableRequest:
+    """A request's `Accept: application/json;as=Table;v=...;g=meta.k8s.io` and its TableOptions."""
+
+    api_version: str = "meta.k8s.io/v1"
+    include_object: str = "Metadata"
+
+
+def requested(accept: str, query: Mapping[str, str]) -> TableRequest | None:
+    """The Table a request asks for, or None for plain JSON: the first type it accepts; pure."""
+    for media_range in accept.split(","):
+        media, *params = (part.strip() for part in media_range.split(";"))
+        options = dict(p.split("=", 1) for p in params if "=" in p)
+        if "as" not in options and media in ("application/json", "application/*", "*/*"):
+            return None
+        if options.get("as") == "Table" and options.get("g") == "meta.k8s.io":
+            if options.get("v") not in ("v1", "v1beta1"):
+                continue
+            include = query.get("includeObject") or "Metadata"
+            if include not in INCLUDE_OBJECT:
+                raise ApiError(400, f'unrecognized includeObject value: "{include}"')
+            return TableRequest(api_version=f"meta.k8s.io/{options['v']}", include_object=include)
+    return None
+
+
+def watch_renderer(spec: ResourceSpec, request: TableRequest | None) -> Callable[[Obj], Obj]:
+    """How a watch sends each event: as stored, or as a one-row Table if it asked for Tables.
+
+    Like the API server's watch encoder, only the first Table carries the column definitions
+    (kubectl reuses them for the following rows); error events (a Status) are sent as they are.
+    """
+    if request is None:
+        return lambda event: event
+    first = True
+
+    def render(event: Obj) -> Obj:
+        nonlocal first
+        if event["type"] == "ERROR":
+            return event
+        obj = event["object"]
+        meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+        rendered = table(spec, [obj], meta, request, headers=first)
+        first = False
+        return {"type": event["type"], "object": rendered}
+
+    return render
+
+
+def _row_object(obj: Obj, request: TableRequest) -> Obj | None:
+    """What a row carries: the object, its metadata as PartialObjectMetadata, or nothing."""
+    if request.include_object == "Object":
+        return obj
+    if request.include_object == "None":
+        return None
+    return {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": request.api_version,
+        "metadata": obj.get("metadata", {}),
+    }
+
+
+def table(
+    spec: ResourceSpec,
+    items: list[Obj],
+    meta: Obj,
+    request: TableRequest | None = None,
+    *,
+    headers: bool = True,
+) -> Obj:
+    """The Table of `items` as the API server renders it (without the columns if not `headers`)."""
+    request = request or TableRequest()
     builtin = None if spec.custom else printers.BUILTIN.get((spec.group, spec.plural))
     if builtin is not None:
         columns, cells_of = builtin
         definitions = [_definition(name, type_, priority) for name, type_, priority in columns]
-        rows = [{"cells": cells_of(obj), "object": obj} for obj in items]
+        rows = [{"cells": cells_of(obj), "object": _row_object(obj, request)} for obj in items]
     else:
         custom = (
             (spec.printer_columns or DEFAULT_CRD_COLUMNS) if spec.custom else DEFAULT_CRD_COLUMNS
@@ -41,17 +117,18 @@ def table(spec: ResourceSpec, items: list[Obj], meta: Obj) -> Obj:
         paths = [_compile(c.json_path) for c in custom]
         rows = [
             {
-                "cells": [obj["metadata"]["name"]]
+                "cells": [obj["metadata"].get("name", "")]
                 + [_cell(c.type, path, obj) for c, path in zip(custom, paths, strict=True)],
-                "object": obj,
+                "object": _row_object(obj, request),
             }
             for obj in items
         ]
     return {
         "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
+        "apiVersion": request.api_version,
         "metadata": meta,
-        "columnDefinitions": definitions,
+        # Go's Table has no omitempty here: a Table without headers says null.
+        "columnDefinitions": definitions if headers else None,
         "rows": rows,
     }
 

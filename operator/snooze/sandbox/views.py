@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp.web
 
-from snooze.sandbox import api, patches, selectors
+from snooze.sandbox import api, patches, schemas, selectors, strategic
 from snooze.sandbox.api import ApiError
 from snooze.sandbox.discovery import ResourceSpec
 
@@ -91,22 +92,37 @@ def predicate(spec: ResourceSpec, query: Mapping[str, str]) -> Callable[[Obj], b
         raise ApiError(400, str(exc)) from exc
 
 
-def apply_patch(old: Obj, data: Any, content_type: str) -> Obj:
+def apply_patch(
+    old: Obj, data: Any, content_type: str, schema: Obj | None = None, *, custom: bool = False
+) -> Obj:
+    """Apply a JSON, merge or strategic merge patch (the latter by the kind's `schema`)."""
     if content_type == "application/json-patch+json":
         try:
             result = patches.json_patch(old, data)
         except patches.PatchError as exc:
             raise ApiError(422, str(exc)) from exc
+    elif content_type == "application/strategic-merge-patch+json" and custom:
+        raise ApiError(
+            415,
+            "the body of the request was in an unknown format - accepted media types include:"
+            " application/json-patch+json, application/merge-patch+json",
+        )
     elif content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
-        # Strategic merge is approximated by a plain merge: lists are replaced, not merged.
         if not isinstance(data, dict):
             raise ApiError(400, "a merge patch must be a JSON object")
-        result = patches.merge_patch(old, data)
+        if content_type == "application/merge-patch+json" or schema is None:
+            result = patches.merge_patch(old, data)  # a Scale has no lists to merge by key
+        else:
+            try:
+                result = strategic.apply(old, data, schema, schemas.builtin())
+            except strategic.StrategicPatchError as exc:
+                raise ApiError(422, str(exc)) from exc
     else:
         raise ApiError(415, f"the patch type {content_type!r} is not supported by the sandbox")
     if not isinstance(result, dict):
         raise ApiError(422, "the patched object is not a JSON object")
-    return result
+    # A merge patch shares the untouched parts of `old`; committing edits metadata in place.
+    return copy.deepcopy(result)
 
 
 def sort_key(obj: Obj) -> str:
@@ -136,5 +152,11 @@ def decode(body: bytes) -> Any:
         raise ApiError(400, f"the body is not valid JSON: {exc}") from exc
 
 
-def respond(payload: Any, status: int = 200) -> aiohttp.web.Response:
-    return aiohttp.web.json_response(payload, status=status)
+def respond(
+    payload: Any, status: int = 200, *, warnings: Iterable[str] = ()
+) -> aiohttp.web.Response:
+    response = aiohttp.web.json_response(payload, status=status)
+    for warning in warnings:
+        # RFC 7234 warn-code 299 ("miscellaneous persistent warning"), as the API server sends.
+        response.headers.add("Warning", f"299 - {json.dumps(warning)}")
+    return response

@@ -43,8 +43,12 @@ class Watches:
         *,
         current: Callable[[], list[Obj]],
         rv: int,
+        render: Callable[[Obj], Obj],
     ) -> aiohttp.web.StreamResponse:
-        """Stream one watch: `current` lists the objects now, `rv` is the latest resourceVersion."""
+        """Stream one watch: `current` lists the objects now, `rv` is the latest resourceVersion.
+
+        `render` turns each event into what is sent (a Table, for a client that asked for one).
+        """
         query = raw.query
         predicate = views.predicate(spec, query)
         if path.name is not None:
@@ -87,7 +91,7 @@ class Watches:
                 await response.write(json.dumps({"type": "ERROR", "object": err}).encode() + b"\n")
                 return response
             for event in backlog:
-                await response.write(json.dumps(event).encode() + b"\n")
+                await response.write(json.dumps(render(event)).encode() + b"\n")
             loop = asyncio.get_running_loop()
             deadline = None if timeout is None else loop.time() + timeout
             while True:
@@ -104,7 +108,7 @@ class Watches:
                     break
                 event = views.as_event(item, key, path.namespace, predicate)
                 if event is not None:
-                    await response.write(json.dumps(event).encode() + b"\n")
+                    await response.write(json.dumps(render(event)).encode() + b"\n")
             return response
         finally:
             self._watchers.discard(queue)

@@ -5,12 +5,20 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from snooze.sim.device import SimulatedDevice
 from snooze.sim.engine import EngineConfig, SimulatedEngine
 
 if TYPE_CHECKING:
     from snooze.sim.host import EnginePool, SimulatorHost, serve_engines
 
-__all__ = ["EngineConfig", "EnginePool", "SimulatedEngine", "SimulatorHost", "serve_engines"]
+__all__ = [
+    "EngineConfig",
+    "EnginePool",
+    "SimulatedDevice",
+    "SimulatedEngine",
+    "SimulatorHost",
+    "serve_engines",
+]
 _LAZY = {"EnginePool", "SimulatorHost", "serve_engines"}
 
 

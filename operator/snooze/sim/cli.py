@@ -4,24 +4,68 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import itertools
+import sys
+from collections.abc import Callable
 
+from snooze.sim.device import SimulatedDevice
 from snooze.sim.engine import EngineConfig
 
 # Argparse defaults come from EngineConfig, so the CLI and the Python API cannot disagree.
 _DEFAULTS = EngineConfig()
+SHARED_DEVICE = "gpu0"
+"""The name of the device that --shared-gpu-gib makes (the `device` label of its metrics)."""
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its "invalid ..." message
+    return parse
+
+
+def _address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an IP address: {text!r}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The subcommand's flags; imports nothing heavy so that `snooze --help` stays fast."""
     add = parser.add_argument
-    add("--host", default="127.0.0.1", help="address of the first engine (default: %(default)s)")
+    add(
+        "--host",
+        type=_address,
+        default="127.0.0.1",
+        help="IP address of the first engine (default: %(default)s)",
+    )
     add("--port", type=int, default=8000, help="port of every engine (default: %(default)s)")
-    add("--model", default=_DEFAULTS.model, help="served model name (default: %(default)s)")
+    add(
+        "--model",
+        action="append",
+        metavar="NAME",
+        help="served model name; repeat it for several: engine i serves the i-th name, cycling"
+        f" (default: {_DEFAULTS.model})",
+    )
     add(
         "--count",
-        type=int,
+        type=_positive(int),
         default=1,
         help="serve N engines on consecutive addresses from --host (default: %(default)s)",
+    )
+    add(
+        "--shared-gpu-gib",
+        type=_positive(float),
+        metavar="G",
+        help="put every engine on one simulated GPU of G GiB, as several vLLM pods share one"
+        " (DRA, time-slicing): an engine starts only when its footprint is free (weights + KV"
+        " cache + what sleep keeps), and a wake without room fails with vLLM's out-of-memory"
+        " error. Default: each engine has a GPU of its own",
     )
     add(
         "--sleep-seconds",
@@ -78,6 +122,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="simulated KV cache on the GPU (default: %(default)s)",
     )
     add(
+        "--asleep-memory-gib",
+        type=float,
+        default=_DEFAULTS.asleep_memory_gib,
+        help="GPU memory a sleeping engine still holds: CUDA context and graphs (default:"
+        " %(default)s)",
+    )
+    add(
+        "--start-retry-seconds",
+        type=_positive(float),
+        default=_DEFAULTS.start_retry_seconds,
+        help="while its GPU lacks room, an engine answers 503 and retries this often, like a"
+        " restarting container (default: %(default)s)",
+    )
+    add(
         "--max-model-len",
         type=int,
         default=_DEFAULTS.max_model_len,
@@ -107,12 +165,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--log-level", default="INFO", help="logging level (default: %(default)s)")
 
 
+def devices_from(args: argparse.Namespace) -> list[SimulatedDevice]:
+    """The shared GPU, if asked for."""
+    if args.shared_gpu_gib is None:
+        return []
+    return [SimulatedDevice(name=SHARED_DEVICE, memory_gib=args.shared_gpu_gib)]
+
+
 def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
-    """One config per engine, on consecutive addresses."""
+    """One config per engine, on consecutive addresses, the models taken in turn."""
     first = ipaddress.ip_address(args.host)
+    models = itertools.cycle(args.model or [_DEFAULTS.model])
     return [
         EngineConfig(
-            model=args.model,
+            model=next(models),
             host=str(first + i),
             port=args.port,
             sleep_seconds=args.sleep_seconds,
@@ -124,6 +190,9 @@ def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
             max_concurrency=args.max_concurrency,
             gpu_memory_gib=args.gpu_memory_gib,
             kv_cache_gib=args.kv_cache_gib,
+            asleep_memory_gib=args.asleep_memory_gib,
+            device=SHARED_DEVICE if args.shared_gpu_gib is not None else None,
+            start_retry_seconds=args.start_retry_seconds,
             max_model_len=args.max_model_len,
             startup_seconds=args.startup_seconds,
             dev_mode=not args.no_dev_mode,
@@ -135,28 +204,45 @@ def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until interrupted."""
+    """Serve until interrupted; a bad address or size is one line on stderr and exit code 2."""
     import asyncio
     import contextlib
     import logging
 
-    from snooze.sim.host import serve_engines
+    from snooze.sim.host import AddressUnavailable, EngineDoesNotFit, serve_engines
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     configs = configs_from(args)
+    devices = devices_from(args)
 
     async def main() -> None:
-        async with serve_engines(configs) as engines:
-            last = engines[-1]
+        async with serve_engines(configs, devices=devices) as engines:
+            where = f"one {args.shared_gpu_gib} GiB GPU" if devices else "a GPU each"
             logging.getLogger("snooze.sim").info(
-                "serving %d engine(s) of %r from %s to %s",
+                "serving %d engine(s) of %s on %s, from %s to %s",
                 len(engines),
-                args.model,
+                ", ".join(sorted({e.config.model for e in engines})),
+                where,
                 engines[0].url,
-                last.url,
+                engines[-1].url,
             )
             await asyncio.Event().wait()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(main())
+    except AddressUnavailable as exc:
+        print(
+            f"snooze sim: {exc}. Stop what serves there, or choose another --host or --port"
+            " (0 picks a free one).",
+            file=sys.stderr,
+        )
+        return 2
+    except EngineDoesNotFit as exc:
+        print(
+            f"snooze sim: {exc}. Lower --gpu-memory-gib, --kv-cache-gib or --asleep-memory-gib,"
+            " or raise --shared-gpu-gib.",
+            file=sys.stderr,
+        )
+        return 2
     return 0

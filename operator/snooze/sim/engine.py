@@ -8,23 +8,20 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from snooze.sim.device import KV_CACHE, WAKE_OUT_OF_MEMORY, WEIGHTS, DeviceShare, SimulatedDevice
 from snooze.sim.histograms import Histogram, request_histograms
 
 log = logging.getLogger(__name__)
 
-GIB = 1024**3
-WEIGHTS = "weights"
-KV_CACHE = "kv_cache"
 KNOWN_TAGS = (WEIGHTS, KV_CACHE)
 SLEEP_MODES = ("abort", "wait", "keep")
 GARBAGE_MARKER = "<garbage: weights not reloaded>"
 # Deterministic filler text: tests compare outputs, so no randomness.
 FILLER = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit")
-# The message vLLM 0.18+ puts in its 500 when the hybrid-model KV re-init crashes (issue #41564).
-HYBRID_CRASH_MESSAGE = (
-    "AttributeError: 'list' object has no attribute 'zero_' "
-    "(in GPUModelRunner.init_fp8_kv_scales during wake_up)"
-)
+# The message vLLM 0.18+ puts in its 500 when the hybrid-model KV re-init crashes (issue #41564):
+# the worker's AttributeError, as the engine core reports a failed utility call (0.26: the
+# wake-up's post_kv_cache_wake_up calls init_fp8_kv_scales).
+HYBRID_CRASH_MESSAGE = "Call to wake_up method failed: 'list' object has no attribute 'zero_'"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +52,15 @@ class EngineConfig:
     """Simulated weights size on the GPU."""
     kv_cache_gib: float = 50.0
     """Simulated KV cache size on the GPU."""
+    asleep_memory_gib: float = 1.0
+    """GPU memory that sleep does not free: the CUDA context, CUDA graphs, everything outside
+    vLLM's sleep-aware allocator. Held awake and asleep; part of the awake footprint."""
+    device: str | None = None
+    """The shared device (a `SimulatedDevice` given to the pool) the engine runs on; None: a
+    device of its own, where it never runs out of memory."""
+    start_retry_seconds: float = 1.0
+    """While its device lacks room at start, the engine retries this often, as a container
+    that exits and restarts; it answers 503 meanwhile."""
     max_model_len: int = 8192
     """Reported in `/v1/models`."""
     dev_mode: bool = True
@@ -91,13 +97,26 @@ class Request:
 class SimulatedEngine:
     """One engine's state; its coroutines run in the loop that serves it."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, device: SimulatedDevice | None = None) -> None:
         self.config = config
         self.port = config.port
         self.sleep_level = 0
         self.is_sleeping = False
-        self.weights_on_gpu = True
-        self.kv_on_gpu = True
+        self.memory = DeviceShare(
+            device,
+            weights_gib=config.gpu_memory_gib,
+            kv_cache_gib=config.kv_cache_gib,
+            residue_gib=config.asleep_memory_gib,
+            owner=config.host,
+        )
+        self.loaded = False
+        """Its memory taken and the model loaded; until then every route but /metrics is 503."""
+        self.start_refusal: str | None = None
+        """vLLM's ValueError from the last start that found too little free memory."""
+        self.restarts = 0
+        """Starts refused for want of memory: each one an exit and a restart of the container."""
+        self._sleeping_tags: set[str] = set()  # as vLLM's executor: what a wake must bring back
+        self._starting: asyncio.Task[None] | None = None
         self.weights_valid = True  # False after a level-2 sleep until reload_weights
         self.dead = False
         self.requests_served = 0
@@ -140,10 +159,62 @@ class SimulatedEngine:
         return "weights_offloaded" if self.sleep_level == 1 else "discard_all"
 
     @property
+    def device(self) -> SimulatedDevice:
+        return self.memory.device
+
+    @property
     def gpu_memory_bytes(self) -> int:
-        weights = self.config.gpu_memory_gib if self.weights_on_gpu else 0.0
-        kv = self.config.kv_cache_gib if self.kv_on_gpu else 0.0
-        return int((weights + kv) * GIB)
+        """What this engine holds on its device now (its residue alone while it sleeps)."""
+        return self.memory.used_bytes
+
+    @property
+    def host_memory_bytes(self) -> int:
+        """Pinned host RAM: the weights of a level-1 sleep."""
+        return self.memory.host_bytes
+
+    @property
+    def weights_on_gpu(self) -> bool:
+        return WEIGHTS in self.memory.on_gpu
+
+    @property
+    def kv_on_gpu(self) -> bool:
+        return KV_CACHE in self.memory.on_gpu
+
+    @property
+    def oom_total(self) -> int:
+        """Allocations this engine was refused (starts and wakes)."""
+        return sum(self.memory.oom_total.values())
+
+    def try_to_load(self) -> bool:
+        """Take the footprint as vLLM checks it at start; False, logged as vLLM would, if short."""
+        before, self.start_refusal = self.start_refusal, self.memory.take_all()
+        if self.start_refusal is None:
+            return True
+        self.restarts += 1
+        # vLLM's worker dies with this ValueError and the container restarts; said once, not
+        # every second, until the free memory changes.
+        level = logging.ERROR if self.start_refusal != before else logging.DEBUG
+        log.log(level, "%s: ValueError: %s", self.address, self.start_refusal)
+        return False
+
+    async def load_model(self) -> None:
+        """Load, once the memory is taken (startup_seconds)."""
+        if self.config.startup_seconds > 0:
+            await asyncio.sleep(self.config.startup_seconds)
+        self.loaded = True
+
+    def retry_start(self) -> None:
+        """Try again every start_retry_seconds until the device has room, then load."""
+
+        async def retry() -> None:
+            while True:
+                await asyncio.sleep(self.config.start_retry_seconds)
+                if self.try_to_load():
+                    break
+            await self.load_model()
+            log.info("%s: loaded after %d failed start(s)", self.address, self.restarts)
+
+        self._starting = asyncio.get_running_loop().create_task(retry())
 
     async def _notify(self) -> None:
         async with self._cond:
@@ -152,6 +223,9 @@ class SimulatedEngine:
     def kill(self) -> None:
         """Mark dead and release every waiter (called from the engine's loop)."""
         self.dead = True
+        if self._starting is not None:
+            self._starting.cancel()
+        self.memory.release_all()
         for request in self._requests:
             request.aborted = True
         asyncio.get_running_loop().create_task(self._notify())
@@ -259,38 +333,67 @@ class SimulatedEngine:
                 await self._notify()
                 if level > 0:
                     await asyncio.sleep(self.config.sleep_seconds)
-                    self.weights_on_gpu = False
-                    self.kv_on_gpu = False
-                    self.weights_valid = level == 1  # level 2 discards the weights
+                    # Level 1 copies the weights to pinned host RAM; level 2 discards them.
+                    self.memory.unmap(keep_weights_in_host_ram=level == 1)
+                    self._sleeping_tags = set(KNOWN_TAGS)
+                    self.weights_valid = level == 1
                 self.sleep_level = level
                 self.is_sleeping = True
             return level
 
     async def wake_up(self, tags: list[str] | None) -> bool:
-        """Wake the given parts (None: everything); True once the engine is fully awake."""
+        """Wake the given parts (None: everything); True once the engine is fully awake.
+
+        As vLLM's executor: a tag that is not asleep makes the whole call a no-op (a warning);
+        a part that finds no room on the device fails the call (HTTP 500), parts mapped before
+        it stay mapped, and the engine stays asleep until a wake succeeds.
+        """
         async with self._admin:
             self.wake_calls += 1
-            wanted = set(KNOWN_TAGS) if tags is None else set(tags)
-            for tag in wanted - set(KNOWN_TAGS):
-                log.warning("%s: unknown wake-up tag %r ignored", self.address, tag)
             if not self.is_sleeping:
                 return True
+            asleep = self._sleeping_tags
+            if asleep and tags is not None and not set(tags) <= asleep:
+                log.warning(
+                    "%s: wake-up tags %s not all in sleeping tags %s",
+                    self.address,
+                    tags,
+                    sorted(asleep),
+                )
+                return False
+            wanted = asleep if tags is None else set(tags)
             with self._operation("wake"):
-                if WEIGHTS in wanted and not self.weights_on_gpu:
-                    await asyncio.sleep(self.config.wake_seconds)
-                    self.weights_on_gpu = True
-                if KV_CACHE in wanted and not self.kv_on_gpu:
-                    await asyncio.sleep(self.config.kv_wake_seconds)
-                    if self.config.hybrid_wake_crash:
-                        raise WakeError(HYBRID_CRASH_MESSAGE)
-                    self.kv_on_gpu = True
-                if self.weights_on_gpu and self.kv_on_gpu:
+                for part in KNOWN_TAGS:  # in allocation order, as CuMemAllocator maps them
+                    if part in wanted:
+                        await self._bring_back(part)
+                self._sleeping_tags = asleep - wanted
+                if not self._sleeping_tags:
                     self.is_sleeping = False
                     self.sleep_level = 0
                     self._paused = False
                     self._admitting = True
                     await self._notify()
             return not self.is_sleeping
+
+    async def _bring_back(self, part: str) -> None:
+        if part not in self.memory.on_gpu:
+            if not self.memory.map_again(part):
+                device = self.device
+                log.error(
+                    "%s: waking %s: CUDA out of memory on %r (%d of %d bytes free)",
+                    self.address,
+                    part,
+                    device.name,
+                    device.free_bytes,
+                    device.total_bytes,
+                )
+                raise WakeError(WAKE_OUT_OF_MEMORY)
+            if part == WEIGHTS:
+                await asyncio.sleep(self.config.wake_seconds)
+            else:
+                await asyncio.sleep(self.config.kv_wake_seconds)
+        if part == KV_CACHE and self.config.hybrid_wake_crash:
+            raise WakeError(HYBRID_CRASH_MESSAGE)
 
     async def reload_weights(self) -> None:
         """`collective_rpc reload_weights`: read the weights again (needed after level 2)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import resource
 import threading
@@ -12,6 +13,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from snooze.sim.device import GIB, SimulatedDevice
 from snooze.sim.engine import EngineConfig, SimulatedEngine
 from snooze.sim.server import build_app
 
@@ -31,44 +33,125 @@ def raise_fd_limit() -> int:
     return soft
 
 
-class EnginePool:
-    """The engines served by the running loop; every method runs in that loop."""
+class AddressUnavailable(Exception):
+    """An engine cannot listen on its address: in use, not on this machine, or not allowed."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str, port: int, error: OSError) -> None:
+        reasons = {
+            errno.EADDRINUSE: "the address is in use",
+            errno.EADDRNOTAVAIL: "the address is not one of this machine's",
+            errno.EACCES: "permission denied (ports below 1024 need privileges)",
+        }
+        self.host, self.port = host, port
+        self.reason = reasons.get(error.errno or 0, error.strerror or str(error))
+        super().__init__(f"cannot serve on {host}:{port}: {self.reason}")
+
+
+class EngineDoesNotFit(ValueError):
+    """An engine's footprint is larger than its whole device: it could never start."""
+
+
+class EnginePool:
+    """The engines served by the running loop, and the devices they share; every method runs in
+    that loop."""
+
+    def __init__(self, devices: Iterable[SimulatedDevice] = ()) -> None:
         self._runners: dict[SimulatedEngine, web.AppRunner] = {}
+        self.devices: dict[str, SimulatedDevice] = {}
+        """Shared devices by name: an engine whose config names one runs on it."""
+        for device in devices:
+            self.add_device(device)
 
     @property
     def engines(self) -> list[SimulatedEngine]:
         return list(self._runners)
 
+    def add_device(self, device: SimulatedDevice) -> SimulatedDevice:
+        known = self.devices.get(device.name)
+        if known is not None and known is not device:
+            raise ValueError(f"a device named {device.name!r} is already in this pool")
+        self.devices[device.name] = device
+        return device
+
+    def _device_for(self, config: EngineConfig) -> SimulatedDevice | None:
+        if config.device is None:
+            return None
+        device = self.devices.get(config.device)
+        if device is None:
+            raise ValueError(
+                f"engine {config.host}: no device named {config.device!r} in this pool"
+                f" (known: {sorted(self.devices) or 'none'}); add it first with"
+                " add_device(SimulatedDevice(name=..., memory_gib=...))"
+            )
+        if not device.shared:
+            raise ValueError(f"device {device.name!r} is private to one engine")
+        return device
+
     async def add(self, config: EngineConfig, *, port: int | None = None) -> SimulatedEngine:
-        """Load (startup_seconds, not listening meanwhile, like vLLM) and then listen."""
-        if config.startup_seconds > 0:
-            await asyncio.sleep(config.startup_seconds)
-        engine = SimulatedEngine(config)
+        """Start an engine as vLLM does; returns once it listens.
+
+        With room on its device it takes its memory, loads (startup_seconds, not listening
+        meanwhile, like vLLM) and listens. Without room it listens at once but answers 503, as
+        a container that keeps failing and restarting would, and retries in the background.
+        """
+        engine = SimulatedEngine(config, self._device_for(config))
+        device, footprint = engine.device, engine.memory.footprint_bytes
+        if footprint > device.total_bytes:
+            raise EngineDoesNotFit(
+                f"engine {config.host}: its footprint ({footprint / GIB:.2f} GiB: weights, KV"
+                f" cache and {config.asleep_memory_gib} GiB that sleep keeps) exceeds device"
+                f" {device.name!r} ({device.total_bytes / GIB:.2f} GiB): it could never start"
+            )
+        loaded = engine.try_to_load()
+        if loaded:
+            await engine.load_model()
+        try:
+            await self._listen(engine, port)
+        except BaseException:
+            engine.memory.release_all()
+            raise
+        if not loaded:
+            engine.retry_start()
+        return engine
+
+    async def _listen(self, engine: SimulatedEngine, port: int | None) -> None:
+        config = engine.config
         # access_log off: 2,000 engines scraped every 10 s would log 200 lines a second.
         runner = web.AppRunner(
             build_app(engine), handle_signals=False, access_log=None, shutdown_timeout=0.1
         )
         await runner.setup()
-        site = web.TCPSite(
-            runner, config.host, config.port if port is None else port, reuse_address=True
-        )
+        port = config.port if port is None else port
+        site = web.TCPSite(runner, config.host, port, reuse_address=True)
         try:
             await site.start()
+        except OSError as error:
+            await runner.cleanup()
+            raise AddressUnavailable(config.host, port, error) from error
         except BaseException:
             await runner.cleanup()
             raise
         engine.port = int(runner.addresses[0][1])
         self._runners[engine] = runner
-        return engine
 
     async def add_many(self, configs: Iterable[EngineConfig]) -> list[SimulatedEngine]:
+        """Start engines, a batch at a time; if one cannot start, none of them stays."""
         configs = list(configs)
         engines: list[SimulatedEngine] = []
+        failure: BaseException | None = None
         for start in range(0, len(configs), START_BATCH):
             batch = configs[start : start + START_BATCH]
-            engines.extend(await asyncio.gather(*(self.add(c) for c in batch)))
+            for result in await asyncio.gather(
+                *(self.add(c) for c in batch), return_exceptions=True
+            ):
+                if isinstance(result, SimulatedEngine):
+                    engines.append(result)
+                elif failure is None:
+                    failure = result
+            if failure is not None:
+                for engine in engines:
+                    await self.kill(engine)
+                raise failure
         return engines
 
     async def kill(self, engine: SimulatedEngine) -> None:
@@ -100,10 +183,12 @@ class EnginePool:
 
 
 @contextlib.asynccontextmanager
-async def serve_engines(configs: Iterable[EngineConfig]) -> AsyncIterator[list[SimulatedEngine]]:
+async def serve_engines(
+    configs: Iterable[EngineConfig], *, devices: Iterable[SimulatedDevice] = ()
+) -> AsyncIterator[list[SimulatedEngine]]:
     """Serve engines in the running loop for the duration of the block."""
     raise_fd_limit()
-    pool = EnginePool()
+    pool = EnginePool(devices)
     try:
         yield await pool.add_many(configs)
     finally:
@@ -116,10 +201,10 @@ class SimulatorHost:
     For synchronous tests, and for tests whose own loop must never be blocked by the engines.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, devices: Iterable[SimulatedDevice] = ()) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._pool = EnginePool()
+        self._pool = EnginePool(devices)
 
     def start(self) -> SimulatorHost:
         raise_fd_limit()
@@ -147,6 +232,14 @@ class SimulatorHost:
     @property
     def engines(self) -> list[SimulatedEngine]:
         return self._pool.engines
+
+    @property
+    def devices(self) -> dict[str, SimulatedDevice]:
+        return self._pool.devices
+
+    def add_device(self, *, name: str, memory_gib: float) -> SimulatedDevice:
+        """A GPU that engines share: those whose config says `device=name` run on it."""
+        return self._pool.add_device(SimulatedDevice(name=name, memory_gib=memory_gib))
 
     def add(self, config: EngineConfig) -> SimulatedEngine:
         """Start an engine; returns once it listens."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from snooze.sim.device import KV_CACHE
 from snooze.sim.engine import SimulatedEngine
 from snooze.sim.histograms import Histogram, Sample
 
@@ -116,17 +117,116 @@ def families(engine: SimulatedEngine) -> list[Family]:
                 )
             ],
         ),
-        _one(
-            "snooze_sim_gpu_memory_used_bytes",
-            "gauge",
-            "Simulator only: GPU memory the simulated engine holds.",
-            base,
-            engine.gpu_memory_bytes,
-        ),
+        _one("vllm:cache_config_info", "gauge", CACHE_CONFIG_HELP, _cache_config(engine), 1),
     ]
     if cfg.full_metrics:
         out.extend(_full(engine, base))
-    return out
+    return out + simulator_families(engine, base)
+
+
+def simulator_families(engine: SimulatedEngine, base: str) -> list[Family]:
+    """The simulator's own gauges, served even while the engine cannot start."""
+    device = engine.device
+    dev = f'device="{device.name}"'
+    return [
+        _one(
+            "snooze_sim_gpu_memory_used_bytes",
+            "gauge",
+            "Simulator only: GPU memory this engine holds (what sleep keeps, while asleep).",
+            base,
+            engine.gpu_memory_bytes,
+        ),
+        _one(
+            "snooze_sim_host_memory_used_bytes",
+            "gauge",
+            "Simulator only: pinned host RAM this engine holds (weights of a level-1 sleep).",
+            base,
+            engine.host_memory_bytes,
+        ),
+        Family(
+            "snooze_sim_gpu_oom_total",
+            "counter",
+            "Simulator only: GPU allocations this engine was refused, by operation.",
+            [
+                ("snooze_sim_gpu_oom_total", f'{base},operation="{op}"', float(n))
+                for op, n in engine.memory.oom_total.items()
+            ],
+        ),
+        Family(
+            "snooze_sim_gpu_device_memory_bytes",
+            "gauge",
+            "Simulator only: memory of the device this engine runs on, used and free.",
+            [
+                ("snooze_sim_gpu_device_memory_bytes", f'{dev},state="used"', device.used_bytes),
+                ("snooze_sim_gpu_device_memory_bytes", f'{dev},state="free"', device.free_bytes),
+            ],
+        ),
+        _one(
+            "snooze_sim_gpu_device_oom_total",
+            "counter",
+            "Simulator only: GPU allocations the device refused, all its engines together.",
+            dev,
+            device.oom_total,
+        ),
+    ]
+
+
+CACHE_CONFIG_HELP = "Information of the LLMEngine CacheConfig"
+BLOCK_SIZE = 16  # what vLLM resolves `block_size` to on CUDA
+KV_BYTES_PER_TOKEN = 128 * 1024
+"""KV cache per token of a Llama-3-8B in bf16 (2 x 32 layers x 8 KV heads x 128 x 2 bytes): the
+simulator's KV cache size in GiB becomes blocks and tokens as for that model."""
+
+
+def _cache_config(engine: SimulatedEngine) -> str:
+    """`vllm:cache_config_info`'s labels: vLLM 0.33 makes one per CacheConfig field, in the order
+    of its declaration, each `str(value)` after start-up, then `engine` (vllm/config/cache.py,
+    metrics_info; vllm/v1/metrics/loggers.py, log_metrics_info). Fields the simulator has no
+    reason to change keep vLLM's defaults."""
+    cfg = engine.config
+    blocks = engine.memory.part_bytes[KV_CACHE] // (BLOCK_SIZE * KV_BYTES_PER_TOKEN)
+    concurrency = blocks / -(-cfg.max_model_len // BLOCK_SIZE)
+    fields: dict[str, object] = {
+        "block_size": BLOCK_SIZE,
+        "user_specified_block_size": False,
+        "kv_cache_layout": None,
+        "prefix_match_unit": None,
+        "gpu_memory_utilization": engine.memory.utilization,
+        "cache_dtype": "auto",
+        "is_attention_free": False,
+        "num_gpu_blocks_override": None,
+        "sliding_window": None,
+        "enable_prefix_caching": True,
+        "prefix_caching_hash_algo": "sha256",
+        "prefix_cache_retention_interval": 0,
+        "kv_cache_dtype_skip_layers": [],
+        "mamba_page_size_padded": None,
+        "skip_page_size_padded": None,
+        "mamba_block_size": None,
+        "mamba_cache_dtype": "auto",
+        "mamba_ssm_cache_dtype": "auto",
+        "mamba_cache_mode": "none",
+        "enable_mamba_shared_prefix_checkpoint": False,
+        "replayssm_buffer_len": 16,
+        "use_replayssm": False,
+        "use_kda_recoverssm": False,
+        "num_gpu_blocks": blocks,
+        "num_cpu_blocks": None,
+        "simple_cpu_offload_num_blocks": None,
+        "effective_attention_block_size": BLOCK_SIZE,
+        "kv_cache_size_tokens": int(concurrency * cfg.max_model_len),
+        "kv_cache_max_concurrency": concurrency,
+        "hash_block_size": None,
+        "cache_hit_alignment_tokens": None,
+        "kv_sharing_fast_prefill": False,
+        "swa_bounded_replay": True,
+        "kv_cache_memory_bytes": None,
+        "kv_offloading_size": None,
+        "kv_offloading_backend": "native",
+        "_block_size_resolved": True,
+        "engine": 0,
+    }
+    return ",".join(f'{name}="{value}"' for name, value in fields.items())
 
 
 def _full(engine: SimulatedEngine, base: str) -> Iterator[Family]:
@@ -167,8 +267,11 @@ def render(engine: SimulatedEngine, names: Collection[str] | None = None) -> str
 
     prometheus_client keeps a family if any of its *sample* names is asked for, and only those
     samples: counters are asked for as `x_total`, histograms as `x_bucket`/`x_count`/`x_sum`.
+    An engine that could not start yet has no vLLM metrics, only the simulator's.
     """
-    return _text(families(engine), set(names) if names is not None else None)
+    base = f'model_name="{engine.config.model}",engine="0"'
+    fams = families(engine) if engine.loaded else simulator_families(engine, base)
+    return _text(fams, set(names) if names is not None else None)
 
 
 def _text(fams: Iterable[Family], names: set[str] | None) -> str:

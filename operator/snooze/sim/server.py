@@ -12,7 +12,6 @@ from aiohttp import web
 
 from snooze.sim import metrics
 from snooze.sim.engine import (
-    KNOWN_TAGS,
     SLEEP_MODES,
     EngineDead,
     Request,
@@ -45,9 +44,24 @@ async def fastapi_not_found(request: web.Request, handler: Handler) -> web.Strea
         return web.json_response({"detail": "Method Not Allowed"}, status=405)
 
 
+@web.middleware
+async def until_loaded(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # A vLLM that could not get its memory exits and its container restarts: nothing answers.
+    # The simulator answers 503 instead (a failing readiness probe, as /health says when the
+    # engine is dead), with vLLM's reason; /metrics stays up so that the refusals can be counted.
+    engine = request.app[ENGINE_KEY]
+    if engine.loaded or request.path == "/metrics":
+        return await handler(request)
+    if request.path == "/health":
+        return web.Response(status=503)
+    refusal = engine.start_refusal
+    message = f"ValueError: {refusal}" if refusal is not None else "The model is loading."
+    return error(503, message, "ServiceUnavailableError")
+
+
 def build_app(engine: SimulatedEngine) -> web.Application:
     """One engine's routes; the admin ones exist only in dev mode, as in vLLM."""
-    app = web.Application(middlewares=[fastapi_not_found])
+    app = web.Application(middlewares=[fastapi_not_found, until_loaded])
     app[ENGINE_KEY] = engine
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
@@ -119,9 +133,8 @@ async def wake_up(request: web.Request) -> web.Response:
         awake = await _engine(request).wake_up(tags)
     except WakeError as exc:
         return error(500, str(exc), "InternalServerError")
-    return web.json_response(
-        {"status": "awake" if awake else "sleeping", "tags": tags or list(KNOWN_TAGS)}
-    )
+    # vLLM 0.33 echoes the tags it was given: null when none (everything was asked for).
+    return web.json_response({"status": "awake" if awake else "sleeping", "tags": tags})
 
 
 async def is_sleeping(request: web.Request) -> web.Response:

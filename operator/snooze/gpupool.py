@@ -1,0 +1,136 @@
+"""The GPUPool resource as pydantic models: one shared GPU's memory, and how room is made on it."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from snooze.durations import parse_duration
+from snooze.models import (
+    Condition,
+    Duration,
+    Quantity,
+    SpecError,
+    Status,
+    Wire,
+    describe_validation_error,
+)
+from snooze.quantities import parse_quantity
+
+KIND = "GPUPool"
+PLURAL = "gpupools"
+SINGULAR = "gpupool"
+SHORT_NAMES = ["gpool"]
+# A pod opts into a pool by this label (or by referencing the pool's ResourceClaim).
+POOL_LABEL = "snooze.dev/pool"
+
+
+class Eviction(StrEnum):
+    LEAST_RECENTLY_USED = "LeastRecentlyUsed"
+    CHEAPEST = "Cheapest"
+
+
+class GPUPoolSpec(Wire):
+    """One device (a GPU shared through a DRA ResourceClaim, or time-slicing) and its members."""
+
+    memory: Quantity
+    """The device memory the members share, such as 80Gi: the awake footprints of awake, waking
+    and starting members plus what sleeping members still hold never exceed it."""
+    host_memory: Quantity | None = None
+    """Optional: host RAM for the weights of members asleep at level 1; a member whose level-1
+    sleep would exceed it sleeps at level 2 instead (nothing kept in host RAM)."""
+    eviction: Eviction = Eviction.LEAST_RECENTLY_USED
+    """Which awake member sleeps to make room: LeastRecentlyUsed, or Cheapest (the one whose
+    wake costs least and whose next request is least likely soon). Lower priorities first."""
+    min_residency: Duration = "30s"
+    """A woken member is not put to sleep for another one sooner than this (no thrashing)."""
+    resource_claim_name: str | None = Field(
+        default=None, min_length=1, max_length=253, pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"
+    )
+    """Optional: pods that reference this ResourceClaim are members, as are pods labelled
+    snooze.dev/pool with the pool's name."""
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_quantity(self.memory)
+
+    @property
+    def host_memory_bytes(self) -> int | None:
+        return None if self.host_memory is None else parse_quantity(self.host_memory)
+
+    @property
+    def min_residency_seconds(self) -> float:
+        return parse_duration(self.min_residency)
+
+
+def parse_pool_spec(raw: dict[str, Any]) -> GPUPoolSpec:
+    """Validate a GPUPool spec from the API; raise SpecError naming each bad field."""
+    try:
+        return GPUPoolSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(describe_validation_error(exc, prefix="spec")) from None
+
+
+class PoolMember(Status):
+    """One member engine, as the pool last saw it."""
+
+    pod: str
+    """The pod's name."""
+    model: str
+    """The InferenceModel it serves."""
+    state: str
+    """awake, waking, draining, asleep, starting, unknown or failed."""
+    footprint_bytes: int = 0
+    """Device memory it takes awake."""
+    holds_bytes: int = 0
+    """Device memory it holds now (its footprint, or its asleep residue)."""
+    priority: int = 0
+    """Its model's spec.pool.priority."""
+
+
+class GPUPoolStatus(Status):
+    """What the pool's coordinator last saw and decided."""
+
+    memory_bytes: int = 0
+    """The pool's device memory."""
+    used_bytes: int = 0
+    """Held by members now: awake, waking and starting footprints plus asleep residues."""
+    awake_bytes: int = 0
+    """Held by awake, waking, draining and starting members."""
+    asleep_bytes: int = 0
+    """Held by sleeping members (what their sleep could not free)."""
+    free_bytes: int = 0
+    """Not held by any member."""
+    used: str = ""
+    """used_bytes for people (`60GiB/70GiB`)."""
+    awake: int = 0
+    """Members awake."""
+    members: list[PoolMember] = Field(default_factory=list)
+    """Each member engine."""
+    waiting: int = 0
+    """Wakes waiting for room."""
+    waiting_models: list[str] = Field(default_factory=list)
+    """The models whose wakes wait, first come first served."""
+    evictions: int = 0
+    """Members put to sleep to make room, since the operator started watching the pool."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Overcommitted (the declared footprints cannot be met even with all but one member
+    asleep) and SpecValid."""
+    observed_generation: int | None = None
+    """The metadata.generation the operator last acted on."""
+
+
+__all__ = [
+    "KIND",
+    "PLURAL",
+    "POOL_LABEL",
+    "SHORT_NAMES",
+    "SINGULAR",
+    "Eviction",
+    "GPUPoolSpec",
+    "GPUPoolStatus",
+    "PoolMember",
+    "parse_pool_spec",
+]

@@ -1,0 +1,310 @@
+"""The GPU pool decision: which members may wake now, which sleep to make room, at what level.
+
+One device's memory is shared by several engines (members). At every instant the footprints
+of awake, waking, draining and starting members plus what sleeping members still hold must
+not exceed the device's memory. Model loops ask for wakes; this decides, per pool, in one
+place:
+- wakes are served first come, first served; one that does not fit waits, and so does every
+  later one (no later wake takes the room an earlier one waits for: none starves);
+- room is made by putting awake members to sleep: never a busy one, never one woken less
+  than `min_residency` ago, never one its model needs (desiredState Awake, minAwake), never
+  one of the model that asks; lower priorities first, then by the pool's eviction order;
+- a wake is granted only once the memory is free: a member put to sleep still holds its
+  footprint until its engine has confirmed the sleep (it is `draining` until then).
+Pure: frozen views in, a decision out; tested by tables and properties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from snooze.gpupool import Eviction
+
+
+class MemberState(StrEnum):
+    AWAKE = "awake"
+    WAKING = "waking"
+    DRAINING = "draining"
+    ASLEEP = "asleep"
+    STARTING = "starting"
+    """The pod exists but its engine has not loaded: it takes its footprint as soon as it can."""
+    UNKNOWN = "unknown"
+    """Not observed (probe failed, or not probed yet): counted at its footprint, to be safe."""
+
+
+# What a member holds on the device in each state: its footprint, or only its residue.
+HOLDS_FOOTPRINT = frozenset(
+    {
+        MemberState.AWAKE,
+        MemberState.WAKING,
+        MemberState.DRAINING,
+        MemberState.STARTING,
+        MemberState.UNKNOWN,
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Member:
+    """One engine on the pool's device, as the pool sees it now."""
+
+    pod: str
+    model: str
+    state: MemberState
+    footprint: int
+    """Device memory the engine takes awake, in bytes."""
+    residue: int
+    """Device memory it still holds asleep."""
+    priority: int = 0
+    busy: bool = False
+    last_used: float = 0.0
+    """When it last served a request (or woke)."""
+    awake_since: float | None = None
+    """When it last became awake: it is not evicted before min_residency has passed."""
+    level: int = 1
+    """The sleep level its model asks for (1 or 2); asleep, the level it sleeps at."""
+    wake_seconds: float = 1.0
+    """What a wake of it costs, as last measured (for the Cheapest eviction order)."""
+    weights: int = 0
+    """Host RAM its level-1 sleep takes."""
+
+    @property
+    def held(self) -> int:
+        return self.footprint if self.state in HOLDS_FOOTPRINT else self.residue
+
+    @property
+    def frees(self) -> int:
+        """What its sleep gives back to the device."""
+        return max(self.footprint - self.residue, 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelNeeds:
+    """What a model's own spec says about keeping its members awake."""
+
+    min_awake: int = 0
+    keep_awake: bool = False
+    """desiredState Awake: none of its members is put to sleep for another model."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WakeAsk:
+    """A member its model loop wants awake."""
+
+    pod: str
+    asked_at: float
+    """When it first asked; the queue's order."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolView:
+    memory: int
+    host_memory: int | None
+    eviction: Eviction
+    min_residency: float
+    members: Sequence[Member]
+    asks: Sequence[WakeAsk]
+    models: Mapping[str, ModelNeeds] = field(default_factory=dict)
+    now: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Waiting:
+    """A wake that cannot be granted yet, and why."""
+
+    pod: str
+    model: str
+    need: int
+    """The device memory it needs beyond what it holds asleep."""
+    making_room: bool
+    """Members are being put to sleep for it; False: nothing can be evicted for it now."""
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolDecision:
+    grant: frozenset[str]
+    """Members that may wake now."""
+    evict: Mapping[str, str]
+    """Members to put to sleep now, with the model they make room for."""
+    levels: Mapping[str, int]
+    """The level each awake member sleeps at if it sleeps now (host memory may force 2)."""
+    waiting: Sequence[Waiting]
+    used: int
+    """Device memory held now (draining members at their footprint)."""
+
+
+def eviction_order(members: Iterable[Member], eviction: Eviction, now: float) -> list[Member]:
+    """Awake members in the order they are put to sleep: lower priority first, then by the
+    pool's eviction: LeastRecentlyUsed (longest unused first) or Cheapest (smallest expected
+    cost: the wake it would need, weighed by how soon a request is likely, taken as inversely
+    proportional to how long it has been idle)."""
+
+    def key(member: Member) -> tuple[float, float, str]:
+        idle = max(now - member.last_used, 0.0)
+        if eviction is Eviction.CHEAPEST:
+            return (member.priority, member.wake_seconds / (idle + 1.0), member.pod)
+        return (member.priority, -idle, member.pod)
+
+    return sorted(members, key=key)
+
+
+def decide_pool(view: PoolView) -> PoolDecision:
+    """The members to wake and to put to sleep now; see the module's docstring."""
+    members = {m.pod: m for m in view.members}
+    used = sum(m.held for m in view.members)
+    free = view.memory - used
+    # Sleeps under way (draining) give their memory back once confirmed, in this order.
+    releasing = sorted(
+        (m.frees for m in view.members if m.state is MemberState.DRAINING), reverse=True
+    )
+    awake_count: dict[str, int] = {}
+    for m in view.members:
+        if m.state is MemberState.AWAKE:
+            awake_count[m.model] = awake_count.get(m.model, 0) + 1
+    candidates = [m for m in view.members if _evictable(m, view)]
+    candidates = eviction_order(candidates, view.eviction, view.now)
+
+    grant: set[str] = set()
+    evict: dict[str, str] = {}
+    waiting: list[Waiting] = []
+    asks = sorted(
+        (a for a in view.asks if a.pod in members and members[a.pod].state is MemberState.ASLEEP),
+        key=lambda a: (a.asked_at, a.pod),
+    )
+    # Starting members take their footprint as soon as it is free: a deficit they cause is
+    # made good first, as if they had asked before anyone.
+    queue: list[tuple[Member | None, int]] = [(None, 0)] if free < 0 else []
+    queue += [(members[a.pod], members[a.pod].frees) for a in asks]
+    blocked = False
+    for member, need in queue:
+        if blocked:
+            if member is not None:
+                waiting.append(_wait(member, need, False, "an earlier wake waits for room"))
+            continue
+        if member is not None and need <= free:
+            grant.add(member.pod)
+            free -= need
+            continue
+        short = need - free  # a deficit (free < 0) is made good along with it
+        free = 0  # what was free is this wake's now, whatever happens next
+        while short > 0 and releasing:
+            short -= releasing.pop(0)
+        chosen: list[Member] = []
+        for candidate in list(candidates):
+            if short <= 0:
+                break
+            if member is not None and candidate.model == member.model:
+                continue
+            if (
+                awake_count.get(candidate.model, 0)
+                <= view.models.get(candidate.model, ModelNeeds()).min_awake
+            ):
+                continue
+            chosen.append(candidate)
+            candidates.remove(candidate)
+            awake_count[candidate.model] -= 1
+            short -= candidate.frees
+        if short > 0:
+            # Not enough can be made free now: evict nothing in vain, and let nobody pass.
+            for candidate in chosen:
+                awake_count[candidate.model] += 1
+            blocked = True
+            if member is not None:
+                waiting.append(_wait(member, need, False, _why_blocked(view, member)))
+            continue
+        if short < 0:
+            releasing.insert(0, -short)  # freed beyond this wake: room planned for the next
+        for candidate in chosen:
+            evict[candidate.pod] = member.model if member is not None else "a starting member"
+        if member is not None:
+            waiting.append(_wait(member, need, True, "members are being put to sleep for it"))
+    return PoolDecision(
+        grant=frozenset(grant),
+        evict=evict,
+        levels=_levels(view),
+        waiting=waiting,
+        used=used,
+    )
+
+
+def _evictable(member: Member, view: PoolView) -> bool:
+    if member.state is not MemberState.AWAKE or member.busy:
+        return False
+    if view.models.get(member.model, ModelNeeds()).keep_awake:
+        return False
+    since = member.awake_since
+    return since is None or view.now - since >= view.min_residency
+
+
+def _wait(member: Member, need: int, making_room: bool, reason: str) -> Waiting:
+    return Waiting(
+        pod=member.pod, model=member.model, need=need, making_room=making_room, reason=reason
+    )
+
+
+def _why_blocked(view: PoolView, asking: Member) -> str:
+    awake = [m for m in view.members if m.state is MemberState.AWAKE and m.model != asking.model]
+    busy = sum(1 for m in awake if m.busy)
+    young = sum(
+        1
+        for m in awake
+        if not m.busy
+        and m.awake_since is not None
+        and view.now - m.awake_since < view.min_residency
+    )
+    kept = len(awake) - busy - young
+    parts = [
+        f"{n} {what}"
+        for n, what in (
+            (busy, "busy"),
+            (young, "woken less than minResidency ago"),
+            (kept, "kept awake by their models (minAwake, desiredState)"),
+        )
+        if n
+    ]
+    return "every awake member that could make room is " + (
+        ", ".join(parts) if parts else "gone: the pool is too small for it"
+    )
+
+
+def _levels(view: PoolView) -> dict[str, int]:
+    """The level each awake member would sleep at: 1 while the pool's host memory holds its
+    weights besides those of members already asleep (or going to sleep) at level 1, else 2."""
+    if view.host_memory is None:
+        return {m.pod: m.level for m in view.members if m.state is MemberState.AWAKE}
+    host_used = sum(
+        m.weights
+        for m in view.members
+        if m.level == 1 and m.state in (MemberState.ASLEEP, MemberState.DRAINING)
+    )
+    levels: dict[str, int] = {}
+    for member in eviction_order(
+        (m for m in view.members if m.state is MemberState.AWAKE), view.eviction, view.now
+    ):
+        if member.level == 1 and host_used + member.weights <= view.host_memory:
+            levels[member.pod] = 1
+            host_used += member.weights
+        else:
+            levels[member.pod] = 2
+    return levels
+
+
+def overcommitted(memory: int, members: Sequence[Member]) -> str | None:
+    """Why the declared footprints cannot be met even with all members but one asleep, or None.
+
+    The arithmetic is in the message, so that a person sees what to change.
+    """
+    for member in members:
+        others = sum(m.residue for m in members if m.pod != member.pod)
+        if member.footprint + others > memory:
+            return (
+                f"{member.pod} ({member.model}) needs {member.footprint} bytes awake, and the "
+                f"{len(members) - 1} other members hold {others} bytes asleep: "
+                f"{member.footprint} + {others} = {member.footprint + others} > {memory} bytes "
+                "of the pool. Lower the footprint (spec.pool.memory, vLLM's "
+                "--gpu-memory-utilization), the members' asleepMemory, or their number"
+            )
+    return None

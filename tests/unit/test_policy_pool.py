@@ -1,0 +1,322 @@
+"""The GPU pool decision: tables of situations, and properties over random runs of a small world
+in which members wake, sleep, get busy and idle while the clock moves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snooze.gpupool import Eviction
+from snooze.policy.pool import (
+    Member,
+    MemberState,
+    ModelNeeds,
+    PoolView,
+    WakeAsk,
+    decide_pool,
+    eviction_order,
+    overcommitted,
+)
+
+GIB = 2**30
+NOW = 10_000.0
+AWAKE, ASLEEP, DRAINING = MemberState.AWAKE, MemberState.ASLEEP, MemberState.DRAINING
+
+
+def member(pod: str, state: MemberState = AWAKE, **kw: object) -> Member:
+    args: dict[str, object] = {
+        "pod": pod,
+        "model": pod.split("-")[0],
+        "state": state,
+        "footprint": 30 * GIB,
+        "residue": 1 * GIB,
+        "last_used": NOW - 600,
+        "awake_since": NOW - 600,
+    }
+    return Member(**(args | kw))  # type: ignore[arg-type]
+
+
+def pool(*members: Member, asks: dict[str, float] | None = None, **kw: object) -> PoolView:
+    args: dict[str, object] = {
+        "memory": 70 * GIB,
+        "host_memory": None,
+        "eviction": Eviction.LEAST_RECENTLY_USED,
+        "min_residency": 30.0,
+        "members": members,
+        "asks": [WakeAsk(pod=p, asked_at=t) for p, t in (asks or {}).items()],
+        "now": NOW,
+    }
+    return PoolView(**(args | kw))  # type: ignore[arg-type]
+
+
+def test_a_wake_that_fits_is_granted_at_once() -> None:
+    decision = decide_pool(pool(member("a-0"), member("b-0", ASLEEP), asks={"b-0": NOW}))
+    assert decision.grant == {"b-0"}
+    assert not decision.evict and not decision.waiting
+
+
+def test_no_room_puts_the_least_recently_used_idle_member_to_sleep_first() -> None:
+    view = pool(
+        member("a-0", last_used=NOW - 100),
+        member("b-0", last_used=NOW - 900),
+        member("c-0", ASLEEP),
+        asks={"c-0": NOW},
+    )
+    decision = decide_pool(view)
+    assert decision.grant == set()
+    assert dict(decision.evict) == {"b-0": "c"}
+    [waiting] = decision.waiting
+    assert waiting.pod == "c-0" and waiting.making_room
+
+
+def test_the_wake_is_granted_only_once_the_sleep_is_confirmed() -> None:
+    draining = pool(
+        member("a-0"), member("b-0", DRAINING), member("c-0", ASLEEP), asks={"c-0": NOW}
+    )
+    decision = decide_pool(draining)
+    assert decision.grant == set() and not decision.evict  # the drain in flight is enough
+    assert decision.waiting[0].making_room
+    asleep = pool(member("a-0"), member("b-0", ASLEEP), member("c-0", ASLEEP), asks={"c-0": NOW})
+    assert decide_pool(asleep).grant == {"c-0"}
+
+
+def test_a_busy_member_is_spared_for_an_idle_one() -> None:
+    view = pool(
+        member("a-0", busy=True, last_used=NOW - 5000),
+        member("b-0", last_used=NOW),
+        member("c-0", ASLEEP),
+        asks={"c-0": NOW},
+        min_residency=0.0,
+    )
+    assert dict(decide_pool(view).evict) == {"b-0": "c"}
+
+
+def test_when_every_member_is_busy_or_protected_the_wake_waits_and_says_why() -> None:
+    view = pool(
+        member("a-0", busy=True),
+        member("b-0", awake_since=NOW - 5),
+        member("c-0", ASLEEP),
+        asks={"c-0": NOW},
+    )
+    decision = decide_pool(view)
+    assert not decision.grant and not decision.evict
+    [waiting] = decision.waiting
+    assert not waiting.making_room
+    assert "1 busy" in waiting.reason and "minResidency" in waiting.reason
+
+
+def test_lower_priorities_go_first_and_min_awake_and_keep_awake_are_honoured() -> None:
+    members = (
+        member("a-0", priority=5, last_used=NOW - 5000),
+        member("b-0", priority=0, last_used=NOW),
+        member("c-0", ASLEEP),
+    )
+    assert dict(decide_pool(pool(*members, asks={"c-0": NOW})).evict) == {"b-0": "c"}
+    kept = pool(*members, asks={"c-0": NOW}, models={"b": ModelNeeds(min_awake=1)})
+    assert dict(decide_pool(kept).evict) == {"a-0": "c"}
+    both = pool(
+        *members,
+        asks={"c-0": NOW},
+        models={"b": ModelNeeds(min_awake=1), "a": ModelNeeds(keep_awake=True)},
+    )
+    assert not decide_pool(both).evict
+
+
+def test_first_come_first_served_and_no_overtaking() -> None:
+    members = (
+        member("a-0", busy=True),
+        member("b-0", busy=True),
+        member("c-0", ASLEEP),
+        member("d-0", ASLEEP, footprint=2 * GIB),
+    )
+    # c asked first and cannot be served; d would fit in the free memory but must not pass it.
+    decision = decide_pool(pool(*members, asks={"c-0": NOW - 10, "d-0": NOW - 5}))
+    assert decision.grant == set()
+    assert [w.pod for w in decision.waiting] == ["c-0", "d-0"]
+    assert "earlier wake" in decision.waiting[1].reason
+
+
+def test_a_model_never_evicts_its_own_members_to_wake_another() -> None:
+    view = pool(member("a-0"), member("a-1"), member("a-2", ASLEEP), asks={"a-2": NOW})
+    decision = decide_pool(view)
+    assert not decision.evict
+    assert not decision.waiting[0].making_room
+
+
+def test_a_starting_member_gets_its_room_before_any_wake() -> None:
+    view = pool(
+        member("a-0", last_used=NOW - 900),
+        member("b-0", last_used=NOW - 100),
+        member("c-0", MemberState.STARTING),
+        member("d-0", ASLEEP, footprint=2 * GIB),
+        asks={"d-0": NOW},
+    )
+    decision = decide_pool(view)
+    assert dict(decision.evict) == {"a-0": "a starting member"}
+    assert not decision.grant  # d waits behind the starting member
+
+
+def test_host_memory_sends_the_overflow_to_level_two() -> None:
+    view = pool(
+        member("a-0", weights=16 * GIB, last_used=NOW - 900),
+        member("b-0", weights=16 * GIB, last_used=NOW - 100),
+        member("c-0", ASLEEP, weights=16 * GIB),
+        host_memory=40 * GIB,
+    )
+    # c already parks 16 GiB of weights in host RAM; a, first in eviction order, takes the
+    # rest; b would not fit.
+    assert dict(decide_pool(view).levels) == {"a-0": 1, "b-0": 2}
+
+
+def test_cheapest_prefers_cheap_wakes_of_long_idle_members() -> None:
+    members = [
+        member("a-0", wake_seconds=20.0, last_used=NOW - 100),
+        member("b-0", wake_seconds=0.3, last_used=NOW - 100),
+        member("c-0", wake_seconds=0.3, last_used=NOW - 10),
+    ]
+    order = [m.pod for m in eviction_order(members, Eviction.CHEAPEST, NOW)]
+    assert order == ["b-0", "c-0", "a-0"]
+    lru = [m.pod for m in eviction_order(members, Eviction.LEAST_RECENTLY_USED, NOW)]
+    assert lru[-1] == "c-0"
+
+
+def test_overcommitted_says_the_arithmetic() -> None:
+    assert overcommitted(70 * GIB, [member("a-0"), member("b-0")]) is None
+    message = overcommitted(20 * GIB, [member("a-0", ASLEEP), member("b-0", ASLEEP)])
+    assert message is not None and ">" in message and "spec.pool.memory" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# A small world: the decision drives members, who then change as engines would.
+
+
+@dataclass
+class World:
+    memory: int
+    members: dict[str, Member]
+    models: dict[str, ModelNeeds]
+    asked: dict[str, float] = field(default_factory=dict)
+    now: float = NOW
+    granted: list[str] = field(default_factory=list)
+
+    def view(self) -> PoolView:
+        return PoolView(
+            memory=self.memory,
+            host_memory=None,
+            eviction=Eviction.LEAST_RECENTLY_USED,
+            min_residency=30.0,
+            members=tuple(self.members.values()),
+            asks=[WakeAsk(pod=p, asked_at=t) for p, t in self.asked.items()],
+            models=self.models,
+            now=self.now,
+        )
+
+    def used(self) -> int:
+        return sum(m.held for m in self.members.values())
+
+    def apply(self, event: tuple[str, int]) -> None:
+        kind, index = event
+        pods = sorted(self.members)
+        pod = pods[index % len(pods)]
+        m = self.members[pod]
+        if kind == "ask" and m.state is ASLEEP and pod not in self.asked:
+            self.asked[pod] = self.now
+        elif kind == "busy" and m.state is AWAKE:
+            self.members[pod] = replace(m, busy=not m.busy, last_used=self.now)
+        elif kind == "confirm":
+            # Engines finish what they were doing: a sleep, a wake.
+            for name, other in list(self.members.items()):
+                if other.state is DRAINING:
+                    self.members[name] = replace(other, state=ASLEEP)
+                elif other.state is MemberState.WAKING:
+                    self.members[name] = replace(other, state=AWAKE, awake_since=self.now)
+        elif kind == "tick":
+            self.now += 10.0 * (index % 7 + 1)
+
+    def decide(self) -> None:
+        decision = decide_pool(self.view())
+        for pod in decision.evict:
+            m = self.members[pod]
+            assert m.state is AWAKE and not m.busy  # never a busy member
+            assert m.awake_since is None or self.now - m.awake_since >= 30.0
+            self.members[pod] = replace(m, state=DRAINING)
+        for pod in decision.grant:
+            m = self.members[pod]
+            assert m.state is ASLEEP
+            self.members[pod] = replace(m, state=MemberState.WAKING)
+            self.asked.pop(pod, None)
+            self.granted.append(pod)
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> World:
+    count = draw(st.integers(2, 6))
+    members: dict[str, Member] = {}
+    for i in range(count):
+        pod = f"m{i}-0"
+        members[pod] = member(
+            pod,
+            ASLEEP,
+            footprint=draw(st.integers(5, 40)) * GIB,
+            priority=draw(st.integers(-1, 1)),
+            last_used=NOW - draw(st.integers(0, 1000)),
+        )
+    memory = max(m.footprint for m in members.values()) + sum(m.residue for m in members.values())
+    memory += draw(st.integers(0, 60)) * GIB
+    needs = {f"m{i}": ModelNeeds(min_awake=draw(st.sampled_from([0, 0, 1]))) for i in range(count)}
+    return World(memory=memory, members=members, models=needs)
+
+
+EVENTS = st.lists(
+    st.tuples(st.sampled_from(["ask", "busy", "confirm", "tick"]), st.integers(0, 20)),
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds(), EVENTS)
+def test_the_device_is_never_overcommitted(world: World, events: list[tuple[str, int]]) -> None:
+    assert world.used() <= world.memory
+    for event in events:
+        world.apply(event)
+        world.decide()
+        assert world.used() <= world.memory, (event, world.members)
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds(), EVENTS)
+def test_grants_follow_the_order_of_asking(world: World, events: list[tuple[str, int]]) -> None:
+    for event in events:
+        world.apply(event)
+        view = world.view()
+        decision = decide_pool(view)
+        waiting = {w.pod for w in decision.waiting}
+        order = sorted(view.asks, key=lambda a: (a.asked_at, a.pod))
+        position = {a.pod: i for i, a in enumerate(order)}
+        if waiting and decision.grant:
+            assert max(position[p] for p in decision.grant) < min(position[p] for p in waiting)
+        world.decide()
+
+
+@settings(max_examples=150, deadline=None)
+@given(worlds(), st.lists(st.integers(0, 20), max_size=12))
+def test_no_wake_starves_when_members_go_idle(world: World, asks: list[int]) -> None:
+    # Every member that asks is woken in the end, as long as nobody stays busy: the clock
+    # moves past minResidency, sleeps are confirmed, and the queue drains in order.
+    world.models = {name: ModelNeeds() for name in world.models}
+    for index in asks:
+        world.apply(("ask", index))
+    for _ in range(4 * len(world.members) + 4):
+        world.decide()
+        world.apply(("confirm", 0))
+        world.apply(("tick", 6))  # 70 s: past minResidency
+    assert not world.asked, (world.asked, world.members)
+
+
+@pytest.mark.parametrize("eviction", list(Eviction))
+def test_eviction_order_is_total(eviction: Eviction) -> None:
+    twins = [member("a-0"), member("b-0")]
+    assert [m.pod for m in eviction_order(twins, eviction, NOW)] == ["a-0", "b-0"]
