@@ -1,9 +1,11 @@
 """Two tenants, one model name: the gateway routes a name only to the model that holds it.
 
 The operator decides who holds a model name (the first to claim it) and says so on each
-model's status: `status.modelName`, and a `Conflict` condition on the model that lost. These
-tests play the operator for that part (stand_in.py writes the status through the sandbox API
-exactly as the operator would) and assert on what each tenant's engine saw.
+model's status: `status.modelName`, and a `Conflict` condition on the model that lost. The
+first test runs the real operator; the others play it (stand_in.py writes the status
+through the sandbox API exactly as the operator would), to reach the states in between
+(a clash the operator has not settled yet, a name no status claims yet) at will. All
+assert on what each tenant's engine saw.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Cluster, wait_for
+from conftest import Cluster, OperatorThread, wait_for
 from gateway_fixtures import GatewayThread, gateway, start_gateway
 from stand_in import conflict, no_conflict, set_label, write_status
 from test_gateway import MESSAGES, engine_config
@@ -65,6 +67,35 @@ def ask(gw: GatewayThread, **headers: str) -> httpx.Response:
 
 def listed(gw: GatewayThread) -> list[str]:
     return [m["id"] for m in httpx.get(gw.url + "/v1/models").json()["data"]]
+
+
+def test_a_second_tenant_claiming_a_name_gets_none_of_its_traffic(
+    victim: Cluster, hijacker: Cluster, operator: OperatorThread, gateway: GatewayThread
+) -> None:
+    spec = {
+        "modelName": NAME,
+        "selector": {"matchLabels": {"app": "chat"}},
+        "idle": {"after": "1h"},
+    }
+    labels = {"app": "chat"}
+    theirs = victim.create_pod("chat-0", labels=labels, engine=engine_config(NAME))
+    victim.create_model("chat", spec)
+    wait_for("the victim served", lambda: ask(gateway).status_code == 200)
+
+    mine = hijacker.create_pod("chat-0", labels=labels, engine=engine_config(NAME))
+    hijacker.create_model("chat", spec)
+    # Asked while the operator sees the newcomer, and after: every answer is the victim's.
+    codes = [ask(gateway).status_code for _ in range(5)]
+    wait_for(
+        "the newcomer flagged",
+        lambda: (hijacker.condition("chat", "Conflict") or {}).get("status") == "True",
+    )
+    wait_for("its pod awake", lambda: hijacker.pod_state("chat-0") == "awake")
+    codes += [ask(gateway).status_code for _ in range(5)]
+    assert codes == [200] * 10
+    assert theirs.seen[CHAT] == 11
+    assert mine.seen[CHAT] == 0 and mine.requests_served == 0
+    assert listed(gateway) == [NAME]
 
 
 def test_a_name_claimed_twice_is_never_routed_and_the_holder_gets_its_own_traffic(
