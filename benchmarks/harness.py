@@ -72,9 +72,12 @@ class Bench:
         wait_until("the engine", lambda: httpx.get(url + "/health").status_code == 200)
         return url
 
-    def pod_and_model(self, name: str, *, state: str | None, spec: dict[str, Any]) -> None:
+    def install_crd(self) -> None:
         crd = yaml.safe_load(CRD.read_text())
         self.api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
+
+    def pod_and_model(self, name: str, *, state: str | None, spec: dict[str, Any]) -> None:
+        self.install_crd()
         labels = {"app": name, **({"snooze.dev/state": state} if state else {})}
         pods = f"/api/v1/namespaces/{NS}/pods"
         self.api.post(pods, json={"metadata": {"name": f"{name}-0", "labels": labels}})
