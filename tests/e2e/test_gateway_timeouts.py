@@ -186,3 +186,33 @@ def test_a_body_trickled_byte_by_byte_is_cut(impatient: GatewayThread) -> None:
         assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
         error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
         assert "--client-body-timeout" in error["message"]
+
+
+def test_a_pod_that_does_not_take_connections_is_passed_over(
+    cluster: Cluster, sandbox: Any
+) -> None:
+    """One pod's accept queue is full (connections hang, as to a node gone dark): after the
+    connect timeout the request goes to the other pod, since nothing was sent."""
+    dark = next(_addresses)
+    listener = socket.socket()
+    listener.bind((dark, 8000))
+    listener.listen(0)
+    filler = socket.create_connection((dark, 8000))  # fills the queue: the next SYNs hang
+    cluster.create_pod("pair-0", labels={"app": "pair", "snooze.dev/state": "awake"})
+    cluster.set_pod_ready("pair-0", dark, ready=True)
+    good = cluster.create_pod(
+        "pair-1", labels={"app": "pair", "snooze.dev/state": "awake"}, model="pair"
+    )
+    cluster.create_model("pair", {"selector": {"matchLabels": {"app": "pair"}}})
+    write_status(cluster, "pair", model_name="pair", pods={"pair-0": "awake", "pair-1": "awake"})
+    gw = start_gateway(connect_timeout=0.5)
+    try:
+        wait_for("routable", lambda: routable_pods(gw, "pair") == 2)
+        body = {"model": "pair", "messages": MESSAGES, "max_tokens": 2}
+        codes = [httpx.post(gw.url + CHAT, json=body, timeout=10).status_code for _ in range(4)]
+        assert codes == [200] * 4
+        assert good.seen["POST /v1/chat/completions"] == 4
+    finally:
+        gw.stop()
+        filler.close()
+        listener.close()
