@@ -132,7 +132,7 @@ def test_past_the_grace_period_held_requests_get_503_and_it_exits_0(
         answer = waiting.result(30)
     assert answer.status_code == 503
     assert answer.json()["error"]["code"] == "shutting_down"
-    assert int(answer.headers["Retry-After"]) >= 1
+    assert answer.headers["Retry-After"] == "1"  # another replica answers at once
     assert process.proc.wait(30) == 0
     output = process.proc.stdout.read() if process.proc.stdout else ""
     assert "Traceback" not in output, output

@@ -183,7 +183,8 @@ class Inference:
             if response is not None:
                 await response.write(f": held {seconds:.3f}s while the model woke\n\n".encode())
             return Held(stream=response, seconds=seconds)
-        retry = self._retry_after(model, asked_at)
+        # After a known failure, retrying helps once the wake request lapses; otherwise soon.
+        retry = self._retry_after(model, asked_at) if waited.outcome is Outcome.FAILED else 1
         status, message, code = _failure(model, waited, retry)
         if response is None:
             headers = {"Retry-After": str(retry)} if status == 503 else None
