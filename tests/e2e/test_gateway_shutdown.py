@@ -106,7 +106,7 @@ def test_sigterm_lets_the_stream_and_the_held_request_finish_then_exits_0(
         process.proc.send_signal(signal.SIGTERM)
 
         # Not ready any more, and no new connections; the kept-alive one still answers.
-        assert keep_alive.get("/readyz").status_code == 503
+        wait_for("not ready", lambda: keep_alive.get("/readyz").status_code == 503)
         wait_for("new connections refused", process.refuses_connections)
         # The operator's part: the model wakes; the held request goes through.
         set_label(cluster, "sleepy-0", "awake")

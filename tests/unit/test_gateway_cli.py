@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +73,21 @@ def test_the_readme_documents_every_flag() -> None:
     section = section[: section.index("\n## ", 3)]
     missing = [f for f in flags() if not re.search(re.escape(f) + r"\b", section)]
     assert not missing, f"the README's gateway section does not document {missing}"
+
+
+def test_no_credentials_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "KUBECONFIG": str(tmp_path / "missing"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "snooze.cli", "gateway", "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("snooze gateway: no Kubernetes credentials found: set KUBECONFIG")

@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
     from snooze.gateway.metrics import GatewayMetrics
     from snooze.gateway.server import serve
+    from snooze.kube.api import KubeError
 
     settings = settings_from(args)
     logging.basicConfig(
@@ -142,5 +143,8 @@ def run(args: argparse.Namespace) -> int:
             if not stop.is_set():
                 raise
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except KubeError as exc:  # no credentials, or an API that refuses the first list
+        raise SystemExit(f"snooze gateway: {exc}") from None
     return 0
