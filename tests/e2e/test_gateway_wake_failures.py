@@ -17,6 +17,8 @@ from test_gateway import MESSAGES, add_model, engine_config, wait_asleep
 from snooze import rbac
 from snooze.gateway.model import Key
 from snooze.kube.api import KubeApi
+from snooze.kube.pods import SLEEP_STARTED_ANNOTATION as SLEEP_STARTED
+from snooze.kube.pods import format_time, parse_time
 from snooze.sandbox import Sandbox
 
 __all__ = ["gateway"]
@@ -199,3 +201,42 @@ def test_the_gateway_asks_the_api_only_for_what_its_rbac_grants(
     granted = {(v, p.resource) for p in rbac.GATEWAY for v in p.verbs}
     assert calls - granted == set(), f"calls outside the gateway's RBAC: {calls - granted}"
     assert ("patch", "inferencemodels") in calls
+
+
+def test_a_held_request_asks_again_when_its_wake_ended_in_sleep(cluster: Cluster) -> None:
+    """The pod the wake brought up was put back to sleep before the held request got it (a
+    drain that raced the wake, or a freshly started pod judged idle): the request's wake is
+    over, so the gateway asks again, and the operator (played here) wakes it only for a
+    request newer than that sleep. The operator's clock runs half a second ahead of the
+    gateway's: the gateway asks again once, not in a loop."""
+    asleep_model(cluster, "m")
+    gw = start_gateway()
+    try:
+        wait_for("the gateway knows m", lambda: known(gw, ("default", "m")))
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(httpx.post, gw.url + CHAT, json=body("m"), timeout=30)
+            first = wait_for("a wake asked for", lambda: requested(cluster, "m"))
+            # The operator drained and slept the pod after that request.
+            slept = first + 0.5
+            cluster._check(
+                cluster.http.patch(
+                    "/api/v1/namespaces/default/pods/m-0",
+                    json={"metadata": {"annotations": {SLEEP_STARTED: format_time(slept)}}},
+                    headers={"Content-Type": "application/merge-patch+json"},
+                )
+            )
+            again = wait_for(
+                "a newer wake asked for", lambda: (t := requested(cluster, "m")) > slept and t
+            )
+            assert again > slept
+            set_label(cluster, "m-0", "awake")
+            write_status(cluster, "m", model_name="m", pods={"m-0": "awake"})
+            assert waiting.result(30).status_code == 200
+        assert gw.call(lambda: gw.g.wakes.written) == 2
+    finally:
+        gw.stop()
+
+
+def requested(cluster: Cluster, name: str) -> float:
+    annotations = cluster.model(name)["metadata"].get("annotations") or {}
+    return parse_time(annotations.get("snooze.dev/wake-requested-at")) or 0.0

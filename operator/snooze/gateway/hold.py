@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from snooze.gateway.model import Key, Model, WakeFailure
 from snooze.gateway.registry import Registry
+from snooze.gateway.wake import WakeRequestFailed, WakeRequests
 from snooze.kube.pods import PodInfo
 from snooze.policy.sleep import HYBRID_CRASH_REASON
 
@@ -53,6 +54,8 @@ class Outcome(enum.Enum):
     """The wake failed, and the operator will not try again for this request."""
     SHUTDOWN = "shutdown"
     """The gateway is shutting down and its grace period is over."""
+    NOT_ASKED = "not_asked"
+    """A wake had to be asked for again, and the API did not take the request."""
     UNCLAIMED = "unclaimed"
     """The model no longer holds the name the request asked for (the operator settled a
     clash, or its spec changed)."""
@@ -62,13 +65,17 @@ class Outcome(enum.Enum):
 class Waited:
     outcome: Outcome
     failure: WakeFailure | None = None
+    asked_at: float | None = None
+    """The wake request a FAILED wait waited on."""
+    not_asked: WakeRequestFailed | None = None
 
 
 class Holds:
     """Held requests per model."""
 
-    def __init__(self, *, registry: Registry, max_held: int) -> None:
+    def __init__(self, *, registry: Registry, wakes: WakeRequests, max_held: int) -> None:
         self.registry = registry
+        self.wakes = wakes
         self.max_held = max_held
         self.held: dict[Key, int] = {}
         self.closing = False
@@ -103,7 +110,12 @@ class Holds:
         tick: float,
         on_tick: Callable[[], Awaitable[None]] | None = None,
     ) -> Waited:
-        """Wait (monotonic `deadline`) for an awake pod; `on_tick` runs every `tick` seconds."""
+        """Wait (monotonic `deadline`) for an awake pod; `on_tick` runs every `tick` seconds.
+
+        While it waits, a wake request stands for it: when the one it waited on is over
+        without an awake pod (the pods slept after it, say a drain that raced the wake, or a
+        freshly started pod judged idle), it asks again (`asked_at` is the request's time).
+        """
         next_tick = time.monotonic() + tick
         while True:
             if self.closing:
@@ -117,9 +129,16 @@ class Holds:
                 return Waited(outcome=Outcome.AWAKE)
             if current.refusal() is not None:
                 return Waited(outcome=Outcome.REFUSED)
+            due = self.wakes.due(current)
+            if due == 0.0:
+                try:
+                    asked_at = await self.wakes.ensure(current) or asked_at
+                except WakeRequestFailed as exc:
+                    return Waited(outcome=Outcome.NOT_ASKED, not_asked=exc)
+                continue
             failure = known_failure(current, self.registry.pods_of(current), asked_at=asked_at)
             if failure is not None:
-                return Waited(outcome=Outcome.FAILED, failure=failure)
+                return Waited(outcome=Outcome.FAILED, failure=failure, asked_at=asked_at)
             now = time.monotonic()
             if now >= deadline:
                 return Waited(outcome=Outcome.TIMEOUT)
@@ -127,4 +146,6 @@ class Holds:
                 await on_tick()
                 next_tick = now + tick
             until = min(deadline, next_tick) if on_tick is not None else deadline
+            if due is not None:
+                until = min(until, now + due)
             await self.registry.wait_change(max(0.0, until - now))

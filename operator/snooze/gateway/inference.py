@@ -184,7 +184,11 @@ class Inference:
                 await response.write(f": held {seconds:.3f}s while the model woke\n\n".encode())
             return Held(stream=response, seconds=seconds)
         # After a known failure, retrying helps once the wake request lapses; otherwise soon.
-        retry = self._retry_after(model, asked_at) if waited.outcome is Outcome.FAILED else 1
+        retry = 1
+        if waited.outcome is Outcome.FAILED:
+            retry = self._retry_after(model, waited.asked_at)
+        elif waited.not_asked is not None:
+            retry = math.ceil(waited.not_asked.retry_after)
         status, message, code = _failure(model, waited, retry)
         if response is None:
             headers = {"Retry-After": str(retry)} if status == 503 else None
@@ -324,6 +328,8 @@ def _failure(model: Model, waited: Waited, retry: int) -> tuple[int, str, str]:
             f"kubectl describe inferencemodel shows more. Retry in {retry}s",
             "wake_failed",
         )
+    if outcome is Outcome.NOT_ASKED and waited.not_asked is not None:
+        return 503, str(waited.not_asked), "wake_request_failed"
     if outcome is Outcome.SHUTDOWN:
         return (
             503,

@@ -46,13 +46,15 @@ class Gateway:
         scopes: list[str | None] = list(settings.namespaces) or [None]
         self.scopes = scopes
         self.registry = Registry(scopes=scopes)
-        self.holds = Holds(registry=self.registry, max_held=settings.max_held_per_model)
         self.wakes = WakeRequests(
             api=api,
             registry=self.registry,
             metrics=self.metrics,
             bound=settings.wake_request_timeout,
             recent=settings.wake_recent_seconds,
+        )
+        self.holds = Holds(
+            registry=self.registry, wakes=self.wakes, max_held=settings.max_held_per_model
         )
         self.bodies = BodyBudget(settings.max_buffered_body_bytes)
         self.parser = Parser()

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 FAILURE_MEMORY_SECONDS = 2.0
 """How long a failed wake request is answered from memory (the Retry-After it gives)."""
+REASK_SECONDS = 1.0
+"""The least time between two wake requests of this replica for one model, whatever the
+pods' sleep times say (a clock ahead of the gateway's must not make it ask in a loop)."""
 
 
 def wake_pending(
@@ -102,6 +105,14 @@ class WakeRequests:
         )
         return requested if pending else None
 
+    def due(self, model: Model) -> float | None:
+        """None while a wake request stands for `model`; else the seconds until this replica
+        may ask again (0: now)."""
+        if self.standing(model) is not None:
+            return None
+        last = self._asked.get(model.key)
+        return 0.0 if last is None else max(0.0, last + REASK_SECONDS - self.clock())
+
     async def ensure(self, model: Model) -> float | None:
         """Make sure a wake request stands for `model`; when it was made (None: no wake is
         needed). Raises WakeRequestFailed, the same for every request that waited on it."""
@@ -111,6 +122,9 @@ class WakeRequests:
         standing = self.standing(current)
         if standing is not None:
             return standing
+        last = self._asked.get(model.key)
+        if last is not None and self.clock() - last < REASK_SECONDS:
+            return last  # asked a moment ago: `due` says when to ask again
         failed = self._failed.get(model.key)
         if failed is not None and time.monotonic() < failed[0]:
             raise failed[1]
