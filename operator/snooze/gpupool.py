@@ -114,10 +114,11 @@ class GPUPoolStatus(Status):
     waiting_models: list[str] = Field(default_factory=list)
     """The models whose wakes wait, first come first served."""
     evictions: int = 0
-    """Members put to sleep to make room, since the operator started watching the pool."""
+    """Members put to sleep to make room, since the pool was created (kept across restarts of
+    the operator)."""
     conditions: list[Condition] = Field(default_factory=list)
     """Overcommitted (the declared footprints cannot be met even with all but one member
-    asleep) and SpecValid."""
+    asleep), ClaimConflict (another pool names the same ResourceClaim) and SpecValid."""
     observed_generation: int | None = None
     """The metadata.generation the operator last acted on."""
 

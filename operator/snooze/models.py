@@ -403,7 +403,8 @@ class Condition(Status):
 
     type: str
     """Ready, Asleep, WakeFailed, SpecValid, Conflict (another model holds this one's model
-    name) or SharedPods (another model selects some of its pods)."""
+    name), SharedPods (another model selects some of its pods) or WaitingForRoom (a wake
+    waits for its GPU pool to make room)."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
     reason: str = ""
@@ -480,6 +481,6 @@ class InferenceModelStatus(Status):
     """When someone else scaled the workload while Snooze had it at zero, or scaled it to zero
     themselves: Snooze leaves the scale alone until the model is next active."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Ready, Asleep, WakeFailed, SpecValid, Conflict and SharedPods."""
+    """Ready, Asleep, WakeFailed, SpecValid, Conflict, SharedPods and WaitingForRoom."""
     observed_generation: int | None = None
     """The metadata.generation the operator last acted on."""

@@ -31,6 +31,18 @@ OPERATOR: tuple[Permission, ...] = (
         why="report phase, engines, wakes and conditions on the status subresource",
     ),
     Permission(
+        group=models.GROUP,
+        resource="gpupools",
+        verbs=("get", "list", "watch", "patch"),
+        why="watch GPUPools, whose members share one device; kopf patches its marks on them",
+    ),
+    Permission(
+        group=models.GROUP,
+        resource="gpupools/status",
+        verbs=("get", "patch"),
+        why="report a pool's memory, members, waiting wakes and evictions on its status",
+    ),
+    Permission(
         group="",
         resource="pods",
         verbs=("get", "list", "watch", "patch", "delete"),

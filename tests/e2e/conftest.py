@@ -175,18 +175,21 @@ class Cluster:
         return [e for e in items if reason is None or e.get("reason") == reason]
 
 
-FAST = Settings(probe_interval=0.1, drain_timeout=2.0, drain_poll=0.05, probe_timeout=2.0)
+FAST = Settings(
+    probe_interval=0.1, drift_interval=1.0, drain_timeout=2.0, drain_poll=0.05, probe_timeout=2.0
+)
 
 
 @pytest.fixture
 def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
     with Sandbox() as sb:
         monkeypatch.setenv("KUBECONFIG", str(sb.write_kubeconfig(tmp_path / "kubeconfig")))
-        crd = yaml.safe_load(CRD.read_text())
-        response = httpx.post(
-            f"{sb.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd
-        )
-        assert response.status_code == 201, response.text
+        for path in sorted(CRD.parent.glob("*.yaml")):  # what `kubectl apply -f crds/` applies
+            crd = yaml.safe_load(path.read_text())
+            response = httpx.post(
+                f"{sb.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd
+            )
+            assert response.status_code == 201, response.text
         yield sb
 
 

@@ -126,7 +126,9 @@ def test_operator_killed_mid_drain_converges(cluster: Cluster, sandbox: object) 
     second = OperatorThread(FAST).start()
     try:
         wait_for("asleep", lambda: cluster.pod_state("chat-0") == "asleep" and engine.is_sleeping)
-        assert engine.sleep_calls == 1
+        # Slept once. (A /sleep marked sent whose request the first operator never finished
+        # sending is sent again; the engine ignores one that reaches it asleep.)
+        assert engine.op_durations["sleep"].count == 1
     finally:
         second.stop()
 

@@ -96,6 +96,20 @@ def test_a_sleep_already_sent_is_not_sent_again(
     assert "did not see end" in slept[0]["message"]
 
 
+def test_a_sleep_marked_sent_that_never_arrived_is_sent_at_once(
+    cluster: Cluster, started: list[OperatorThread]
+) -> None:
+    # The operator stopped between marking the /sleep sent and sending it: the engine, awake,
+    # says no sleep is under way (vLLM 0.32+), so waiting out the sleep's timeout (two
+    # minutes here) would only orphan the drain.
+    engine = cluster.create_pod("chat-0", labels=LABELS)
+    mark(cluster, "chat-0", label="draining", sleep_started_at=ago(2), sleep_sent_at=ago(1))
+    cluster.create_model("chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": "1h"}})
+    started.append(OperatorThread(FAST).start())
+    wait_for("asleep", lambda: engine.is_sleeping and cluster.pod_state("chat-0") == "asleep")
+    assert engine.op_durations["sleep"].count == 1
+
+
 def test_a_level_two_wake_resumes_after_its_reload(
     cluster: Cluster, started: list[OperatorThread]
 ) -> None:

@@ -19,6 +19,7 @@ from snooze.engine.errors import (
     EngineTimeoutError,
     EngineUnreachableError,
     HybridKVCacheReinitError,
+    OutOfMemoryError,
     SleepModeDisabledError,
 )
 from snooze.sim import EngineConfig, EnginePool, SimulatedEngine, serve_engines
@@ -186,18 +187,35 @@ async def test_killed_and_restarted_engine(http: httpx.AsyncClient) -> None:
 async def test_other_engine_error(http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
     async with engine_and_client(http, config("127.0.0.9")) as (engine, client):
 
-        async def out_of_memory() -> None:
-            raise WakeError("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+        async def broken() -> None:
+            raise WakeError("RuntimeError: NCCL error: unhandled system error")
 
-        monkeypatch.setattr(engine, "reload_weights", out_of_memory)
+        monkeypatch.setattr(engine, "reload_weights", broken)
         await client.sleep(2)
         with pytest.raises(EngineHTTPError) as caught:
             await client.wake(2)
         assert type(caught.value) is EngineHTTPError
         assert caught.value.reason == "EngineError"
         assert caught.value.status == 500
-        assert caught.value.message.startswith("torch.OutOfMemoryError: CUDA out of memory")
+        assert caught.value.message.startswith("RuntimeError: NCCL error")
         assert caught.value.url.endswith("/collective_rpc")
+
+
+async def test_out_of_memory_is_its_own_error(
+    http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch's own wording (a reload), and vLLM's allocator's (a wake: see the pool tests).
+    async with engine_and_client(http, config("127.0.0.31")) as (engine, client):
+
+        async def out_of_memory() -> None:
+            raise WakeError("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+
+        monkeypatch.setattr(engine, "reload_weights", out_of_memory)
+        await client.sleep(2)
+        with pytest.raises(OutOfMemoryError) as caught:
+            await client.wake(2)
+        assert caught.value.reason == "OutOfMemory"
+        assert "GPUPool" in str(caught.value)
 
 
 async def test_dev_mode_off(http: httpx.AsyncClient) -> None:

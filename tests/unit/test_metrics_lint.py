@@ -81,3 +81,29 @@ def test_every_metric_is_prefixed_and_documented() -> None:
         for family in registry.collect():
             assert family.name.startswith("snooze_"), family.name
             assert family.documentation.strip().endswith("."), family.name
+
+
+def test_one_state_series_per_engine() -> None:
+    # At thousands of engines a series per possible state made the page megabytes of zeros.
+    metrics = OperatorMetrics()
+    ids = ("default", "chat")
+    metrics.set_engine_states(*ids, {"chat-0": "awake", "chat-1": "asleep"})
+    metrics.set_engine_states(*ids, {"chat-0": "draining", "chat-1": "asleep"})
+    samples = [
+        s.labels
+        for f in metrics.registry.collect()
+        if f.name == "snooze_engine_state"
+        for s in f.samples
+    ]
+    assert sorted((s["pod"], s["state"]) for s in samples) == [
+        ("chat-0", "draining"),
+        ("chat-1", "asleep"),
+    ]
+    metrics.set_engine_states(*ids, {"chat-1": "asleep"})  # chat-0 gone
+    samples = [
+        s.labels
+        for f in metrics.registry.collect()
+        if f.name == "snooze_engine_state"
+        for s in f.samples
+    ]
+    assert [(s["pod"], s["state"]) for s in samples] == [("chat-1", "asleep")]

@@ -155,7 +155,7 @@ def test_a_starting_member_gets_its_room_before_any_wake() -> None:
         asks={"d-0": NOW},
     )
     decision = decide_pool(view)
-    assert dict(decision.evict) == {"a-0": "a starting member"}
+    assert dict(decision.evict) == {"a-0": "starting c-0"}
     assert not decision.grant  # d waits behind the starting member
 
 

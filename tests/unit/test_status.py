@@ -54,3 +54,21 @@ def test_every_written_field_is_in_the_models() -> None:
     read = InferenceModelStatus.model_validate(built)
     assert read.pods[0].failure_reason == "Timeout"
     assert read.scaled_from_replicas == 2
+
+
+def test_only_activity_moved_tells_traffic_from_news() -> None:
+    old = {
+        "phase": "Awake",
+        "lastActivityTime": "2026-01-01T00:00:00.000Z",
+        "pods": [{"name": "a", "state": "awake", "lastActivityTime": "2026-01-01T00:00:00.000Z"}],
+    }
+    moved = {
+        **old,
+        "lastActivityTime": "2026-01-01T00:00:30.000Z",
+        "pods": [{"name": "a", "state": "awake", "lastActivityTime": "2026-01-01T00:00:30.000Z"}],
+    }
+    assert status.only_activity_moved(old, moved)
+    assert not status.only_activity_moved(old, {**moved, "phase": "Draining"})
+    assert not status.only_activity_moved(
+        old, {**moved, "pods": [{"name": "a", "state": "draining"}]}
+    )

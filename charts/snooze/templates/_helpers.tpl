@@ -80,6 +80,14 @@ Plain YAML only inside these blocks: no template actions, no wildcards.
 - apiGroups: ["snooze.dev"]
   resources: ["inferencemodels/status"]
   verbs: ["get", "patch"]
+# watch GPUPools, whose members share one device; kopf patches its marks on them
+- apiGroups: ["snooze.dev"]
+  resources: ["gpupools"]
+  verbs: ["get", "list", "watch", "patch"]
+# report a pool's memory, members, waiting wakes and evictions on its status
+- apiGroups: ["snooze.dev"]
+  resources: ["gpupools/status"]
+  verbs: ["get", "patch"]
 # find each model's pods, publish their snooze.dev/state label, and delete a pod whose engine
 # cannot wake (wake.onFailure: Restart)
 - apiGroups: [""]

@@ -39,7 +39,12 @@ WAITING = "vllm:num_requests_waiting"
 # found by `vllm:request_success_total`, while `vllm:request_success` returns nothing.
 SUCCESS = "vllm:request_success_total"
 SLEEP_STATE = "vllm:engine_sleep_state"
-ACTIVITY_METRICS = (RUNNING, WAITING, SUCCESS, SLEEP_STATE)
+# A gauge fixed at 1 whose labels are the engine's CacheConfig: `gpu_memory_utilization` is
+# the share of the device the engine takes awake (what a GPU pool needs to know).
+CACHE_CONFIG = "vllm:cache_config_info"
+# vLLM 0.32+: sleeps and wakes the API server is carrying out now (label `operation`).
+OPERATIONS = "vllm:sleep_mode_operations_in_flight"
+ACTIVITY_METRICS = (RUNNING, WAITING, SUCCESS, SLEEP_STATE, CACHE_CONFIG, OPERATIONS)
 
 SLEEP_MODES = ("abort", "wait", "keep")
 # The named steps of a wake (see EngineClient.wake).
@@ -69,6 +74,15 @@ class ActivitySnapshot:
     """Requests finished so far, every `finished_reason` summed; idle while it stays put."""
     sleep_state: SleepState | None
     """The engine's sleep state, or None when the engine does not publish it (before 0.11.1)."""
+    gpu_memory_utilization: float | None = None
+    """The engine's share of its device's memory (its --gpu-memory-utilization), if published."""
+    sleeps_in_flight: int | None = None
+    """Sleeps the engine is carrying out now (vLLM 0.32+); None when it does not say."""
+
+    @property
+    def sleep_level(self) -> int | None:
+        """The level it sleeps at (1 weights offloaded, 2 discarded), 0 awake, None unknown."""
+        return None if self.sleep_state is None else _DEPTH[self.sleep_state]
 
     @property
     def in_flight(self) -> int:
@@ -87,6 +101,8 @@ def parse_activity(text: str) -> ActivitySnapshot | None:
     success = 0.0
     seen_gauge = False
     state: SleepState | None = None
+    share: float | None = None
+    sleeps: float | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == RUNNING:
@@ -97,6 +113,10 @@ def parse_activity(text: str) -> ActivitySnapshot | None:
                 seen_gauge = True
             elif sample.name == SUCCESS:
                 success += sample.value
+            elif sample.name == OPERATIONS and sample.labels.get("operation") == "sleep":
+                sleeps = (sleeps or 0.0) + sample.value
+            elif sample.name == CACHE_CONFIG:
+                share = _float(sample.labels.get("gpu_memory_utilization")) or share
             elif sample.name == SLEEP_STATE and sample.value == 1:
                 try:
                     candidate = SleepState(sample.labels.get("sleep_state", ""))
@@ -107,8 +127,21 @@ def parse_activity(text: str) -> ActivitySnapshot | None:
     if not seen_gauge:
         return None
     return ActivitySnapshot(
-        running=round(running), waiting=round(waiting), success_total=success, sleep_state=state
+        running=round(running),
+        waiting=round(waiting),
+        success_total=success,
+        sleep_state=state,
+        gpu_memory_utilization=share,
+        sleeps_in_flight=None if sleeps is None else round(sleeps),
     )
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and 0 < value <= 1 else None
 
 
 def new_http_client(

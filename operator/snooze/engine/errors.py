@@ -9,6 +9,9 @@ from typing import Any
 # What vLLM 0.12.0 to 0.26.0 says when a hybrid model with a quantized KV cache wakes up
 # (vLLM issue #41564): `init_fp8_kv_scales` calls `.zero_()` on a list of state tensors.
 HYBRID_SIGNATURES = ("'list' object has no attribute 'zero_'", "init_fp8_kv_scales")
+# What vLLM answers when a wake-up cannot map its memory back (CuMemAllocator's cuMemCreate:
+# another engine holds the device memory): "CUDA Error: out of memory at <path>:163".
+OUT_OF_MEMORY_SIGNATURES = ("cuda error: out of memory", "cuda out of memory")
 # The assertion vLLM raises when /sleep reaches an engine started without --enable-sleep-mode.
 _SLEEP_MODE_OFF_SIGNATURE = "sleep mode is not enabled"
 # Long enough for a Python exception line, short enough for a Kubernetes condition message.
@@ -34,6 +37,8 @@ class EngineError(Exception):
       - `HybridKVCacheReinitError` ("HybridKVCacheReinit"): the vLLM hybrid-model wake bug;
         the engine stays asleep until its pod restarts.
       - `SleepModeDisabledError` ("SleepModeDisabled"): the engine does not offer sleep mode.
+      - `OutOfMemoryError` ("OutOfMemory"): a wake found the device's memory taken (another
+        engine on a shared GPU); the engine stays asleep until room is made.
 
     `url` names the engine and endpoint; `str(error)` says what went wrong and what to do.
     """
@@ -72,6 +77,12 @@ class HybridKVCacheReinitError(EngineHTTPError):
     """The wake-up crashed re-initialising a hybrid model's quantized KV cache (vLLM #41564)."""
 
     reason = "HybridKVCacheReinit"
+
+
+class OutOfMemoryError(EngineHTTPError):
+    """A wake-up could not allocate device memory: something else holds it."""
+
+    reason = "OutOfMemory"
 
 
 class SleepModeDisabledError(EngineHTTPError):
@@ -122,6 +133,15 @@ def classify_answer(status: int, body: str, *, url: str, path: str) -> EngineHTT
             "re-initialisation bug (issue #41564, vLLM 0.12.0 to 0.26.0): the engine stays "
             "asleep and requests to it hang. Restart the pod, and run the patched image "
             "(images/vllm) or vLLM 0.27.0 or later.",
+            url=url,
+            status=status,
+            message=message,
+        )
+    if any(signature in lowered for signature in OUT_OF_MEMORY_SIGNATURES):
+        return OutOfMemoryError(
+            f"{url} ran out of device memory waking up: {message!r}. Another engine on the "
+            "same GPU holds it: put it in the same GPUPool as this one (spec.pool), or lower "
+            "the engines' --gpu-memory-utilization so that they fit together.",
             url=url,
             status=status,
             message=message,

@@ -17,6 +17,10 @@ SLEEP_SENT_ANNOTATION = "snooze.dev/sleep-sent-at"
 """When /sleep was sent for that drain: from then on the engine may be freeing its memory."""
 WAKE_PROGRESS_ANNOTATION = "snooze.dev/wake-progress"
 """The steps of the wake under way that the engine has done (`weights,reload_weights`)."""
+SLEEP_LEVEL_ANNOTATION = "snooze.dev/sleep-level"
+"""The level the engine went to sleep at (a pool may choose 2 where the model asks for 1);
+its wake follows it (for engines that do not publish vllm:engine_sleep_state)."""
+VLLM_SHARE_FLAG = "--gpu-memory-utilization"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +40,16 @@ class PodInfo:
     """When the operator sent /sleep for that drain; None, or older than it, if not yet."""
     wake_steps: frozenset[str] = frozenset()
     """Steps of the wake under way that the engine has done, to resume it without redoing them."""
+    sleep_level: int | None = None
+    """The level its engine last went to sleep at, from the pod's annotation."""
+    gpu_memory_utilization: float | None = None
+    """The --gpu-memory-utilization its containers pass to vLLM, if any: its share of the GPU."""
+    claims: frozenset[str] = frozenset()
+    """The ResourceClaims it references (spec.resourceClaims[].resourceClaimName)."""
+    scheduled: bool = True
+    """Bound to a node (spec.nodeName): only then can it take memory on a device."""
+    deleting: bool = False
+    """Being deleted: it holds its memory until it is gone."""
 
     @property
     def state(self) -> EngineState | None:
@@ -91,4 +105,37 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         wake_steps=frozenset(
             step for step in str(annotations.get(WAKE_PROGRESS_ANNOTATION) or "").split(",") if step
         ),
+        sleep_level=_level(annotations.get(SLEEP_LEVEL_ANNOTATION)),
+        gpu_memory_utilization=_share(body.get("spec") or {}),
+        scheduled=bool((body.get("spec") or {}).get("nodeName")) or bool(status.get("podIP")),
+        deleting=bool(meta.get("deletionTimestamp")),
+        claims=frozenset(
+            str(claim.get("resourceClaimName"))
+            for claim in (body.get("spec") or {}).get("resourceClaims") or []
+            if isinstance(claim, Mapping) and claim.get("resourceClaimName")
+        ),
     )
+
+
+def _level(text: object) -> int | None:
+    return int(text) if isinstance(text, str) and text in ("0", "1", "2") else None
+
+
+def _share(spec: Mapping[str, Any]) -> float | None:
+    """The value of vLLM's --gpu-memory-utilization in the pod's containers' command or args."""
+    for container in spec.get("containers") or []:
+        words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
+        for i, word in enumerate(words):
+            value: str | None = None
+            if word == VLLM_SHARE_FLAG and i + 1 < len(words):
+                value = words[i + 1]
+            elif word.startswith(VLLM_SHARE_FLAG + "="):
+                value = word.split("=", 1)[1]
+            if value is not None:
+                try:
+                    share = float(value)
+                except ValueError:
+                    continue
+                if 0 < share <= 1:
+                    return share
+    return None

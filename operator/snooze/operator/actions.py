@@ -19,6 +19,7 @@ from snooze.engine.client import RELOAD, WEIGHTS, EngineClient
 from snooze.engine.errors import EngineError
 from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import (
+    SLEEP_LEVEL_ANNOTATION,
     SLEEP_SENT_ANNOTATION,
     SLEEP_STARTED_ANNOTATION,
     WAKE_PROGRESS_ANNOTATION,
@@ -49,6 +50,12 @@ class Settings:
     min_sleep_timeout: float = 60.0
     """The least time a /sleep may take before it counts as failed (freeing tens of GiB takes
     seconds; the model's wake.timeout applies when longer)."""
+    drift_interval: float = 60.0
+    """The longest an engine goes unprobed when no decision depends on it (asleep, or known
+    active from the gateway's counters): to notice what nobody told the operator."""
+    status_interval: float = 60.0
+    """How often a model's status may be written when only its activity times moved (a phase,
+    a count or a condition that changes is written at once)."""
     peering_lifetime: int = 60
     """With peering: how long a replica's keep-alive counts; a standby takes over this long
     after the active replica's last one (kopf refreshes it 5 to 10 s before it expires)."""
@@ -95,6 +102,8 @@ class Executor:
         self.memory = memory
         self.settings = settings
         self.emit = emit
+        self.pool_of: Callable[[PodInfo], str | None] = lambda _: None
+        """The GPU pool a pod is a member of (set by the model's loop)."""
 
     def start(self, action: Action, pod: PodInfo, spec: InferenceModelSpec) -> None:
         engine = self.memory.engine(pod.name, now=time.time())
@@ -111,6 +120,7 @@ class Executor:
             ActionKind.MARK_FAILED: self._mark_failed,
         }[action.kind]
         engine.cancel.clear()
+        engine.action = action.kind.value
         engine.task = asyncio.create_task(
             self._guarded(step, action, pod, spec, engine), name=f"{action.kind}:{pod.name}"
         )
@@ -130,6 +140,7 @@ class Executor:
         except Exception:
             log.exception("%s on %s/%s failed", action.kind, self.namespace, pod.name)
         finally:
+            engine.last_probe = None  # confirm the outcome with a probe at the next cycle
             self.memory.poke.set()  # let the loop publish the outcome now
 
     async def label(
@@ -200,6 +211,13 @@ class Executor:
         client = EngineClient(
             engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
         )
+        if action.reason == "MakeRoom" and await _busy(client):
+            # The pool chose it on a probe older than this: a member serving requests is not
+            # put to sleep for another; the pool sees it busy now and chooses again.
+            engine.busy = True
+            engine.last_activity = self.memory.last_activity = time.time()
+            log.info("%s/%s: busy, so not put to sleep to make room", self.namespace, pod.name)
+            return
         started = time.time()
         # Label first, so that the gateway stops routing here before the drain begins. Any
         # wake progress left from before belongs to an older sleep.
@@ -228,7 +246,7 @@ class Executor:
                 "Normal", "SleepCancelled", f"{pod.name}: sleep cancelled, the model is wanted"
             )
             return
-        level = spec.sleep.level
+        level = action.level or spec.sleep.level
         # Marked before it is sent: an operator restarted from here on waits for this sleep
         # to end rather than sending another (or resumes the drain, if the mark is missing).
         await self.api.patch(
@@ -253,7 +271,12 @@ class Executor:
             self.emit("Warning", "SleepFailed", f"{pod.name}: sleep failed ({exc.reason}): {exc}")
             return
         finished = time.time()
-        await self.label(pod, EngineState.ASLEEP, engine)
+        # The level is kept on the pod: the wake must follow it, even after a restart of
+        # the operator, and even where the engine does not publish its sleep state.
+        await self.label(
+            pod, EngineState.ASLEEP, engine, annotations={SLEEP_LEVEL_ANNOTATION: str(level)}
+        )
+        engine.sleep_level = level
         self.memory.last_sleep_time = finished
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Asleep").inc()
         self.metrics.sleep_duration.labels(self.namespace, self.model, str(level)).observe(
@@ -271,10 +294,9 @@ class Executor:
         client = EngineClient(
             engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
         )
+        level = action.level or spec.sleep.level
         await self.label(pod, EngineState.WAKING, engine)
-        self.emit(
-            "Normal", "Waking", f"{pod.name}: waking from level {spec.sleep.level} ({_why(action)})"
-        )
+        self.emit("Normal", "Waking", f"{pod.name}: waking from level {level} ({_why(action)})")
         started = time.monotonic()
         done = set(pod.wake_steps)
         if done:
@@ -290,9 +312,7 @@ class Executor:
                 await self.api.patch(pods_ref(self.namespace), pod.name, patch)
 
         try:
-            await client.wake(
-                spec.sleep.level, timeout=spec.wake_timeout_seconds, done=done, on_step=record
-            )
+            await client.wake(level, timeout=spec.wake_timeout_seconds, done=done, on_step=record)
             if await client.is_sleeping():
                 raise EngineError(
                     "the engine answered /wake_up but still says it sleeps", url=client.base_url
@@ -304,6 +324,9 @@ class Executor:
             engine.last_failure_message = str(exc)
             self.memory.failure = (pod.name, exc.reason, str(exc))
             self.metrics.wake_failures.labels(self.namespace, self.model, exc.reason).inc()
+            pool = self.pool_of(pod)
+            if exc.reason == "OutOfMemory" and pool is not None:
+                self.metrics.pool_oom.labels(self.namespace, pool).inc()
             sleeping = await _sleeping_or_none(client)
             await self.label(
                 pod, EngineState.AWAKE if sleeping is False else EngineState.ASLEEP, engine
@@ -330,8 +353,16 @@ class Executor:
         self.memory.last_wake_seconds = seconds
         self.memory.failure = None
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Awake").inc()
-        self.metrics.observe_wake(self.namespace, self.model, str(spec.sleep.level), seconds)
+        engine.sleep_level = 0
+        self.metrics.observe_wake(self.namespace, self.model, str(level), seconds)
         self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({_why(action)})")
+
+
+async def _busy(client: EngineClient) -> bool:
+    try:
+        return (await client.activity()).in_flight > 0
+    except EngineError:
+        return False  # the sleep below says what is wrong
 
 
 async def _sleeping_or_none(client: EngineClient) -> bool | None:

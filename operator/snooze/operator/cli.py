@@ -19,7 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="how often each engine is probed (default: 10)",
+        help="the longest an engine goes unobserved while a decision could depend on it: "
+        "near its idle deadline, serving traffic that bypasses the gateway, or with a step "
+        "to confirm (default: 10)",
     )
     parser.add_argument(
         "--drain-timeout",
@@ -27,6 +29,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=60.0,
         metavar="SECONDS",
         help="longest wait for in-flight requests before sleeping (default: 60)",
+    )
+    parser.add_argument(
+        "--drift-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="the longest an engine goes unprobed when nothing depends on it: asleep, or "
+        "known active from the gateway (default: 60)",
+    )
+    parser.add_argument(
+        "--status-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="write a model's status at most this often when only its activity times moved; "
+        "phases, counts and conditions are written at once (default: 60)",
     )
     parser.add_argument(
         "--liveness-port",
@@ -78,8 +96,13 @@ def run(args: argparse.Namespace) -> int:
     from snooze.operator.actions import Settings
     from snooze.operator.handlers import Runtime, build_registry
 
-    if args.probe_interval <= 0:
-        raise SystemExit("snooze operator: --probe-interval must be greater than zero")
+    for flag, value in (
+        ("--probe-interval", args.probe_interval),
+        ("--drift-interval", args.drift_interval),
+        ("--status-interval", args.status_interval),
+    ):
+        if value <= 0:
+            raise SystemExit(f"snooze operator: {flag} must be greater than zero")
     if args.peering_lifetime < 2:
         raise SystemExit("snooze operator: --peering-lifetime must be at least 2 seconds")
     logging.basicConfig(
@@ -94,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
         probe_interval=args.probe_interval,
         drain_timeout=args.drain_timeout,
         peering_lifetime=args.peering_lifetime,
+        status_interval=args.status_interval,
+        drift_interval=args.drift_interval,
     )
     # kopf pauses every replica that sees a live peer of the same priority: equal priorities
     # would leave the cluster unserved, so each replica draws its own.

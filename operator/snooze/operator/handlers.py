@@ -11,7 +11,7 @@ from typing import Any
 
 import kopf
 
-from snooze import models
+from snooze import gpupool, models
 from snooze.engine.client import new_http_client
 from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
@@ -19,6 +19,7 @@ from snooze.kube.pods import PodInfo, pod_info
 from snooze.operator.actions import Settings
 from snooze.operator.loop import ModelLoop, Neighbours
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.pools import PoolHub, PoolLoop
 from snooze.operator.release import release
 from snooze.policy.claims import Claim
 
@@ -41,6 +42,7 @@ class Runtime:
     """For sleeps and wakes, which take seconds to minutes: kept apart so that a wave of
     them never holds up the probes' slots."""
     loops: dict[tuple[str, str], ModelLoop] = dataclasses.field(default_factory=dict)
+    pools: PoolHub = dataclasses.field(default_factory=PoolHub)
     routing: dict[tuple[str, str], tuple[Any, ...]] = dataclasses.field(default_factory=dict)
 
 
@@ -226,6 +228,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
                 claims=lambda model_name: list(claims.get(model_name, [])),
                 selectors=lambda ns: list(selectors.get(ns, [])),
             ),
+            pools=runtime.pools,
         )
         runtime.loops[(namespace, name)] = loop
         try:
@@ -234,6 +237,54 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             loop.stop()
             runtime.loops.pop((namespace, name), None)
             await http.aclose()
+
+    @kopf.on.event(
+        models.GROUP, models.VERSION, gpupool.PLURAL, id="pool_changed", registry=registry
+    )
+    def pool_changed(namespace: str | None, name: str, **_: Any) -> None:
+        # Its spec is read live by its loop: a change is acted on now, not at the next interval.
+        loop = runtime.pools.loops.get((namespace or "", name))
+        if loop is not None:
+            loop.poke()
+
+    @kopf.daemon(
+        models.GROUP,
+        models.VERSION,
+        gpupool.PLURAL,
+        id="pool",
+        registry=registry,
+        cancellation_timeout=5.0,
+    )
+    async def pool_daemon(
+        stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | None, name: str, **_: Any
+    ) -> None:
+        # One coordinator per GPUPool: the only place that decides who wakes on its device.
+        assert runtime.api is not None
+        namespace = namespace or ""
+
+        def emit(kind: str, reason: str, message: str) -> None:
+            kopf.event(body, type=kind, reason=reason, message=message)
+
+        def members() -> list[ModelLoop]:
+            return [loop for (ns, _), loop in runtime.loops.items() if ns == namespace]
+
+        loop = PoolLoop(
+            namespace=namespace,
+            name=name,
+            body=body,
+            api=runtime.api,
+            hub=runtime.pools,
+            models=members,
+            emit=emit,
+            metrics=runtime.metrics,
+            interval=runtime.settings.probe_interval,
+        )
+        runtime.pools.loops[(namespace, name)] = loop
+        try:
+            await loop.run(lambda: bool(stopped))
+        finally:
+            runtime.pools.loops.pop((namespace, name), None)
+            loop.stop()
 
     @kopf.on.delete(models.GROUP, models.VERSION, models.PLURAL, id="hand_back", registry=registry)
     async def hand_back(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -29,11 +30,13 @@ from snooze.operator import status
 from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
 from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory, rebuild
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.pools import Directive, PoolHub
 from snooze.operator.scaling import Scaler
-from snooze.policy import claims
+from snooze.policy import claims, probing
 from snooze.policy import scale as scale_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
+from snooze.quantities import format_gib
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -45,6 +48,9 @@ class Probe:
     sleeping: bool | None
     in_flight: int = 0
     success_total: float | None = None
+    sleep_level: int | None = None
+    gpu_share: float | None = None
+    sleeps_in_flight: int | None = None
     error: str = ""
     """Why the probe got no answer (names the URL), when it got none."""
 
@@ -67,6 +73,9 @@ async def probe(client: EngineClient, pod: str) -> Probe:
         sleeping=sleeping,
         in_flight=activity.in_flight,
         success_total=activity.success_total,
+        sleep_level=activity.sleep_level,
+        gpu_share=activity.gpu_memory_utilization,
+        sleeps_in_flight=activity.sleeps_in_flight,
     )
 
 
@@ -100,9 +109,20 @@ class ModelLoop:
         emit: Emit,
         metrics: OperatorMetrics,
         neighbours: Neighbours = NO_NEIGHBOURS,
+        pools: PoolHub | None = None,
     ) -> None:
         self.namespace = namespace
         self.neighbours = neighbours
+        self.pools = pools or PoolHub()
+        self.spec: InferenceModelSpec | None = None
+        """The last valid spec (for the GPU pool this model's engines are members of)."""
+        self.selected: list[PodInfo] = []
+        """The pods this loop acts on, as of its last cycle."""
+        self._asked: set[str] = set()
+        self._mismatched: set[str] = set()
+        """Pods told (once) to be in another pool than spec.pool.name says."""
+        """The pools this model asked room of at its last cycle."""
+        self._pool_seen: tuple[Any, ...] = ()
         self._conflicts: dict[str, str] = {}
         """The conflicts (kind -> message) last reported by Event, so each is told once."""
         self.metrics = metrics
@@ -128,10 +148,12 @@ class ModelLoop:
             metrics=metrics,
             model=name,
         )
+        self.executor.pool_of = lambda pod: self.pools.pool_of(namespace, pod, self.spec)[0]
         self.scaler = Scaler(
             namespace=namespace, model=name, api=api, memory=self.memory, emit=emit, metrics=metrics
         )
         self.written: JSON = dict(body.get("status") or {})
+        self._status_written_at = -math.inf
         self._reported_error: str | None = None
         self.selector: LabelSelector | None = None
         self.model_name = ""
@@ -157,6 +179,16 @@ class ModelLoop:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.memory.poke.wait(), wait)
             self.memory.poke.clear()
+
+    @property
+    def last_wake_seconds(self) -> float | None:
+        return self.memory.last_wake_seconds
+
+    def engine_memory(self, pod: str) -> EngineMemory | None:
+        return self.memory.engines.get(pod)
+
+    def poke(self) -> None:
+        self.memory.poke.set()
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         """Whether the last valid spec selects a pod with `labels` (True before the first)."""
@@ -201,6 +233,7 @@ class ModelLoop:
         shared = conflicts.shared
         # A pod two models select is acted on by neither: each would undo what the other did.
         pods = [p for p in selected if p.name not in shared]
+        self.spec, self.selected = spec, pods
         views = await self._observe(spec, pods, now)
         wake_requested = parse_time((meta.get("annotations") or {}).get(WAKE_REQUESTED_ANNOTATION))
         model = sleep_policy.ModelView(
@@ -210,8 +243,11 @@ class ModelLoop:
             sleep_grace=sleep_timeout(spec, self.settings),
         )
         by_name = {p.name: p for p in pods}
-        for action in sleep_policy.decide(views, model):
-            self.executor.start(action, by_name[action.pod], spec)
+        actions = sleep_policy.decide(views, model)
+        for action in actions:
+            if action.kind is not sleep_policy.ActionKind.ASK_ROOM:
+                self.executor.start(action, by_name[action.pod], spec)
+        waiting = self._ask_pools(pods, actions, views, now)
         replicas = None if workload is None else workload.replicas
         scale = self.scaler.view(
             spec, views, replicas=replicas, wake_requested=wake_requested, now=now
@@ -224,8 +260,66 @@ class ModelLoop:
         awake = sum(1 for p in pods if p.ready and p.state is EngineState.AWAKE)
         self.scaler.check_cold_start(spec, awake, now)
         await self._write_status(
-            spec, selected, generation, now, replicas=replicas, conflicts=conflicts
+            spec, selected, generation, now, replicas=replicas, conflicts=conflicts, waiting=waiting
         )
+
+    def _ask_pools(
+        self,
+        pods: list[PodInfo],
+        actions: list[sleep_policy.Action],
+        views: list[sleep_policy.EngineView],
+        now: float,
+    ) -> str | None:
+        """Tell each GPU pool which of this model's members ask for room (withdrawing the
+        rest), poke it when its members changed, and say why a wake waits, if one does."""
+        asking = {a.pod for a in actions if a.kind is sleep_policy.ActionKind.ASK_ROOM}
+        by_pool: dict[str, set[str]] = {}
+        missing: set[str] = set()
+        for pod in pods:
+            name, loop = self.pools.pool_of(self.namespace, pod, self.spec)
+            if name is None:
+                continue
+            declared = self.spec.pool.name if self.spec and self.spec.pool else None
+            if declared is not None and name != declared and pod.name not in self._mismatched:
+                self._mismatched.add(pod.name)
+                self.emit(
+                    "Warning",
+                    "PoolMismatch",
+                    f"{pod.name} is a member of GPUPool {name} (its snooze.dev/pool label or "
+                    f"ResourceClaim says so), not of {declared} as spec.pool.name says: "
+                    "make them agree",
+                )
+            if loop is None:
+                if pod.name in asking:
+                    missing.add(name)
+                continue
+            by_pool.setdefault(name, set())
+            if pod.name in asking:
+                by_pool[name].add(pod.name)
+        for name in self._asked - set(by_pool):
+            gone = self.pools.loops.get((self.namespace, name))
+            if gone is not None:
+                gone.ask(self.name, (), now)
+        self._asked = set(by_pool)
+        seen = tuple(
+            (v.pod, v.label, v.sleeping, v.busy, v.action_running) for v in views if v.pooled
+        )
+        for name, asks in by_pool.items():
+            loop = self.pools.loops[(self.namespace, name)]
+            loop.ask(self.name, asks, now)
+            if seen != self._pool_seen:
+                loop.poke()
+        self._pool_seen = seen
+        if missing:
+            return (
+                f"GPUPool {', '.join(sorted(missing))} not found in namespace "
+                f"{self.namespace}: its members wake only once it exists"
+            )
+        for name, asks in by_pool.items():
+            wait = self.pools.loops[(self.namespace, name)].waiting_for(asks)
+            if wait is not None:
+                return f"waiting for {format_gib(wait.need)} on GPUPool {name}: {wait.reason}"
+        return None
 
     def _conflicts_of(self, spec: InferenceModelSpec, pods: list[PodInfo]) -> status.Conflicts:
         """Whether another model holds this one's model name, and which pods others select too;
@@ -257,7 +351,26 @@ class ModelLoop:
     async def _observe(
         self, spec: InferenceModelSpec, pods: list[PodInfo], now: float
     ) -> list[sleep_policy.EngineView]:
-        targets = [p for p in pods if p.ready and not self.memory.engine(p.name, now=now).acting]
+        targets = [
+            p
+            for p in pods
+            if p.ready
+            and not (engine := self.memory.engine(p.name, now=now)).acting
+            and probing.probe_due(
+                probing.ProbeFacts(
+                    last_probe=engine.last_probe,
+                    answered=engine.probe_failures == 0,
+                    sleeping=engine.sleeping,
+                    label=p.state,
+                    direct_activity=engine.direct_activity,
+                    last_activity=engine.last_activity,
+                ),
+                idle_after=spec.idle_after_seconds,
+                now=now,
+                interval=self.settings.probe_interval,
+                drift=self.settings.drift_interval,
+            )
+        ]
         probes = await asyncio.gather(
             *(
                 probe(
@@ -283,24 +396,45 @@ class ModelLoop:
                     and result.success_total != engine.success_total
                 )
                 engine.busy = result.in_flight > 0
+                # Until the gateway's counters say otherwise, all activity is the engine's own.
+                engine.direct_activity = engine.busy or moved
                 if engine.busy or moved:
                     engine.last_activity = now
                     self.memory.last_activity = now
                 engine.success_total = result.success_total
+                engine.gpu_share = result.gpu_share or engine.gpu_share
+                engine.sleeps_in_flight = result.sleeps_in_flight
+                if result.sleep_level is not None:
+                    engine.sleep_level = result.sleep_level
+            if result is not None:
+                engine.sleeping = result.sleeping
+                engine.last_probe = now
+            pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
+            directive = pool.directive(pod.name) if pool is not None else Directive()
             views.append(
                 sleep_policy.EngineView(
                     pod=pod.name,
                     ready=pod.ready,
                     label=pod.state,
-                    sleeping=None if result is None else result.sleeping,
+                    # Not probed this cycle: what it last said (nothing it needs to say has
+                    # changed since; see policy/probing.py).
+                    sleeping=engine.sleeping if pod.ready else None,
                     busy=engine.busy,
                     last_activity=engine.last_activity,
                     action_running=engine.acting,
                     sleep_started=pod.sleep_started,
                     sleep_sent=pod.sleep_sent,
+                    sleep_running=None
+                    if engine.sleeps_in_flight is None
+                    else engine.sleeps_in_flight > 0,
                     wake_failures=engine.wake_failures,
                     last_failure=engine.last_failure,
                     last_failure_reason=engine.last_failure_reason,
+                    pooled=pool_name is not None,
+                    pool_grant=directive.grant,
+                    pool_evict=directive.evict,
+                    pool_level=directive.level,
+                    sleep_level=(engine.sleep_level or pod.sleep_level) or None,
                 )
             )
         return views
@@ -349,6 +483,7 @@ class ModelLoop:
         *,
         replicas: int | None,
         conflicts: status.Conflicts,
+        waiting: str | None,
     ) -> None:
         new = status.build(
             model_name=spec.model_name or self.name,
@@ -359,6 +494,7 @@ class ModelLoop:
             now=now,
             replicas=replicas,
             conflicts=conflicts,
+            waiting_for_room=waiting,
         )
         self._count(pods, str(new["phase"]), now)
         await self._patch_status(new)
@@ -379,5 +515,14 @@ class ModelLoop:
     async def _patch_status(self, new: JSON) -> None:
         if new == {k: self.written.get(k) for k in new}:
             return  # nothing changed: no API write
+        now = time.monotonic()
+        if (
+            status.only_activity_moved(self.written, new)
+            and now - self._status_written_at < self.settings.status_interval
+        ):
+            # A busy model's activity times move at every probe: written at most once per
+            # status interval, so that API writes do not grow with traffic.
+            return
         await self.api.patch(models_ref(self.namespace), self.name, {"status": new}, sub="status")
         self.written = new
+        self._status_written_at = now

@@ -29,6 +29,8 @@ class EngineMemory:
     busy: bool = False
     task: asyncio.Task[None] | None = None
     """The action in flight on this engine, if any: never more than one."""
+    action: str = ""
+    """The kind of that action (policy.sleep.ActionKind's value)."""
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     """Set to stop a drain before its sleep is sent."""
     wake_failures: int = 0
@@ -39,6 +41,19 @@ class EngineMemory:
     """When the pod entered its current published state, keyed by that state."""
     published: EngineState | None = None
     """The label this operator process last wrote on the pod (its index may lag behind)."""
+    sleeping: bool | None = None
+    """The engine's own answer at the last probe (None: no answer)."""
+    last_probe: float | None = None
+    """When it was last probed (None: never, or an action since wants it confirmed)."""
+    direct_activity: bool = False
+    """Its last probe found activity that the gateway's counters do not account for."""
+    sleep_level: int | None = None
+    """The level it sleeps at, as it last said (vllm:engine_sleep_state) or as the operator
+    put it to sleep."""
+    sleeps_in_flight: int | None = None
+    """Sleeps the engine said it was carrying out at the last probe (vLLM 0.32+)."""
+    gpu_share: float | None = None
+    """Its share of the device (vllm:cache_config_info's gpu_memory_utilization), if said."""
     probe_failures: int = 0
     """Probes in a row that got no answer; at UNREACHABLE_AFTER the engine counts as unreachable."""
     probe_error: str = ""
@@ -51,6 +66,10 @@ class EngineMemory:
     @property
     def acting(self) -> bool:
         return self.task is not None and not self.task.done()
+
+    @property
+    def acting_kind(self) -> str | None:
+        return self.action if self.acting else None
 
 
 @dataclass(kw_only=True)

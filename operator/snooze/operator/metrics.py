@@ -6,6 +6,7 @@ closed set; never a request or an error message.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -37,8 +38,12 @@ FAILURE_REASONS = (
     "Unreachable",
     "EngineError",
     "SleepModeDisabled",
+    "OutOfMemory",
     "ColdStartTimeout",
 )
+
+# Why a pool put a member to sleep: room for another member's wake, or for one starting.
+POOL_EVICTION_REASONS = ("wake", "start")
 
 # `_created` samples double every counter's and histogram's series and no panel or rule
 # reads them: at a thousand models the page is megabytes, scraped every few seconds.
@@ -107,7 +112,8 @@ class OperatorMetrics:
         )
         self.engine_state = Gauge(
             "snooze_engine_state",
-            "1 for each engine's current published state, 0 for the others.",
+            "1 for each engine, labelled with its current published state (one series per "
+            "engine: a state it is not in has no series).",
             ["namespace", "model", "pod", "state"],
             registry=r,
         )
@@ -138,11 +144,38 @@ class OperatorMetrics:
             ["namespace", "model"],
             registry=r,
         )
+        self.pool_memory = Gauge(
+            "snooze_pool_memory_bytes",
+            "A GPU pool's device memory: held by awake (waking, draining, starting) members, "
+            "held by asleep ones (what sleep cannot free), and free.",
+            ["namespace", "pool", "state"],
+            registry=r,
+        )
+        self.pool_evictions = Counter(
+            "snooze_pool_evictions_total",
+            "Pool members put to sleep to make room: for a wake, or for a member starting.",
+            ["namespace", "pool", "reason"],
+            registry=r,
+        )
+        self.pool_wait = Histogram(
+            "snooze_pool_wait_seconds",
+            "How long a member's wake waited for room on its pool (ask to grant).",
+            ["namespace", "pool"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.pool_oom = Counter(
+            "snooze_pool_oom_total",
+            "Wakes of pool members that failed for want of device memory (CUDA out of memory): "
+            "0 while the pool's accounting holds.",
+            ["namespace", "pool"],
+            registry=r,
+        )
         self.build_info = Info("snooze_operator_build", "The operator's version.", registry=r)
         self.build_info.info({"version": __version__})
         self.models = _ModelsByPhase()
         r.register(self.models)
-        self._pods: dict[tuple[str, str], set[str]] = {}
+        self._pods: dict[tuple[str, str], dict[str, str | None]] = {}
         self._started: set[tuple[str, str]] = set()
         self.wakes: deque[Wake] = deque(maxlen=10_000)
         """The latest wakes, each exact (a histogram keeps only buckets): for reports such as
@@ -168,20 +201,42 @@ class OperatorMetrics:
     def set_engine_states(
         self, namespace: str, model: str, states: Mapping[str, str | None]
     ) -> None:
-        """Publish each pod's state; drop the series of pods that are gone."""
+        """Publish each pod's state as one series; drop those of states left and pods gone.
+
+        One series per engine, not one per possible state: at thousands of engines the zeros
+        were most of the page, scraped every few seconds.
+        """
         key = (namespace, model)
-        for pod in self._pods.get(key, set()) - set(states):
-            for state in STATES:
-                self.engine_state.remove(namespace, model, pod, state)
-        for pod, current in states.items():
-            for state in STATES:
-                self.engine_state.labels(namespace, model, pod, state).set(
-                    1 if state == current else 0
-                )
-        self._pods[key] = set(states)
+        before = self._pods.get(key, {})
+        for pod, state in before.items():
+            if states.get(pod) != state and state is not None:
+                with contextlib.suppress(KeyError):
+                    self.engine_state.remove(namespace, model, pod, state)
+        for pod, state in states.items():
+            if state is not None and before.get(pod) != state:
+                self.engine_state.labels(namespace, model, pod, state).set(1)
+        self._pods[key] = dict(states)
 
     def set_phase(self, namespace: str, model: str, phase: str) -> None:
         self.models.phases[(namespace, model)] = phase
+
+    def start_pool(self, namespace: str, pool: str) -> None:
+        """A pool's series at zero, so that the first eviction or OOM shows in rate()."""
+        for reason in POOL_EVICTION_REASONS:
+            self.pool_evictions.labels(namespace, pool, reason)
+        self.pool_oom.labels(namespace, pool)
+        self.pool_wait.labels(namespace, pool)
+
+    def set_pool_memory(
+        self, namespace: str, pool: str, *, awake: int, asleep: int, free: int
+    ) -> None:
+        for state, value in (("awake", awake), ("asleep", asleep), ("free", free)):
+            self.pool_memory.labels(namespace, pool, state).set(value)
+
+    def forget_pool(self, namespace: str, pool: str) -> None:
+        for state in ("awake", "asleep", "free"):
+            with contextlib.suppress(KeyError):
+                self.pool_memory.remove(namespace, pool, state)
 
     def forget_model(self, namespace: str, model: str) -> None:
         self.set_engine_states(namespace, model, {})

@@ -51,7 +51,9 @@ async def release(
             client = EngineClient(engine_url(spec, pod), client=http)
             try:
                 if await client.is_sleeping():
-                    await client.wake(spec.sleep.level, timeout=spec.wake_timeout_seconds)
+                    await client.wake(
+                        pod.sleep_level or spec.sleep.level, timeout=spec.wake_timeout_seconds
+                    )
                     woken += 1
             except EngineError as exc:
                 emit("Warning", "ReleaseFailed", f"{pod.name}: could not wake it: {exc}")

@@ -112,6 +112,7 @@ def build(
     spec_error: str | None = None,
     replicas: int | None = None,
     conflicts: Conflicts | None = None,
+    waiting_for_room: str | None = None,
 ) -> JSON:
     """The whole status to write; `pods` are all the pods selected, shared ones included."""
     conflicts = conflicts or Conflicts()
@@ -194,6 +195,12 @@ def build(
             ),
         ),
         ConditionValue(
+            type="WaitingForRoom",
+            status=waiting_for_room is not None,
+            reason="PoolFull" if waiting_for_room else "NotWaiting",
+            message=waiting_for_room or "no wake waits for room on a GPU pool",
+        ),
+        ConditionValue(
             type="SharedPods",
             status=bool(shared),
             reason="PodsShared" if shared else "NoSharedPods",
@@ -227,6 +234,24 @@ def build(
         ),
         "observedGeneration": generation,
     }
+
+
+# Fields that move with traffic alone; everything else is a change worth writing at once.
+ACTIVITY_FIELDS = ("lastActivityTime",)
+
+
+def only_activity_moved(old: JSON, new: JSON) -> bool:
+    """Whether `new` differs from `old` only in activity times (the model's, its pods')."""
+
+    def without_activity(status: JSON) -> JSON:
+        stripped = {k: v for k, v in status.items() if k not in ACTIVITY_FIELDS}
+        stripped["pods"] = [
+            {k: v for k, v in pod.items() if k not in ACTIVITY_FIELDS}
+            for pod in status.get("pods") or []
+        ]
+        return stripped
+
+    return without_activity(old) == without_activity(new)
 
 
 def _wake_failed(failing: Sequence[tuple[str, str, str]]) -> ConditionValue:

@@ -128,7 +128,8 @@ class PoolDecision:
     grant: frozenset[str]
     """Members that may wake now."""
     evict: Mapping[str, str]
-    """Members to put to sleep now, with the model they make room for."""
+    """Members to put to sleep now, with what they make room for: the model whose wake asked,
+    or `starting POD[, POD]` for members that start."""
     levels: Mapping[str, int]
     """The level each awake member sleeps at if it sleeps now (host memory may force 2)."""
     waiting: Sequence[Waiting]
@@ -217,8 +218,11 @@ def decide_pool(view: PoolView) -> PoolDecision:
             continue
         if short < 0:
             releasing.insert(0, -short)  # freed beyond this wake: room planned for the next
+        starting = sorted(m.pod for m in view.members if m.state is MemberState.STARTING)
         for candidate in chosen:
-            evict[candidate.pod] = member.model if member is not None else "a starting member"
+            evict[candidate.pod] = (
+                member.model if member is not None else f"starting {', '.join(starting)}"
+            )
         if member is not None:
             waiting.append(_wait(member, need, True, "members are being put to sleep for it"))
     return PoolDecision(

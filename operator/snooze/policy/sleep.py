@@ -37,6 +37,8 @@ class EngineView:
     """When its last sleep began (the drain), from the pod's annotation."""
     sleep_sent: float | None = None
     """When /sleep was sent for the last drain, from the pod's annotation (if it was)."""
+    sleep_running: bool | None = None
+    """Whether the engine says a sleep is under way (vLLM 0.32+); None: it does not say."""
     wake_failures: int = 0
     """Failed wakes in a row."""
     last_failure: float | None = None
@@ -48,6 +50,10 @@ class EngineView:
     """The pool has room for it now."""
     pool_evict: bool = False
     """The pool puts it to sleep to make room for another model's engine."""
+    pool_level: int | None = None
+    """The level the pool has it sleep at (2 when the pool's host memory is full)."""
+    sleep_level: int | None = None
+    """The level it sleeps at now, when known: its wake follows it, whatever the spec says now."""
 
 
 class ActionKind(StrEnum):
@@ -74,6 +80,8 @@ class Action:
     pod: str
     reason: str
     label: EngineState | None = None
+    level: int | None = None
+    """For SLEEP, the level to sleep at; for WAKE, the level the engine sleeps at."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +122,26 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     A GPU pool's member wakes only with the pool's grant (it asks for room otherwise), is not
     kept from a sleep the pool ordered, and sleeps when the pool makes room with it.
     """
-    return _through_pool(_decide(engines, model), engines, model)
+    return _with_levels(_through_pool(_decide(engines, model), engines, model), engines, model)
+
+
+def _with_levels(
+    actions: list[Action], engines: Sequence[EngineView], model: ModelView
+) -> list[Action]:
+    """Sleep at the spec's level (or the pool's); wake from the level the engine sleeps at: a
+    level-1 wake of an engine that slept at level 2 would serve garbage."""
+    views = {e.pod: e for e in engines}
+    spec_level = model.spec.sleep.level
+    out = []
+    for action in actions:
+        engine = views[action.pod]
+        if action.kind is ActionKind.SLEEP:
+            level = engine.pool_level if engine.pooled and engine.pool_level else spec_level
+            action = replace(action, level=level)
+        elif action.kind is ActionKind.WAKE:
+            action = replace(action, level=engine.sleep_level or spec_level)
+        out.append(action)
+    return out
 
 
 def _through_pool(
@@ -299,10 +326,13 @@ def _wanted(engine: EngineView, model: ModelView) -> bool:
 
 def _resumes_drain(engine: EngineView, model: ModelView, *, awake_others: int) -> bool:
     """A drain cut off (the operator stopped) before its /sleep was sent is carried on, as
-    long as the model still wants it asleep: nothing was sent, so nothing can be repeated."""
+    long as the model still wants it asleep: nothing was sent, so nothing can be repeated.
+    So is one whose /sleep was marked sent but which the engine, awake, says it is not
+    carrying out (vLLM 0.32+): the request never arrived, and sending it now sleeps it once."""
     if engine.sleeping or engine.label is not EngineState.DRAINING:
         return False
-    if _sent_for_this_drain(engine) or _wanted(engine, model):
+    lost = _sent_for_this_drain(engine) and engine.sleep_running is False
+    if (_sent_for_this_drain(engine) and not lost) or _wanted(engine, model):
         return False
     desired = model.spec.desired_state
     return desired is DesiredState.ASLEEP or awake_others >= model.spec.min_awake
@@ -325,6 +355,7 @@ def _settled_label(engine: EngineView, model: ModelView) -> EngineState | None:
         if (
             not _wanted(engine, model)
             and _sent_for_this_drain(engine)
+            and engine.sleep_running is not False
             and sent is not None
             and model.now - sent < model.sleep_grace
         ):

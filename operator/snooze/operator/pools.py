@@ -1,0 +1,455 @@
+"""GPU pools in the operator: one coordinator loop per GPUPool gathers its members from the model
+loops, asks the pool policy who may wake and who sleeps to make room, and hands those
+directives back to the model loops, which alone act on engines. One place decides per pool."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from snooze.gpupool import POOL_LABEL, GPUPoolSpec, parse_pool_spec
+from snooze.kube.api import KubeApi, Ref
+from snooze.kube.pods import PodInfo
+from snooze.models import GROUP, VERSION, EngineState, InferenceModelSpec, SpecError
+from snooze.operator.memory import EngineMemory
+from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.status import ConditionValue, conditions
+from snooze.policy.pool import (
+    Member,
+    MemberState,
+    ModelNeeds,
+    PoolDecision,
+    PoolView,
+    Waiting,
+    WakeAsk,
+    decide_pool,
+    overcommitted,
+)
+from snooze.quantities import format_gib
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+Emit = Callable[[str, str, str], None]
+# vLLM's --gpu-memory-utilization when none is given (0.9 before 0.33, 0.92 since): what an
+# engine takes on its device when nothing says otherwise.
+DEFAULT_SHARE = 0.92
+# What a wake costs by level when the model has no measured one yet (VLLM.md's figures).
+WAKE_SECONDS = {1: 1.0, 2: 20.0}
+
+
+def pools_ref(namespace: str) -> Ref:
+    return Ref(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/gpupools")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Directive:
+    """What a pool says of one member now."""
+
+    grant: bool = False
+    evict: bool = False
+    level: int | None = None
+    """The level to sleep at if it sleeps now (None: the model's own)."""
+
+
+class MemberSource(Protocol):
+    """What a model's loop shows a pool of its engines (operator/loop.py's ModelLoop)."""
+
+    name: str
+    spec: InferenceModelSpec | None
+    selected: list[PodInfo]
+
+    @property
+    def last_wake_seconds(self) -> float | None: ...
+
+    def engine_memory(self, pod: str) -> EngineMemory | None: ...
+
+    def poke(self) -> None: ...
+
+
+def pool_name_of(
+    pod: PodInfo, spec: InferenceModelSpec | None, claims: Mapping[str, str]
+) -> str | None:
+    """The pool a pod is a member of: its snooze.dev/pool label, else the pool whose
+    ResourceClaim it references (`claims`: claim name -> pool), else its model's spec.pool."""
+    label = pod.labels.get(POOL_LABEL)
+    if label:
+        return label
+    for claim in sorted(pod.claims):
+        if claim in claims:
+            return claims[claim]
+    return None if spec is None or spec.pool is None else spec.pool.name
+
+
+class PoolHub:
+    """Every pool loop of this operator process, found by namespace and name."""
+
+    def __init__(self) -> None:
+        self.loops: dict[tuple[str, str], PoolLoop] = {}
+
+    def claims(self, namespace: str) -> dict[str, str]:
+        """ResourceClaim -> the pool that names it; of two pools naming one claim, the first
+        by name (deterministic; the other reports the clash on its status)."""
+        found: dict[str, str] = {}
+        for (ns, name), loop in sorted(self.loops.items()):
+            claim = loop.spec.resource_claim_name if loop.spec is not None else None
+            if ns == namespace and claim and claim not in found:
+                found[claim] = name
+        return found
+
+    def pool_of(
+        self, namespace: str, pod: PodInfo, spec: InferenceModelSpec | None
+    ) -> tuple[str | None, PoolLoop | None]:
+        """The pool a pod belongs to (by name) and its loop (None while the GPUPool is missing)."""
+        name = pool_name_of(pod, spec, self.claims(namespace))
+        return name, None if name is None else self.loops.get((namespace, name))
+
+
+class PoolLoop:
+    """Everything the operator does for one GPUPool."""
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        api: KubeApi,
+        hub: PoolHub,
+        models: Callable[[], Iterable[MemberSource]],
+        emit: Emit,
+        metrics: OperatorMetrics,
+        interval: float,
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.body = body
+        self.api = api
+        self.hub = hub
+        self.models = models
+        self.emit = emit
+        self.metrics = metrics
+        self.interval = interval
+        self.spec: GPUPoolSpec | None = None
+        self.poke_event = asyncio.Event()
+        self.asks: dict[str, tuple[str, float]] = {}
+        """Pod -> (its model, when it first asked for room)."""
+        self.decision: PoolDecision | None = None
+        self._evicted: set[str] = set()
+        self._written: JSON = dict(body.get("status") or {})
+        self._evictions = int(self._written.get("evictions") or 0)
+        self._told: str | None = None
+        self._sources: dict[str, MemberSource] = {}
+
+    # -- what the model loops call ------------------------------------------------------------
+
+    def directive(self, pod: str) -> Directive:
+        decision = self.decision
+        if decision is None:
+            return Directive()
+        return Directive(
+            grant=pod in decision.grant,
+            evict=pod in decision.evict,
+            level=decision.levels.get(pod),
+        )
+
+    def ask(self, model: str, pods: Iterable[str], now: float) -> None:
+        """The model's members that want room now (the others of the model withdraw)."""
+        wanted = set(pods)
+        before = {p for p, (m, _) in self.asks.items() if m == model}
+        for pod in before - wanted:
+            del self.asks[pod]
+        for pod in wanted - before:
+            self.asks[pod] = (model, now)
+        if wanted != before:
+            self.poke()
+
+    def waiting_for(self, pods: Iterable[str]) -> Waiting | None:
+        decision = self.decision
+        if decision is None:
+            return None
+        names = set(pods)
+        return next((w for w in decision.waiting if w.pod in names), None)
+
+    def poke(self) -> None:
+        self.poke_event.set()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def run(self, stopped: Callable[[], bool]) -> None:
+        self.metrics.start_pool(self.namespace, self.name)
+        first = True
+        while not stopped():
+            try:
+                await self.cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("cycle of pool %s/%s failed", self.namespace, self.name)
+            wait = self.interval * (random.random() if first else 1.0)
+            first = False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.poke_event.wait(), wait)
+            self.poke_event.clear()
+
+    def stop(self) -> None:
+        self.metrics.forget_pool(self.namespace, self.name)
+        self.decision = None
+        for source in self._sources.values():
+            source.poke()  # its members are no longer granted anything
+
+    async def cycle(self) -> None:
+        now = time.time()
+        generation = (self.body.get("metadata") or {}).get("generation")
+        try:
+            spec = parse_pool_spec(dict(self.body.get("spec") or {}))
+        except SpecError as exc:
+            self.spec, self.decision = None, None
+            await self._write_status(self._invalid_status(str(exc), generation, now))
+            return
+        self.spec = spec
+        members, needs, sources = self._gather(spec, now)
+        self._sources = sources
+        # Asks of pods that left the pool, or that woke meanwhile, lapse.
+        for pod in [p for p in self.asks if p not in sources]:
+            del self.asks[pod]
+        view = PoolView(
+            memory=spec.memory_bytes,
+            host_memory=spec.host_memory_bytes,
+            eviction=spec.eviction,
+            min_residency=spec.min_residency_seconds,
+            members=members,
+            asks=[WakeAsk(pod=p, asked_at=t) for p, (_, t) in self.asks.items()],
+            models=needs,
+            now=now,
+        )
+        decision = decide_pool(view)
+        self._publish(decision, members, sources, now)
+        await self._write_status(self._status(spec, members, decision, generation, now))
+
+    def _gather(
+        self, spec: GPUPoolSpec, now: float
+    ) -> tuple[list[Member], dict[str, ModelNeeds], dict[str, MemberSource]]:
+        members: list[Member] = []
+        needs: dict[str, ModelNeeds] = {}
+        sources: dict[str, MemberSource] = {}
+        claims = self.hub.claims(self.namespace)
+        for source in self.models():
+            model_spec = source.spec
+            for pod in source.selected:
+                if pool_name_of(pod, model_spec, claims) != self.name:
+                    continue
+                if not pod.scheduled:
+                    continue  # not on any node yet (Pending): it holds nothing on this device
+                sources[pod.name] = source
+                members.append(self._member(spec, source, pod, now))
+            if model_spec is not None and any(s is source for s in sources.values()):
+                needs[source.name] = ModelNeeds(
+                    min_awake=model_spec.min_awake,
+                    keep_awake=model_spec.desired_state.value == "Awake",
+                )
+        return members, needs, sources
+
+    def _member(self, spec: GPUPoolSpec, source: MemberSource, pod: PodInfo, now: float) -> Member:
+        model_spec = source.spec
+        engine = source.engine_memory(pod.name)
+        pool_spec = None if model_spec is None else model_spec.pool
+        footprint = pool_spec.memory_bytes if pool_spec is not None else None
+        if footprint is None:
+            share = (engine.gpu_share if engine is not None else None) or pod.gpu_memory_utilization
+            footprint = int((share or DEFAULT_SHARE) * spec.memory_bytes)
+        residue = pool_spec.asleep_bytes if pool_spec is not None else 2**30
+        weights = (pool_spec.weights_bytes if pool_spec is not None else None) or max(
+            footprint - residue, 0
+        )
+        level: int = model_spec.sleep.level if model_spec is not None else 1
+        state = _state(pod, engine)
+        if state is MemberState.ASLEEP and engine is not None and engine.sleep_level:
+            level = engine.sleep_level
+        awake_since = None if engine is None else engine.state_since.get(EngineState.AWAKE.value)
+        return Member(
+            pod=pod.name,
+            model=source.name,
+            state=state,
+            footprint=footprint,
+            residue=residue,
+            priority=0 if pool_spec is None else pool_spec.priority,
+            busy=bool(engine and engine.busy),
+            last_used=engine.last_activity if engine is not None else now,
+            awake_since=awake_since,
+            level=level,
+            wake_seconds=source.last_wake_seconds or WAKE_SECONDS.get(level, 1.0),
+            weights=weights,
+        )
+
+    def _publish(
+        self,
+        decision: PoolDecision,
+        members: list[Member],
+        sources: Mapping[str, MemberSource],
+        now: float,
+    ) -> None:
+        before = self.decision
+        self.decision = decision
+        for pod, model in decision.evict.items():
+            if pod in self._evicted:
+                continue
+            self._evicted.add(pod)
+            self._evictions += 1
+            reason = "start" if model.startswith("starting ") else "wake"
+            self.metrics.pool_evictions.labels(self.namespace, self.name, reason).inc()
+            owner = sources[pod].name if pod in sources else "?"
+            log.info(
+                "pool %s/%s: %s (%s) sleeps to make room for %s",
+                self.namespace,
+                self.name,
+                pod,
+                owner,
+                model,
+            )
+            self.emit(
+                "Normal",
+                "MakingRoom",
+                f"{pod} ({owner}) sleeps to make room for {model}",
+            )
+        self._evicted &= set(decision.evict)
+        for pod in decision.grant:
+            asked = self.asks.pop(pod, None)
+            if asked is not None:
+                self.metrics.pool_wait.labels(self.namespace, self.name).observe(now - asked[1])
+        changed = {
+            pod
+            for pod in sources
+            if before is None
+            or (pod in before.grant) != (pod in decision.grant)
+            or (pod in before.evict) != (pod in decision.evict)
+            or before.levels.get(pod) != decision.levels.get(pod)
+        }
+        changed |= {w.pod for w in decision.waiting}
+        for pod in changed:
+            sources[pod].poke()
+
+    def _status(
+        self,
+        spec: GPUPoolSpec,
+        members: list[Member],
+        decision: PoolDecision,
+        generation: int | None,
+        now: float,
+    ) -> JSON:
+        memory = spec.memory_bytes
+        awake = sum(
+            m.held for m in members if m.held == m.footprint and m.state is not MemberState.ASLEEP
+        )
+        asleep = sum(m.held for m in members if m.state is MemberState.ASLEEP)
+        free = memory - decision.used
+        self.metrics.set_pool_memory(
+            self.namespace, self.name, awake=awake, asleep=asleep, free=max(free, 0)
+        )
+        problem = overcommitted(memory, members)
+        claim = spec.resource_claim_name
+        holder = self.hub.claims(self.namespace).get(claim) if claim else None
+        claim_clash = holder is not None and holder != self.name
+        if problem != self._told and problem is not None:
+            self.emit("Warning", "Overcommitted", problem)
+        self._told = problem
+        values = [
+            ConditionValue(type="SpecValid", status=True, reason="Valid", message=""),
+            ConditionValue(
+                type="ClaimConflict",
+                status=claim_clash,
+                reason="ClaimNamedTwice" if claim_clash else "NoConflict",
+                message=(
+                    f"GPUPool {holder} names ResourceClaim {claim} too and holds its pods: "
+                    "give each pool its own claim"
+                )
+                if claim_clash
+                else "no other pool names this pool's ResourceClaim",
+            ),
+            ConditionValue(
+                type="Overcommitted",
+                status=problem is not None,
+                reason="FootprintsExceedMemory" if problem else "Fits",
+                message=problem or "every member fits awake beside the others asleep",
+            ),
+        ]
+        return {
+            "memoryBytes": memory,
+            "usedBytes": decision.used,
+            "awakeBytes": awake,
+            "asleepBytes": asleep,
+            "freeBytes": free,
+            "used": f"{format_gib(decision.used)}/{format_gib(memory)}",
+            "awake": sum(1 for m in members if m.state is MemberState.AWAKE),
+            "members": [
+                {
+                    "pod": m.pod,
+                    "model": m.model,
+                    "state": "evicting" if m.pod in decision.evict else m.state.value,
+                    "footprintBytes": m.footprint,
+                    "holdsBytes": m.held,
+                    "priority": m.priority,
+                }
+                for m in sorted(members, key=lambda m: m.pod)
+            ],
+            "waiting": len(decision.waiting),
+            "waitingModels": list(dict.fromkeys(w.model for w in decision.waiting)),
+            "evictions": self._evictions,
+            "conditions": conditions(
+                self._written.get("conditions") or [], values, now=now, generation=generation
+            ),
+            "observedGeneration": generation,
+        }
+
+    def _invalid_status(self, message: str, generation: int | None, now: float) -> JSON:
+        if message != self._told:
+            self.emit("Warning", "InvalidSpec", message)
+            self._told = message
+        values = [
+            ConditionValue(
+                type="SpecValid",
+                status=False,
+                reason="InvalidSpec",
+                message=f"{message}. Fix the spec: its members wake for nobody until then.",
+            )
+        ]
+        return {
+            "conditions": conditions(
+                self._written.get("conditions") or [], values, now=now, generation=generation
+            ),
+            "observedGeneration": generation,
+        }
+
+    async def _write_status(self, new: JSON) -> None:
+        if new == {k: self._written.get(k) for k in new}:
+            return
+        await self.api.patch(pools_ref(self.namespace), self.name, {"status": new}, sub="status")
+        self._written = new
+
+
+def _state(pod: PodInfo, engine: EngineMemory | None) -> MemberState:
+    """A member's state from what its model's loop knows now (its actions first: they run
+    ahead of the labels they write)."""
+    if not pod.ready:
+        return MemberState.STARTING
+    if engine is None:
+        return MemberState.UNKNOWN
+    if engine.acting_kind == "Wake":
+        return MemberState.WAKING
+    if engine.acting_kind == "Sleep":
+        return MemberState.DRAINING
+    if engine.last_failure_reason == "OutOfMemory":
+        # A wake that ran out of memory may leave part of the engine mapped on the device.
+        return MemberState.UNKNOWN
+    if engine.sleeping is None:
+        return MemberState.UNKNOWN
+    if engine.sleeping:
+        return MemberState.ASLEEP
+    if pod.state is EngineState.DRAINING:
+        return MemberState.DRAINING
+    return MemberState.AWAKE

@@ -1,0 +1,61 @@
+"""When to probe an engine: when a decision depends on what it would say, not by the clock.
+
+A probe is an HTTP request to the engine; at thousands of engines they are most of what the
+operator costs. Most of the time nothing depends on one:
+- an engine asleep changes only when Snooze wakes it;
+- an engine whose requests come through the gateway is known to be active from the
+  gateway's own counters, so it need not be asked until its idle deadline comes near.
+An engine is probed when a decision may depend on it: its idle deadline is within one probe
+interval (so that a sleep is always decided on a probe at most one interval old, which also
+catches traffic that bypassed the gateway), its label and its last answer disagree or are
+left over from a step in flight, its last probe got no answer, or it has served requests
+the gateway does not account for (traffic straight to the engine, whose end only probes
+can time). Everything else is probed at the slow drift interval, to notice what nobody told
+the operator. `interval` is thus the longest an engine goes unobserved while a decision
+could depend on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from snooze.models import EngineState
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeFacts:
+    """What the operator knows of one engine between probes."""
+
+    last_probe: float | None
+    """When it was last probed; None: never."""
+    answered: bool
+    """Its last probe got an answer."""
+    sleeping: bool | None
+    """What it last said: asleep or awake."""
+    label: EngineState | None
+    """Its published state."""
+    direct_activity: bool
+    """At its last probe it was serving, or had finished, requests that the gateway's counters
+    do not account for (traffic straight to the engine)."""
+    last_activity: float
+    """Its latest known activity: probes and the gateway's counters together."""
+
+
+def probe_due(
+    facts: ProbeFacts, *, idle_after: float, now: float, interval: float, drift: float
+) -> bool:
+    """Pure: whether to probe the engine now (see the module's docstring)."""
+    if facts.last_probe is None or not facts.answered or facts.sleeping is None:
+        return True
+    since = now - facts.last_probe
+    if since >= drift:
+        return True
+    if facts.label not in (EngineState.AWAKE, EngineState.ASLEEP, EngineState.FAILED):
+        return True  # no label yet, or a draining/waking label: a step to settle
+    if (facts.label is EngineState.AWAKE) == facts.sleeping:
+        return True  # the label says one thing, the engine the other
+    if facts.sleeping or since < interval:
+        return False
+    if facts.direct_activity:
+        return True  # only probes can time the end of traffic that bypasses the gateway
+    return facts.last_activity + idle_after - now <= interval

@@ -1,0 +1,272 @@
+"""GPU pools end to end: four models of 30 GiB on one 70 GiB device, at most two awake; a request
+for a sleeping one is answered after an idle one sleeps; a busy one is spared; the device is
+never over-committed (no start refused for room, no wake out of memory), even when the
+operator is stopped in the middle of a swap."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from conftest import FAST, Cluster, OperatorThread, _addresses, wait_for
+from gateway_fixtures import GatewayThread, gateway
+from test_gateway import MESSAGES, client
+
+from snooze.sim import EngineConfig, SimulatedEngine
+from snooze.sim.device import SimulatedDevice
+
+__all__ = ["gateway"]
+GIB = 2**30
+POOLS = "/apis/snooze.dev/v1alpha1/namespaces/default/gpupools"
+PODS = "/api/v1/namespaces/default/pods"
+NAMES = ("a", "b", "c", "d")
+# The container's own start (image, Python, CUDA) before vLLM checks the device's free memory:
+# the time a pool has to make room for a member that starts.
+CONTAINER_START_SECONDS = 1.5
+
+
+class Kubelet:
+    """Starts a member's engine some time after its pod appears, and marks the pod Ready once
+    the engine has loaded: the part of a node the sandbox does not have."""
+
+    def __init__(self, cluster: Cluster, device: SimulatedDevice) -> None:
+        self.cluster = cluster
+        self.device = device
+        self.engines: dict[str, SimulatedEngine] = {}
+
+    def start(self, name: str, **options: Any) -> SimulatedEngine:
+        host = next(_addresses)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{name}-0", "labels": {"app": name}},
+            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.33.0"}]},
+        }
+        self.cluster.http.post(PODS, json=pod).raise_for_status()
+        self.cluster.set_pod_ready(f"{name}-0", host, ready=False)
+        time.sleep(CONTAINER_START_SECONDS)
+        config = EngineConfig(
+            model=name,
+            host=host,
+            port=8000,
+            device=self.device.name,
+            gpu_memory_gib=10,
+            kv_cache_gib=19,
+            asleep_memory_gib=1,
+            sleep_seconds=0.2,
+            wake_seconds=0.2,
+            token_seconds=0.01,
+            start_retry_seconds=0.2,
+            **options,
+        )
+        engine = self.cluster.sim.add(config)
+        self.engines[name] = engine
+        wait_for(f"{name} loaded", lambda: engine.loaded, timeout=30)
+        self.cluster.set_pod_ready(f"{name}-0", host, ready=True)
+        return engine
+
+
+class Watcher:
+    """Samples the device while the test runs: the most engines awake at once."""
+
+    def __init__(self, engines: dict[str, SimulatedEngine]) -> None:
+        self.engines = engines
+        self.most_awake = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            awake = sum(1 for e in list(self.engines.values()) if e.loaded and not e.is_sleeping)
+            self.most_awake = max(self.most_awake, awake)
+            time.sleep(0.005)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture
+def pool(cluster: Cluster) -> Iterator[Kubelet]:
+    device = cluster.sim.add_device(name="gpu-0", memory_gib=70)
+    body = {
+        "apiVersion": "snooze.dev/v1alpha1",
+        "kind": "GPUPool",
+        "metadata": {"name": "gpu-0"},
+        "spec": {"memory": "70Gi", "minResidency": "1s"},
+    }
+    cluster.http.post(POOLS, json=body).raise_for_status()
+    for name in NAMES:
+        cluster.create_model(
+            name,
+            {
+                "selector": {"matchLabels": {"app": name}},
+                "idle": {"after": "Never"},  # asleep only when the pool needs the room
+                "pool": {"name": "gpu-0", "memory": "30Gi", "asleepMemory": "1Gi"},
+                "wake": {"timeout": "30s"},
+            },
+        )
+    yield Kubelet(cluster, device)
+
+
+def pool_status(cluster: Cluster, name: str = "gpu-0") -> dict[str, Any]:
+    response = cluster.http.get(f"{POOLS}/{name}")
+    response.raise_for_status()
+    status: dict[str, Any] = response.json().get("status") or {}
+    return status
+
+
+def ask(gw: GatewayThread, model: str, tokens: int = 2) -> str:
+    reply = client(gw).chat.completions.create(model=model, messages=MESSAGES, max_tokens=tokens)
+    return reply.choices[0].message.content or ""
+
+
+def wake_ooms(kubelet: Kubelet) -> int:
+    return sum(e.memory.oom_total["wake"] for e in kubelet.engines.values())
+
+
+def start_refusals(kubelet: Kubelet) -> int:
+    return sum(e.memory.oom_total["start"] for e in kubelet.engines.values())
+
+
+def test_four_models_share_a_gpu_two_at_a_time(
+    cluster: Cluster, pool: Kubelet, operator: OperatorThread, gateway: GatewayThread
+) -> None:
+    watcher = Watcher(pool.engines)
+    try:
+        for name in NAMES:  # each starts once the pool has made room for it
+            pool.start(name)
+        wait_for("two asleep", lambda: sum(e.is_sleeping for e in pool.engines.values()) == 2)
+        status = wait_for("the pool's status", lambda: (s := pool_status(cluster)) and s)
+        assert status["evictions"] >= 2
+        assert start_refusals(pool) == 0
+
+        # A request for each sleeping model: answered, after an idle one sleeps for it.
+        for name in [n for n, e in pool.engines.items() if e.is_sleeping]:
+            assert ask(gateway, name) == "lorem ipsum"
+            assert not pool.engines[name].is_sleeping
+        assert wake_ooms(pool) == 0
+        assert watcher.most_awake <= 2
+    finally:
+        watcher.stop()
+    metrics = operator.metrics
+    assert metrics.pool_oom.labels("default", "gpu-0")._value.get() == 0
+    assert metrics.pool_evictions.labels("default", "gpu-0", "wake")._value.get() >= 2
+
+
+def test_the_busy_member_is_spared_and_the_idle_one_sleeps(
+    cluster: Cluster, pool: Kubelet, operator: OperatorThread, gateway: GatewayThread
+) -> None:
+    for name in NAMES:
+        pool.start(name)
+    awake = wait_for(
+        "two awake",
+        lambda: (
+            (a := sorted(n for n, e in pool.engines.items() if not e.is_sleeping))
+            and len(a) == 2
+            and a
+        ),
+    )
+    busy, idle = awake
+    asleep = next(n for n, e in pool.engines.items() if e.is_sleeping)
+    with ThreadPoolExecutor(2) as threads:
+        stream = threads.submit(ask, gateway, busy, 400)  # 4 s of tokens
+        wait_for("the busy one answering", lambda: pool.engines[busy].running > 0)
+        assert threads.submit(ask, gateway, asleep).result(30) == "lorem ipsum"
+        assert stream.result(30)
+    assert pool.engines[idle].is_sleeping
+    assert not pool.engines[busy].is_sleeping
+    assert pool.engines[busy].sleep_calls == 0
+    assert wake_ooms(pool) == 0
+
+
+def test_a_wake_waits_while_every_member_is_busy_and_says_so(
+    cluster: Cluster, pool: Kubelet, operator: OperatorThread, gateway: GatewayThread
+) -> None:
+    for name in NAMES:
+        pool.start(name)
+    wait_for("two asleep", lambda: sum(e.is_sleeping for e in pool.engines.values()) == 2)
+    awake = [n for n, e in pool.engines.items() if not e.is_sleeping]
+    asleep = next(n for n, e in pool.engines.items() if e.is_sleeping)
+    with ThreadPoolExecutor(3) as threads:
+        streams = [threads.submit(ask, gateway, n, 300) for n in awake]
+        wait_for("both busy", lambda: all(pool.engines[n].running for n in awake))
+        held = threads.submit(ask, gateway, asleep)
+        # (It may first try a member whose last probe was older than its stream, and find
+        # it busy when it comes to put it to sleep.)
+        waiting = wait_for(
+            "WaitingForRoom, every member busy",
+            lambda: (
+                (c := cluster.condition(asleep, "WaitingForRoom"))
+                and c["status"] == "True"
+                and "busy" in c["message"]
+                and c
+            ),
+        )
+        assert "GPUPool gpu-0" in waiting["message"]
+        assert held.result(30) == "lorem ipsum"  # served once a stream ended
+        # Neither stream was cut short: each got all its tokens.
+        assert [len(s.result(30).split()) for s in streams] == [300, 300]
+    assert wake_ooms(pool) == 0
+
+
+def test_the_operator_stopped_mid_swap_converges_without_overcommitting(
+    cluster: Cluster, pool: Kubelet, gateway: GatewayThread
+) -> None:
+    first = OperatorThread(FAST).start()
+    watcher = Watcher(pool.engines)
+    try:
+        for name in NAMES:
+            pool.start(name)
+        wait_for("two asleep", lambda: sum(e.is_sleeping for e in pool.engines.values()) == 2)
+        asleep = next(n for n, e in pool.engines.items() if e.is_sleeping)
+        with ThreadPoolExecutor(1) as threads:
+            answer = threads.submit(ask, gateway, asleep)
+            wait_for("a swap under way", lambda: pool_status(cluster).get("waiting", 0) > 0)
+            first.stop()
+            second = OperatorThread(FAST).start()
+            try:
+                assert answer.result(30) == "lorem ipsum"
+            finally:
+                second.stop()
+        assert watcher.most_awake <= 2
+        assert wake_ooms(pool) == 0
+    finally:
+        watcher.stop()
+        if first.error is None:
+            first.stop()
+
+
+def test_a_pool_that_cannot_fit_its_members_says_why(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    cluster.http.post(
+        POOLS,
+        json={
+            "apiVersion": "snooze.dev/v1alpha1",
+            "kind": "GPUPool",
+            "metadata": {"name": "tiny"},
+            "spec": {"memory": "20Gi"},
+        },
+    ).raise_for_status()
+    cluster.create_pod("x-0", labels={"app": "x", "snooze.dev/pool": "tiny"})
+    cluster.create_model(
+        "x", {"selector": {"matchLabels": {"app": "x"}}, "pool": {"name": "tiny", "memory": "30Gi"}}
+    )
+    condition = wait_for(
+        "Overcommitted",
+        lambda: next(
+            (
+                c
+                for c in pool_status(cluster, "tiny").get("conditions") or []
+                if c["type"] == "Overcommitted" and c["status"] == "True"
+            ),
+            None,
+        ),
+    )
+    assert "> 21474836480 bytes" in condition["message"]
