@@ -72,9 +72,12 @@ class Bench:
         wait_until("the engine", lambda: httpx.get(url + "/health").status_code == 200)
         return url
 
-    def pod_and_model(self, name: str, *, state: str | None, spec: dict[str, Any]) -> None:
+    def install_crd(self) -> None:
         crd = yaml.safe_load(CRD.read_text())
         self.api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
+
+    def pod_and_model(self, name: str, *, state: str | None, spec: dict[str, Any]) -> None:
+        self.install_crd()
         labels = {"app": name, **({"snooze.dev/state": state} if state else {})}
         pods = f"/api/v1/namespaces/{NS}/pods"
         self.api.post(pods, json={"metadata": {"name": f"{name}-0", "labels": labels}})
@@ -95,10 +98,22 @@ class Bench:
             "metadata": {"name": name},
             "spec": {"selector": {"matchLabels": {"app": name}}, **spec},
         }
-        response = self.api.post(
-            f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels", json=body
-        )
+        models = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels"
+        response = self.api.post(models, json=body)
         response.raise_for_status()
+        if state:
+            # No operator runs: write the status it would, since the gateway routes only to
+            # pods that the model's status reports awake, under the name the status claims.
+            uid = self.api.get(f"{pods}/{name}-0").json()["metadata"]["uid"]
+            status = {
+                "modelName": name,
+                "pods": [{"name": f"{name}-0", "state": state, "uid": uid}],
+            }
+            self.api.patch(
+                f"{models}/{name}/status",
+                json={"status": status},
+                headers={"Content-Type": "application/merge-patch+json"},
+            ).raise_for_status()
 
     def gateway(self) -> str:
         port = free_port()
@@ -106,7 +121,7 @@ class Bench:
             "import argparse, sys; from snooze.gateway import cli; p = argparse.ArgumentParser();"
             " cli.add_arguments(p); sys.exit(cli.run(p.parse_args(sys.argv[1:])))"
         )
-        self.spawn("-c", code, "--host", "127.0.0.1", "--port", str(port))
+        self.spawn("-c", code, "--host", "127.0.0.1", "--port", str(port), "--expose-model-status")
         self.gateway_url = f"http://127.0.0.1:{port}"
         wait_until(
             "the gateway", lambda: httpx.get(self.gateway_url + "/readyz").status_code == 200

@@ -133,6 +133,10 @@ def test_fifty_concurrent_requests_cause_one_wake(
     assert answers == ["lorem ipsum"] * 50
     assert engine.wake_calls == 1
     assert wake_requests(gateway) == 1
+    # The metric counts annotations written, not requests that waited on one.
+    sample = {"namespace": "default", "model": "crowd"}
+    metric = gateway.metrics.registry.get_sample_value("snooze_gateway_wake_requests_total", sample)
+    assert metric == 1
     assert cluster.model("crowd")["metadata"]["annotations"]["snooze.dev/wake-requested-at"]
 
 
@@ -239,7 +243,7 @@ def test_client_leaving_while_held_does_not_harm_the_others(
 
 
 def wake_requests(gw: GatewayThread) -> int:
-    return gw.call(lambda: gw.g.holds.wake_requests)
+    return gw.call(lambda: gw.g.wakes.written)
 
 
 def held(gw: GatewayThread) -> int:

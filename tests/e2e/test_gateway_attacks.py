@@ -8,12 +8,15 @@ on what the engine saw, not only on the status code.
 from __future__ import annotations
 
 import json
+import logging
 import socket
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 from conftest import Cluster, OperatorThread, wait_for
 from gateway_fixtures import GatewayThread, gateway
+from stand_in import set_label
 from test_gateway import MESSAGES, add_model, client, gateway_view
 
 __all__ = ["gateway"]
@@ -113,3 +116,81 @@ def test_unknown_routes_and_methods_get_openai_shaped_errors(gateway: GatewayThr
     assert wrong.status_code == 405
     assert wrong.headers["Allow"] == "POST"
     assert wrong.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_an_asleep_pod_labelled_awake_by_its_owner_gets_no_request(
+    cluster: Cluster, operator: OperatorThread, gateway: GatewayThread
+) -> None:
+    """A pod's owner labels an asleep pod `awake`; requests sent while the gateway sees that
+    label (until the operator puts it back) go only to the pod the operator reports awake."""
+    engines = add_model(cluster, "guarded", pods=2, spec={"minAwake": 1})
+    names = ["guarded-0", "guarded-1"]
+    wait_for(
+        "one asleep, one awake",
+        lambda: sorted(str(cluster.pod_state(n)) for n in names) == ["asleep", "awake"],
+    )
+    wait_for("the gateway sees one awake", lambda: gateway_view(gateway, "guarded")["awake"] == 1)
+    sleeper_name = next(n for n in names if cluster.pod_state(n) == "asleep")
+    sleeper = engines[names.index(sleeper_name)]
+
+    def ask(_: int) -> int:
+        body = {"model": "guarded", "messages": MESSAGES, "max_tokens": 2}
+        try:
+            return httpx.post(
+                gateway.url + "/v1/chat/completions", json=body, timeout=5
+            ).status_code
+        except httpx.TimeoutException:
+            return 0
+
+    with ThreadPoolExecutor(4) as pool:
+        set_label(cluster, sleeper_name, "awake")
+        codes = list(pool.map(ask, range(40)))
+    wait_for(
+        "the operator to put the label back", lambda: cluster.pod_state(sleeper_name) == "asleep"
+    )
+    assert sleeper.seen["POST /v1/chat/completions"] == 0, codes
+    assert sleeper.requests_served == 0
+    assert codes == [200] * 40
+
+
+def raw_exchange(port: int, data: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send bytes as they are; the status, headers and body of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body
+
+
+MALFORMED = {
+    "a header of 10,000 bytes": (
+        b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nX-Big: " + b"a" * 10000 + b"\r\n\r\n",
+        431,
+    ),
+    "a request line of 10,000 bytes": (b"GET /v1/" + b"a" * 10000 + b" HTTP/1.1\r\n\r\n", 431),
+    "300 headers": (
+        b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(300)) + b"\r\n",
+        431,
+    ),
+    "not HTTP": (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 hello\r\n\r\n", 400),
+    "a bad Content-Length": (b"POST /v1/completions HTTP/1.1\r\nContent-Length: abc\r\n\r\n", 400),
+    "a bad method": (b"G@T /healthz HTTP/1.1\r\n\r\n", 400),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_requests_that_are_not_http_get_openai_shaped_errors_and_no_traceback(
+    gateway: GatewayThread, caplog: pytest.LogCaptureFixture, case: str
+) -> None:
+    data, expected = MALFORMED[case]
+    caplog.set_level(logging.DEBUG)
+    status, headers, body = raw_exchange(gateway.port, data)
+    assert status == expected, body[:200]
+    assert headers["Content-Type"].startswith("application/json")
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

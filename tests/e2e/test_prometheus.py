@@ -23,7 +23,7 @@ import httpx
 import pytest
 import yaml
 from conftest import Cluster, OperatorThread, wait_for
-from gateway_fixtures import GatewayThread
+from gateway_fixtures import GatewayThread, routable_pods
 from prometheus_client import CollectorRegistry, start_http_server
 
 from snooze.operator.metrics import OperatorMetrics
@@ -205,14 +205,14 @@ def test_dashboard_queries_return_data_and_rules_evaluate(
     # chat wakes slowly enough for a scrape to see its request held.
     chat = cluster.create_pod("chat-0", labels={"app": "chat"}, model="chat", wake_seconds=2.5)
     cluster.create_pod("hybrid-0", labels={"app": "hybrid"}, model="hybrid", hybrid_wake_crash=True)
-    for name, wake in (("chat", {}), ("hybrid", {"timeout": "2s"})):
+    for name, wake in (("chat", {}), ("hybrid", {"timeout": "2s", "onFailure": "Restart"})):
         cluster.create_model(
             name,
             {"selector": {"matchLabels": {"app": name}}, "idle": {"after": "2s"}, "wake": wake},
         )
     wait_for("the gateway knows both", lambda: len(http.get("/v1/models").json()["data"]) == 2)
-    for pod in ("chat-0", "hybrid-0"):
-        wait_for(f"{pod} labelled awake", lambda pod=pod: cluster.pod_state(pod) == "awake")
+    for name in ("chat", "hybrid"):
+        wait_for(f"{name} routable", lambda name=name: routable_pods(gateway, name) == 1)
     # Traffic before the sleeps, so that the gateway's series exist in Prometheus before they
     # move (rate() and increase() need two samples).
     assert ask("chat") == 200
@@ -242,7 +242,8 @@ def test_dashboard_queries_return_data_and_rules_evaluate(
     assert ask("chat") == 200
     scraped(prom, 'snooze_wake_duration_seconds_count{model="chat"}', lambda v: v == 2)
 
-    # The hybrid model's wake crashes; the request held for it times out (504).
+    # The hybrid model's wake crashes; the operator deletes the pod (wake.onFailure: Restart)
+    # and no controller recreates it here: the request held for it times out (504).
     wait_for("hybrid asleep", lambda: cluster.pod_state("hybrid-0") == "asleep")
     assert ask("hybrid") == 504
     scraped(prom, 'snooze_wake_failures_total{model="hybrid",reason="HybridKVCacheReinit"}')

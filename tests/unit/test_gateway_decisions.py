@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from snooze.gateway.hold import wake_pending
+from snooze.gateway.hold import known_failure
+from snooze.gateway.model import Model, model_from
 from snooze.gateway.proxy import forward_headers
 from snooze.gateway.router import Router, pick
+from snooze.gateway.wake import wake_pending
 from snooze.kube.pods import PodInfo
 
 NOW = 1000.0
@@ -81,3 +83,88 @@ def test_router_shuns_an_unreachable_pod_while_others_remain() -> None:
     router.unreachable(a)
     assert all(router.choose([a, b]) == b for _ in range(4))
     assert router.choose([a]) == a  # nothing better: try it anyway
+
+
+def failing_model(
+    *,
+    on_failure: str = "Report",
+    since: str | None = "2026-01-01T00:00:10.000Z",
+    failed: bool = True,
+    entries: dict[str, tuple[str, str, str]] | None = None,
+) -> Model:
+    """A model whose status reports pods (state, uid, failureReason) and maybe WakeFailed."""
+    conditions = []
+    if failed:
+        conditions.append(
+            {"type": "WakeFailed", "status": "True", "reason": "EngineError",
+             "message": "p0: boom", "lastTransitionTime": since}
+        )  # fmt: skip
+    pods = [
+        {"name": name, "state": state, "uid": uid, "failureReason": reason}
+        for name, (state, uid, reason) in (entries or {}).items()
+    ]
+    return model_from(
+        {
+            "metadata": {"namespace": "ns", "name": "m"},
+            "spec": {"selector": {"matchLabels": {"app": "m"}}, "wake": {"onFailure": on_failure}},
+            "status": {"modelName": "m", "pods": pods, "conditions": conditions},
+        }
+    )
+
+
+def labelled(name: str, state: str, *, ready: bool = True) -> PodInfo:
+    return PodInfo(
+        namespace="ns", name=name, uid=name, ip="127.0.0.1", ready=ready,
+        labels={"snooze.dev/state": state},
+    )  # fmt: skip
+
+
+T9 = 1767225609.0  # 2026-01-01T00:00:09Z: a wake request a second before the failure
+T11 = T9 + 2.0  # a wake request a second after it
+FAILED = {"p0": ("failed", "p0", "EngineError")}
+HYBRID = {"p0": ("failed", "p0", "HybridKVCacheReinit")}
+
+
+@pytest.mark.parametrize(
+    ("model", "pods", "asked_at", "known"),
+    [
+        (failing_model(entries=FAILED), [labelled("p0", "failed")], T9, True),
+        # The failure is older than the wake request: the operator tries again (Report).
+        (failing_model(entries=FAILED), [labelled("p0", "failed")], T11, False),
+        # ...but never after the hybrid crash.
+        (failing_model(entries=HYBRID), [labelled("p0", "failed")], T11, True),
+        # The label alone, or the status entry alone, says failed.
+        (failing_model(entries={}), [labelled("p0", "failed")], T9, True),
+        (failing_model(entries=FAILED), [labelled("p0", "asleep")], T9, True),
+        # A status entry about another pod of the same name does not count.
+        (
+            failing_model(entries={"p0": ("failed", "old", "")}),
+            [labelled("p0", "asleep")],
+            T9,
+            False,
+        ),
+        # A restart may yet serve; a pod not failed may yet wake; no condition, no failure.
+        (
+            failing_model(on_failure="Restart", entries=FAILED),
+            [labelled("p0", "failed")],
+            T9,
+            False,
+        ),
+        (
+            failing_model(entries=FAILED),
+            [labelled("p0", "failed"), labelled("p1", "waking")],
+            T9,
+            False,
+        ),
+        (failing_model(failed=False, entries=FAILED), [labelled("p0", "failed")], T9, False),
+        (failing_model(entries=FAILED), [labelled("p0", "failed", ready=False)], T9, False),
+        (failing_model(entries=FAILED), [labelled("p0", "failed")], None, False),
+    ],
+)
+def test_known_failure(
+    model: Model, pods: list[PodInfo], asked_at: float | None, known: bool
+) -> None:
+    failure = known_failure(model, pods, asked_at=asked_at)
+    assert (failure is not None) is known
+    if failure is not None:
+        assert (failure.reason, failure.message) == ("EngineError", "p0: boom")

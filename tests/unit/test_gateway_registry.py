@@ -8,14 +8,34 @@ from typing import Any
 
 import pytest
 
-from snooze.gateway.registry import MODELS, PODS, Registry, model_from
+from snooze.gateway.model import model_from
+from snooze.gateway.registry import MODELS, PODS, Registry, resolve
 from snooze.gateway.watch import follow
 
 
-def model(name: str, **spec: Any) -> dict[str, Any]:
+def model(
+    name: str,
+    *,
+    namespace: str = "ns",
+    status: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
     return {
-        "metadata": {"namespace": "ns", "name": name},
+        "metadata": {"namespace": namespace, "name": name},
         "spec": {"selector": {"matchLabels": {"app": name}}, **spec},
+        "status": status or {},
+    }
+
+
+def claims(name: str, pods: dict[str, str], *, conflict: bool | None = None) -> dict[str, Any]:
+    """A status as the operator writes it: the name it routes by, pods, maybe a Conflict."""
+    conditions = []
+    if conflict is not None:
+        conditions.append({"type": "Conflict", "status": str(conflict), "message": "taken"})
+    return {
+        "modelName": name,
+        "pods": [{"name": p, "state": s, "uid": f"uid-{p}"} for p, s in pods.items()],
+        "conditions": conditions,
     }
 
 
@@ -24,6 +44,7 @@ def pod(name: str, app: str, state: str = "awake", *, ready: bool = True) -> dic
         "metadata": {
             "namespace": "ns",
             "name": name,
+            "uid": f"uid-{name}",
             "labels": {"app": app, "snooze.dev/state": state},
         },
         "status": {
@@ -34,9 +55,12 @@ def pod(name: str, app: str, state: str = "awake", *, ready: bool = True) -> dic
     }
 
 
-def test_routes_only_to_ready_pods_labelled_awake() -> None:
+def test_routes_only_to_ready_pods_labelled_and_reported_awake() -> None:
     registry = Registry(scopes=[None])
-    registry.replace(MODELS, None, [model("chat", modelName="llama")])
+    status = claims(
+        "llama", {"p0": "awake", "p1": "awake", "p2": "awake", "p3": "awake", "p4": "asleep"}
+    )
+    registry.replace(MODELS, None, [model("chat", modelName="llama", status=status)])
     registry.replace(
         PODS,
         None,
@@ -45,16 +69,55 @@ def test_routes_only_to_ready_pods_labelled_awake() -> None:
             pod("p1", "chat", "asleep"),
             pod("p2", "chat", ready=False),
             pod("p3", "chat", "draining"),
+            pod("p4", "chat"),  # labelled awake by someone, asleep on the status
+            pod("p5", "chat"),  # labelled awake, absent from the status
             pod("other", "else"),
         ],
     )
     assert registry.ready
-    found = registry.find("llama")
-    assert found is not None and registry.find("chat") is None
+    found = registry.resolve("llama").holder
+    assert found is not None and not registry.resolve("chat").named
     assert [p.name for p in registry.awake_pods(found)] == ["p0"]
-    assert len(registry.pods_of(found)) == 4
+    assert len(registry.pods_of(found)) == 6
+    # A pod recreated under p0's name has another uid: the status entry is not about it.
+    registry.apply(
+        PODS,
+        "MODIFIED",
+        {**pod("p0", "chat"), "metadata": {**pod("p0", "chat")["metadata"], "uid": "uid-new"}},
+    )
+    assert registry.awake_pods(found) == []
+    registry.apply(PODS, "MODIFIED", pod("p0", "chat"))
     registry.apply(PODS, "DELETED", pod("p0", "chat"))
     assert registry.awake_pods(found) == []
+
+
+@pytest.mark.parametrize(
+    ("statuses", "holder", "claimants", "named"),
+    [
+        ({"a": None, "b": None}, None, 0, True),  # asked for in specs, claimed by no status
+        ({"a": claims("llm", {}), "b": None}, "a", 1, True),  # one claims it
+        ({"a": claims("llm", {}), "b": claims("llm", {})}, None, 2, True),  # a clash
+        (
+            {"a": claims("llm", {}, conflict=False), "b": claims("llm", {}, conflict=True)},
+            "a",
+            1,
+            True,
+        ),
+        ({"a": claims("llm", {}, conflict=True), "b": None}, None, 0, True),  # holder gone
+        ({"a": claims("other", {}), "b": claims("other", {})}, None, 0, True),  # spec only
+    ],
+)
+def test_a_name_goes_only_to_the_one_model_whose_status_holds_it(
+    statuses: dict[str, dict[str, Any] | None], holder: str | None, claimants: int, named: bool
+) -> None:
+    models = [
+        model_from(model("m", namespace=ns, modelName="llm", status=status))
+        for ns, status in statuses.items()
+    ]
+    claim = resolve("llm", models)
+    assert (claim.holder.namespace if claim.holder else None) == holder
+    assert (claim.claimants, claim.named) == (claimants, named)
+    assert not resolve("unknown", models).named
 
 
 def test_refusals_say_what_to_change() -> None:

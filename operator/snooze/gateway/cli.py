@@ -4,6 +4,39 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+
+from snooze.gateway.settings import GatewaySettings
+
+_DEFAULTS = GatewaySettings()
+# Flags that take a positive number: (flag, settings field, metavar, help).
+_BOUNDS = (
+    ("--max-held-per-model", "max_held_per_model", "N",
+     "requests held per model while it wakes; more get 429"),
+    ("--max-body-bytes", "max_body_bytes", "BYTES",
+     "largest request body accepted, decompressed; larger gets 413"),
+    ("--max-buffered-body-bytes", "max_buffered_body_bytes", "BYTES",
+     "request body bytes held at once over all requests (held for a wake, being read or "
+     "sent); over it, 503 with Retry-After"),
+    ("--keepalive-seconds", "keepalive_seconds", "SECONDS",
+     "interval of SSE comments to held streaming requests"),
+    ("--connect-timeout", "connect_timeout", "SECONDS",
+     "engine connect timeout before another pod is tried"),
+    ("--upstream-first-byte-timeout", "upstream_first_byte_timeout", "SECONDS",
+     "how long an engine may take to start its answer (head and first chunk; a non-streamed "
+     "answer comes after the whole generation); then 504"),
+    ("--upstream-idle-timeout", "upstream_idle_timeout", "SECONDS",
+     "how long an engine may pause between two chunks of an answer; then 504, or a final "
+     "SSE error event"),
+    ("--client-header-timeout", "client_header_timeout", "SECONDS",
+     "how long a client may take to send a request's line and headers; then 408"),
+    ("--client-body-timeout", "client_body_timeout", "SECONDS",
+     "how long a client may take to send a whole request body; then 408"),
+    ("--wake-request-timeout", "wake_request_timeout", "SECONDS",
+     "how long writing a wake request to the Kubernetes API may take; then 503"),
+    ("--shutdown-grace-seconds", "shutdown_grace_seconds", "SECONDS",
+     "on SIGTERM, how long streams and held requests may take to finish"),
+)  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,33 +49,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NS",
         help="serve only models in this namespace (repeatable); default: all namespaces",
     )
+    for flag, field, metavar, text in _BOUNDS:
+        default = getattr(_DEFAULTS, field)
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        parser.add_argument(
+            flag,
+            type=type(default),
+            default=default,
+            metavar=metavar,
+            help=f"{text} (default: {shown})",
+        )
     parser.add_argument(
-        "--max-held-per-model",
-        type=int,
-        default=256,
-        metavar="N",
-        help="requests held per model while it wakes; more get 429 (default: 256)",
-    )
-    parser.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=10 * 1024 * 1024,
-        metavar="BYTES",
-        help="largest request body accepted; larger gets 413 (default: 10 MiB)",
-    )
-    parser.add_argument(
-        "--keepalive-seconds",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="interval of SSE comments to held streaming requests (default: 5)",
-    )
-    parser.add_argument(
-        "--connect-timeout",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="engine connect timeout before another pod is tried (default: 5)",
+        "--expose-model-status",
+        action="store_true",
+        help="add each model's phase, pod counts and namespace to /v1/models (off: model "
+        "names only, for anonymous clients)",
     )
     parser.add_argument(
         "--metrics-port",
@@ -54,34 +75,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="log at debug level")
 
 
-def run(args: argparse.Namespace) -> int:
-    import asyncio
-    import contextlib
-
-    from snooze.gateway.metrics import GatewayMetrics
-    from snooze.gateway.server import serve
-    from snooze.gateway.settings import GatewaySettings
-
-    for flag, value in (
-        ("--max-held-per-model", args.max_held_per_model),
-        ("--max-body-bytes", args.max_body_bytes),
-        ("--keepalive-seconds", args.keepalive_seconds),
-        ("--connect-timeout", args.connect_timeout),
-    ):
-        if value <= 0:
-            raise SystemExit(f"snooze gateway: {flag} must be greater than zero")
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    settings = GatewaySettings(
+def settings_from(args: argparse.Namespace) -> GatewaySettings:
+    """The settings the flags ask for; SystemExit naming the flag when one is not positive."""
+    bounds = {}
+    for flag, field, _, _ in _BOUNDS:
+        value = getattr(args, field)
+        if not (math.isfinite(value) and value > 0):
+            raise SystemExit(
+                f"snooze gateway: {flag} must be a finite number greater than zero (got {value})"
+            )
+        bounds[field] = value
+    return GatewaySettings(
         host=args.host,
         port=args.port,
         namespaces=tuple(args.namespace),
-        max_held_per_model=args.max_held_per_model,
-        max_body_bytes=args.max_body_bytes,
-        keepalive_seconds=args.keepalive_seconds,
-        connect_timeout=args.connect_timeout,
+        expose_model_status=args.expose_model_status,
+        **bounds,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+
+    from snooze.gateway.metrics import GatewayMetrics
+    from snooze.gateway.server import serve
+    from snooze.kube.api import KubeError
+
+    settings = settings_from(args)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     metrics = GatewayMetrics()
     if args.metrics_port is not None:
@@ -93,6 +117,34 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(
                 f"snooze gateway: cannot serve metrics on port {args.metrics_port}: {exc}"
             ) from None
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a person stops it
-        asyncio.run(serve(settings, metrics=metrics))
+
+    async def main() -> None:
+        # SIGTERM (a rollout, a node drain) and Ctrl-C drain the gateway; a second one stops
+        # it at once.
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        server = asyncio.create_task(serve(settings, stop=stop, metrics=metrics))
+
+        def on_signal(name: str) -> None:
+            if stop.is_set():
+                logging.getLogger(__name__).warning("%s again: stopping now", name)
+                server.cancel()
+            else:
+                logging.getLogger(__name__).info(
+                    "%s: draining for up to %gs", name, settings.shutdown_grace_seconds
+                )
+                stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig.name)
+        try:
+            await server
+        except asyncio.CancelledError:
+            if not stop.is_set():
+                raise
+
+    try:
+        asyncio.run(main())
+    except KubeError as exc:  # no credentials, or an API that refuses the first list
+        raise SystemExit(f"snooze gateway: {exc}") from None
     return 0

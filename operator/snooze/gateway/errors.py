@@ -12,7 +12,10 @@ TYPES = {
     400: "invalid_request_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "timeout_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
+    431: "invalid_request_error",
     429: "rate_limit_error",
     502: "upstream_error",
     503: "service_unavailable",
@@ -24,7 +27,10 @@ TYPES = {
 REASONS = {
     400: "bad_request",
     404: "unknown_model",
+    408: "bad_request",
     413: "too_large",
+    415: "bad_request",
+    431: "too_large",
     429: "limit",
     502: "upstream_error",
     503: "unavailable",
@@ -48,11 +54,14 @@ def error_response(
     param: str | None = None,
     code: str | None = None,
     headers: dict[str, str] | None = None,
+    reason: str | None = None,
 ) -> web.Response:
+    """An error the gateway answers itself; `reason` (for the rejection metric) defaults to
+    the one of its status."""
     response = web.json_response(
         error_body(status, message, param=param, code=code), status=status, headers=headers
     )
-    response[REJECTED] = REASONS.get(status, "upstream_error")
+    response[REJECTED] = reason or REASONS.get(status, "upstream_error")
     return response
 
 

@@ -1,40 +1,48 @@
-"""Per-model wake-and-wait: ask for a wake once, then hold requests until a pod is awake."""
+"""Per-model queues of held requests: wait until a pod is awake, or until the wait is over."""
 
 from __future__ import annotations
 
-import asyncio
 import enum
-import logging
+import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
-from snooze.gateway.registry import Key, Model, Registry
-from snooze.kube.api import KubeApi, models_ref
-from snooze.kube.pods import PodInfo, format_time
-from snooze.models import WAKE_REQUESTED_ANNOTATION
+from snooze.gateway.model import Key, Model, WakeFailure
+from snooze.gateway.registry import Registry
+from snooze.gateway.wake import WakeRequestFailed, WakeRequests
+from snooze.kube.pods import PodInfo
+from snooze.policy.sleep import HYBRID_CRASH_REASON
 
-log = logging.getLogger(__name__)
 
+def known_failure(
+    model: Model, pods: Sequence[PodInfo], *, asked_at: float | None
+) -> WakeFailure | None:
+    """Pure: the wake failure that answers a held request now, or None to keep holding.
 
-def wake_pending(
-    *,
-    requested_at: float | None,
-    slept_at: float | None,
-    now: float,
-    wake_timeout: float,
-    recent: float,
-) -> bool:
-    """Pure: whether a wake request already stands, so that asking again would be noise.
-
-    A request stands while it is newer than the pods' latest sleep (unknown: any) and its
-    wake may still be under way: within `wake_timeout`, and never less than `recent`
-    seconds, so that replicas asking at once write one annotation between them.
+    Known when the model's `WakeFailed` condition is True, every ready pod of the model has
+    failed (its label, or its entry on the status, says `failed`), and either the condition
+    was set no earlier than the wake request the request waits on (`asked_at`), or every
+    pod failed with the hybrid KV-cache crash, which the operator never retries. Never under
+    `wake.onFailure: Restart`: the restarted pod may yet serve.
     """
-    if requested_at is None:
-        return False
-    if slept_at is not None and requested_at <= slept_at:
-        return False  # the pods slept after it: that wake is over
-    return requested_at > now - max(wake_timeout, recent)
+    failure = model.wake_failure
+    if model.spec is None or model.spec.wake.on_failure == "Restart" or failure is None:
+        return None
+    ready = [p for p in pods if p.ready]
+    entries = [model.failed_pod(p) for p in ready]
+    if not entries or any(entry is None for entry in entries):
+        return None
+    # The annotation has millisecond precision; the condition's time too.
+    if (
+        asked_at is not None
+        and failure.since is not None
+        and failure.since >= math.floor(asked_at * 1000) / 1000
+    ):
+        return failure
+    if all(entry and entry.failure_reason == HYBRID_CRASH_REASON for entry in entries):
+        return failure
+    return None
 
 
 class Outcome(enum.Enum):
@@ -42,30 +50,40 @@ class Outcome(enum.Enum):
     TIMEOUT = "timeout"
     GONE = "gone"
     REFUSED = "refused"
+    FAILED = "failed"
+    """The wake failed, and the operator will not try again for this request."""
+    SHUTDOWN = "shutdown"
+    """The gateway is shutting down and its grace period is over."""
+    NOT_ASKED = "not_asked"
+    """A wake had to be asked for again, and the API did not take the request."""
+    UNCLAIMED = "unclaimed"
+    """The model no longer holds the name the request asked for (the operator settled a
+    clash, or its spec changed)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Waited:
+    outcome: Outcome
+    failure: WakeFailure | None = None
+    asked_at: float | None = None
+    """The wake request a FAILED wait waited on."""
+    not_asked: WakeRequestFailed | None = None
 
 
 class Holds:
-    """Held requests per model, and the wake requests made for them."""
+    """Held requests per model."""
 
-    def __init__(
-        self,
-        *,
-        api: KubeApi,
-        registry: Registry,
-        max_held: int,
-        recent: float = 5.0,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.api = api
+    def __init__(self, *, registry: Registry, wakes: WakeRequests, max_held: int) -> None:
         self.registry = registry
+        self.wakes = wakes
         self.max_held = max_held
-        self.recent = recent
-        self.clock = clock
         self.held: dict[Key, int] = {}
-        self.wake_requests = 0
-        """Annotations written by this replica (for tests and logs)."""
-        self._asked: dict[Key, float] = {}
-        self._locks: dict[Key, asyncio.Lock] = {}
+        self.closing = False
+
+    def close(self) -> None:
+        """Release every held request (Outcome.SHUTDOWN): the gateway is going away."""
+        self.closing = True
+        self.registry.poke()
 
     def enter(self, model: Model) -> bool:
         """Take a place in the model's queue; False when it is full."""
@@ -82,72 +100,52 @@ class Holds:
         else:
             self.held.pop(model.key, None)
 
-    async def ensure_wake(self, model: Model) -> None:
-        """Annotate the model with a wake request unless one already stands; raises KubeError."""
-        lock = self._locks.setdefault(model.key, asyncio.Lock())
-        async with lock:  # concurrent first requests: one annotates, the rest see it
-            current = self.registry.get(model.key) or model
-            if current.spec is None or self.registry.awake_pods(current):
-                return
-            if self._pending(current):
-                return
-            # Another replica may have asked since our watch last spoke: read the model afresh,
-            # which narrows the window in which two replicas both annotate to one round trip.
-            fresh = await self.api.get(models_ref(model.namespace), model.name)
-            self.registry.note_model(fresh)
-            current = self.registry.get(model.key) or current
-            if current.spec is None or self._pending(current):
-                return
-            now = self.clock()
-            patch = {"metadata": {"annotations": {WAKE_REQUESTED_ANNOTATION: format_time(now)}}}
-            body = await self.api.patch(models_ref(model.namespace), model.name, patch)
-            self._asked[model.key] = now
-            self.wake_requests += 1
-            self.registry.note_model(body)
-            log.info("asked for a wake of %s/%s", model.namespace, model.name)
-
-    def _pending(self, model: Model) -> bool:
-        if model.spec is None:
-            return True  # an invalid spec: the operator would not act on a request anyway
-        requested = max(
-            (t for t in (model.wake_requested_at, self._asked.get(model.key)) if t),
-            default=None,
-        )
-        sleeps = [p.sleep_started for p in self.registry.pods_of(model) if p.sleep_started]
-        if model.scaled_to_zero_at is not None:
-            sleeps.append(model.scaled_to_zero_at)
-        return wake_pending(
-            requested_at=requested,
-            slept_at=max(sleeps, default=None),
-            now=self.clock(),
-            wake_timeout=model.hold_seconds(),
-            recent=self.recent,
-        )
-
     async def wait_awake(
         self,
         model: Model,
         *,
+        name: str,
+        asked_at: float | None,
         deadline: float,
         tick: float,
         on_tick: Callable[[], Awaitable[None]] | None = None,
-    ) -> tuple[Outcome, list[PodInfo]]:
-        """Wait (monotonic `deadline`) for an awake pod; `on_tick` runs every `tick` seconds."""
+    ) -> Waited:
+        """Wait (monotonic `deadline`) for an awake pod; `on_tick` runs every `tick` seconds.
+
+        While it waits, a wake request stands for it: when the one it waited on is over
+        without an awake pod (the pods slept after it, say a drain that raced the wake, or a
+        freshly started pod judged idle), it asks again (`asked_at` is the request's time).
+        """
         next_tick = time.monotonic() + tick
         while True:
+            if self.closing:
+                return Waited(outcome=Outcome.SHUTDOWN)
             current = self.registry.get(model.key)
             if current is None:
-                return Outcome.GONE, []
-            pods = self.registry.awake_pods(current)
-            if pods:
-                return Outcome.AWAKE, pods
+                return Waited(outcome=Outcome.GONE)
+            if not current.holds(name):
+                return Waited(outcome=Outcome.UNCLAIMED)
+            if self.registry.awake_pods(current):
+                return Waited(outcome=Outcome.AWAKE)
             if current.refusal() is not None:
-                return Outcome.REFUSED, []
+                return Waited(outcome=Outcome.REFUSED)
+            due = self.wakes.due(current)
+            if due == 0.0:
+                try:
+                    asked_at = await self.wakes.ensure(current) or asked_at
+                except WakeRequestFailed as exc:
+                    return Waited(outcome=Outcome.NOT_ASKED, not_asked=exc)
+                continue
+            failure = known_failure(current, self.registry.pods_of(current), asked_at=asked_at)
+            if failure is not None:
+                return Waited(outcome=Outcome.FAILED, failure=failure, asked_at=asked_at)
             now = time.monotonic()
             if now >= deadline:
-                return Outcome.TIMEOUT, []
+                return Waited(outcome=Outcome.TIMEOUT)
             if on_tick is not None and now >= next_tick:
                 await on_tick()
                 next_tick = now + tick
             until = min(deadline, next_tick) if on_tick is not None else deadline
+            if due is not None:
+                until = min(until, now + due)
             await self.registry.wait_change(max(0.0, until - now))

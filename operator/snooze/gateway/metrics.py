@@ -34,12 +34,19 @@ RejectReason = Literal[
     "bad_request",  # not JSON, not an object, no `model`: 400
     "too_large",  # body over the gateway's limit: 413
     "unavailable",  # the model cannot be woken (wake.onRequest false, no wake possible): 503
-    "upstream_error",  # no awake pod could be reached: 502
+    "upstream_error",  # no awake pod could be reached, or it failed while answering: 502
+    "upstream_timeout",  # the engine sent nothing for longer than an --upstream-* bound: 504
 ]
 REJECT_REASONS: tuple[RejectReason, ...] = get_args(RejectReason)
 # Reasons that name a model; their series are created at zero when a model is first seen, so
 # that the first timeout of a model is an increase that `increase()` and the alerts can see.
-_MODEL_REASONS: tuple[RejectReason, ...] = ("timeout", "limit", "unavailable", "upstream_error")
+_MODEL_REASONS: tuple[RejectReason, ...] = (
+    "timeout",
+    "limit",
+    "unavailable",
+    "upstream_error",
+    "upstream_timeout",
+)
 
 # A proxied completion: from a cached answer (tens of ms) to a long stream held for a wake.
 REQUEST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)

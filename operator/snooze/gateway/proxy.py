@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from snooze.gateway.errors import error_response, sse_error
+from snooze.gateway.errors import REJECTED, error_response, sse_error
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +34,57 @@ HOP_BY_HOP = frozenset(
     }
 )
 # Errors after the request may have reached the engine: never retried (not idempotent).
-UPSTREAM_BROKE = (aiohttp.ClientError, ConnectionError, TimeoutError)
+UPSTREAM_BROKE = (aiohttp.ClientError, ConnectionError)
+# Errors before anything was sent: another pod may be tried.
+NOT_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
 
 class ConnectFailed(Exception):
     """The engine could not be reached at all: the request was not sent, another pod may try."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bounds:
+    """How long an engine may keep a client waiting (the gateway's --upstream-* flags)."""
+
+    first_byte: float
+    """From sending the request to the answer's head and first chunk."""
+    idle: float
+    """Between two chunks of the answer."""
+
+
+class _Chunks:
+    """An answer's body chunk by chunk, each read bounded: the first by the first-byte
+    deadline, the others by the idle timeout. Raises UpstreamSilent when one is late."""
+
+    def __init__(self, upstream: aiohttp.ClientResponse, bounds: Bounds, deadline: float):
+        self.upstream = upstream
+        self.bounds = bounds
+        self.deadline: float | None = deadline
+
+    async def next(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        until = self.deadline if self.deadline is not None else loop.time() + self.bounds.idle
+        try:
+            async with asyncio.timeout_at(until):
+                chunk = await self.upstream.content.readany()
+        except TimeoutError:
+            if self.deadline is not None:
+                raise UpstreamSilent(
+                    self.bounds.first_byte, "--upstream-first-byte-timeout"
+                ) from None
+            raise UpstreamSilent(self.bounds.idle, "--upstream-idle-timeout") from None
+        self.deadline = None
+        return chunk
+
+
+class UpstreamSilent(Exception):
+    """The engine sent nothing for longer than a bound allows."""
+
+    def __init__(self, seconds: float, flag: str) -> None:
+        super().__init__(f"{seconds:g}s ({flag})")
+        self.seconds = seconds
+        self.flag = flag
 
 
 def forward_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
@@ -49,6 +97,16 @@ def forward_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
     return out
 
 
+def forwarded_for(headers: CIMultiDict[str], peer: str | None) -> None:
+    """One X-Forwarded-For: what the client (or a proxy before the gateway) sent, then the
+    peer the gateway saw. Appended, not replaced, so that a chain set by an ingress in front
+    survives; a reader trusts entries from the right, as far as it trusts the proxies."""
+    claimed = [v.strip() for v in headers.popall("X-Forwarded-For", []) if v.strip()]
+    chain = [*claimed, peer] if peer else claimed
+    if chain:
+        headers["X-Forwarded-For"] = ", ".join(chain)
+
+
 async def forward(
     session: aiohttp.ClientSession,
     request: web.Request,
@@ -58,32 +116,48 @@ async def forward(
     started: web.StreamResponse | None,
     extra_headers: Mapping[str, str],
     pod_name: str,
+    bounds: Bounds,
 ) -> web.StreamResponse:
     """Send `body` to `url`; stream the answer into `started` (an SSE already begun) or a new one.
 
-    Raises ConnectFailed only when nothing was sent; every later failure becomes a 502 (or an
-    SSE error event when the stream has begun).
+    Raises ConnectFailed only when nothing was sent; every later failure becomes a 502, a
+    silent engine a 504 (or an SSE error event when the stream has begun).
     """
     headers = forward_headers(request.headers)
-    if request.remote:
-        headers.add("X-Forwarded-For", request.remote)
+    headers.popall("Content-Encoding", None)  # the body was decoded (body.py)
+    forwarded_for(headers, request.remote)
+    deadline = asyncio.get_running_loop().time() + bounds.first_byte
     try:
-        upstream = await session.request(request.method, url, data=body, headers=headers)
-    except aiohttp.ClientConnectorError as exc:
+        async with asyncio.timeout_at(deadline):
+            upstream = await session.request(request.method, url, data=body, headers=headers)
+    except NOT_SENT as exc:
         raise ConnectFailed(f"pod {pod_name}: {exc}") from exc
+    except TimeoutError:
+        return await _silent(
+            started,
+            request,
+            pod_name,
+            UpstreamSilent(bounds.first_byte, "--upstream-first-byte-timeout"),
+        )
     except UPSTREAM_BROKE as exc:
         return await _broken(started, request, pod_name, exc)
     async with upstream:
+        chunks = _Chunks(upstream, bounds, deadline)
         event_stream = upstream.content_type == "text/event-stream"
         if started is not None and (upstream.status >= 300 or not event_stream):
             # The client already has a 200 SSE head: the engine's refusal becomes an event.
-            text = (await upstream.read()).decode(errors="replace")[:2000]
+            try:
+                text = (await _whole(chunks)).decode(errors="replace")[:2000]
+            except (UpstreamSilent, *UPSTREAM_BROKE) as exc:
+                text = f"(its answer was cut: {exc})"
             await started.write(sse_error(upstream.status, f"pod {pod_name} answered: {text}"))
             await started.write_eof()
             return started
         if started is None and not event_stream:
             try:
-                payload = await upstream.read()
+                payload = await _whole(chunks)
+            except UpstreamSilent as exc:
+                return await _silent(None, request, pod_name, exc)
             except UPSTREAM_BROKE as exc:
                 return await _broken(None, request, pod_name, exc)
             whole = web.Response(status=upstream.status, body=payload)
@@ -95,14 +169,23 @@ async def forward(
             _copy_headers(upstream, response, extra_headers)
             await response.prepare(request)
         try:
-            async for chunk in upstream.content.iter_any():
+            while chunk := await chunks.next():
                 await response.write(chunk)
+        except UpstreamSilent as exc:
+            return await _silent(response, request, pod_name, exc)
         except UPSTREAM_BROKE as exc:
             if request.transport is None or request.transport.is_closing():
                 raise  # the client left: nothing to tell it
             return await _broken(response, request, pod_name, exc)
         await response.write_eof()
         return response
+
+
+async def _whole(chunks: _Chunks) -> bytes:
+    parts = []
+    while chunk := await chunks.next():
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _copy_headers(
@@ -114,6 +197,17 @@ def _copy_headers(
     response.headers.update(extra)
 
 
+async def _silent(
+    started: web.StreamResponse | None, request: web.Request, pod_name: str, exc: UpstreamSilent
+) -> web.StreamResponse:
+    message = (
+        f"the engine in pod {pod_name} did not answer within {exc} and was given up on; "
+        "the request may have reached it, so it is not retried"
+    )
+    log.warning("%s %s: %s", request.method, request.path, message)
+    return await _end(started, request, 504, message, "upstream_timeout", "upstream_timeout")
+
+
 async def _broken(
     started: web.StreamResponse | None, request: web.Request, pod_name: str, exc: BaseException
 ) -> web.StreamResponse:
@@ -122,10 +216,23 @@ async def _broken(
         "the request may be retried"
     )
     log.warning("%s %s: %s", request.method, request.path, message)
+    return await _end(started, request, 502, message, "upstream_failed", "upstream_error")
+
+
+async def _end(
+    started: web.StreamResponse | None,
+    request: web.Request,
+    status: int,
+    message: str,
+    code: str,
+    reason: str,
+) -> web.StreamResponse:
+    """The error as an answer, or as the final event of a stream already begun."""
     if started is None:
-        return error_response(502, message, code="upstream_failed")
+        return error_response(status, message, code=code, reason=reason)
     if not started.prepared:
         await started.prepare(request)
-    await started.write(sse_error(502, message, code="upstream_failed"))
+    await started.write(sse_error(status, message, code=code))
     await started.write_eof()
+    started[REJECTED] = reason
     return started

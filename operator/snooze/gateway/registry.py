@@ -8,107 +8,47 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snooze.kube.pods import PodInfo, parse_time, pod_info
-from snooze.models import (
-    WAKE_REQUESTED_ANNOTATION,
-    DesiredState,
-    EngineState,
-    InferenceModelSpec,
-    Phase,
-    SpecError,
-    parse_spec,
-)
+from snooze.gateway.model import Key, Model, model_from
+from snooze.kube.pods import PodInfo, pod_info
+from snooze.models import EngineState
 
-Key = tuple[str, str]
 MODELS = "models"
 PODS = "pods"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Model:
-    """One InferenceModel as the gateway needs it."""
-
-    namespace: str
-    name: str
-    model_name: str
-    spec: InferenceModelSpec | None
-    """None when the spec is invalid; `spec_error` then says why."""
-    spec_error: str = ""
-    wake_requested_at: float | None = None
-    phase: str = "Pending"
-    last_wake_seconds: float | None = None
-    scaled_to_zero_at: float | None = None
-    """When the operator scaled the model's workload to zero (status.scaledToZeroTime)."""
-
-    @property
-    def key(self) -> Key:
-        return (self.namespace, self.name)
-
-    @property
-    def at_zero(self) -> bool:
-        """Its workload is at zero replicas or coming back: a wake is a cold start."""
-        return self.phase in (Phase.SCALED_TO_ZERO.value, Phase.SCALING_UP.value)
-
-    def hold_seconds(self) -> float:
-        """How long a request may wait for this model: a wake, or a cold start from zero."""
-        assert self.spec is not None
-        if self.at_zero:
-            return self.spec.cold_start_timeout_seconds
-        return self.spec.wake_timeout_seconds
-
-    def hold_limit_name(self) -> str:
-        assert self.spec is not None
-        if self.at_zero:
-            return f"wake.coldStartTimeout ({self.spec.wake.cold_start_timeout})"
-        return f"wake timeout ({self.spec.wake.timeout})"
-
-    def refusal(self) -> str | None:
-        """Why a request must not wait for this model to wake, or None if it may."""
-        if self.spec is None:
-            return f"model {self.model_name!r} has an invalid spec: {self.spec_error}"
-        if self.spec.desired_state is DesiredState.ASLEEP:
-            return (
-                f"model {self.model_name!r} is asleep on purpose (spec.desiredState: Asleep); "
-                "set desiredState to Auto or Awake to use it"
-            )
-        if not self.spec.wake.on_request:
-            return (
-                f"model {self.model_name!r} is asleep and does not wake on request "
-                "(spec.wake.onRequest: false); wake it by hand or set onRequest to true"
-            )
-        return None
-
-
-def model_from(body: Mapping[str, Any]) -> Model:
-    """Read an InferenceModel manifest; an invalid spec is kept (listed, refused), never raised."""
-    meta = body.get("metadata") or {}
-    status = body.get("status") or {}
-    raw_spec = body.get("spec") or {}
-    spec: InferenceModelSpec | None
-    try:
-        spec, error = parse_spec(raw_spec), ""
-    except SpecError as exc:
-        spec, error = None, str(exc)
-    name = str(meta.get("name", ""))
-    model_name = (spec.model_name if spec else raw_spec.get("modelName")) or name
-    annotations = meta.get("annotations") or {}
-    last_wake = status.get("lastWakeSeconds")
-    return Model(
-        namespace=str(meta.get("namespace", "")),
-        name=name,
-        model_name=str(model_name),
-        spec=spec,
-        spec_error=error,
-        wake_requested_at=parse_time(annotations.get(WAKE_REQUESTED_ANNOTATION)),
-        phase=str(status.get("phase") or ("Invalid" if spec is None else "Pending")),
-        last_wake_seconds=float(last_wake) if isinstance(last_wake, int | float) else None,
-        scaled_to_zero_at=parse_time(status.get("scaledToZeroTime")),
+def routable(pod: PodInfo, model: Model) -> bool:
+    """Ready (loaded, running, not deleting), labelled awake, and listed awake by the operator
+    in the model's status: the label alone is writable by anyone with rights on the pod."""
+    return (
+        pod.ready
+        and pod.state is EngineState.AWAKE
+        and pod.ip is not None
+        and model.vouched_awake(pod)
     )
 
 
-def routable(pod: PodInfo) -> bool:
-    """Ready (loaded, running, not deleting) and published as awake by the operator."""
-    return pod.ready and pod.state is EngineState.AWAKE and pod.ip is not None
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """Who serves a model name: one holder, or why there is none."""
+
+    holder: Model | None
+    claimants: int
+    """Models whose status claims the name with no `Conflict`: more than one is a clash the
+    operator has not settled yet."""
+    named: bool
+    """Some model's spec or status names it: it is known, if not (yet) served."""
+
+
+def resolve(name: str, models: Iterable[Model]) -> Claim:
+    """Pure: the model a name is routed to. Only a model whose status claims the name and
+    has no `Conflict` may hold it, and only while it is the only one."""
+    known = [m for m in models if name in (m.model_name, m.claimed_name)]
+    holders = [m for m in known if m.holds(name)]
+    return Claim(
+        holder=holders[0] if len(holders) == 1 else None,
+        claimants=len(holders),
+        named=bool(known),
+    )
 
 
 class Registry:
@@ -160,6 +100,10 @@ class Registry:
             pod = pod_info(obj)
             self.pods[(pod.namespace, pod.name)] = pod
 
+    def poke(self) -> None:
+        """Wake every waiter, as a change would."""
+        self._notify()
+
     def _notify(self) -> None:
         # Swap, then set: a waiter that re-checks after this change waits for the next one.
         changed, self._changed = self._changed, asyncio.Event()
@@ -170,10 +114,15 @@ class Registry:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), seconds)
 
-    def find(self, model_name: str) -> Model | None:
-        """The model clients call `model_name`; on a clash, the first by namespace and name."""
-        found = [m for m in self.models.values() if m.model_name == model_name]
-        return min(found, key=lambda m: m.key) if found else None
+    def resolve(self, model_name: str) -> Claim:
+        """Who serves the name clients call `model_name` (see `resolve`)."""
+        return resolve(model_name, self.models.values())
+
+    def names(self) -> list[str]:
+        """Every model name known, each once: claimed on a status or asked for in a spec."""
+        found = {m.model_name for m in self.models.values()}
+        found.update(m.claimed_name for m in self.models.values() if m.claimed_name)
+        return sorted(found)
 
     def get(self, key: Key) -> Model | None:
         return self.models.get(key)
@@ -189,4 +138,4 @@ class Registry:
         ]
 
     def awake_pods(self, model: Model) -> list[PodInfo]:
-        return [pod for pod in self.pods_of(model) if routable(pod)]
+        return [pod for pod in self.pods_of(model) if routable(pod, model)]

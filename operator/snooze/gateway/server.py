@@ -1,34 +1,34 @@
-"""The gateway's aiohttp application: OpenAI routes, health, and its life (watchers, sessions)."""
+"""The gateway's aiohttp application: its routes, its connections, and its life: start,
+watch, drain on SIGTERM (not ready, no new connections, requests under way finish within a
+grace period), stop."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import math
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from yarl import URL
 
-from snooze.gateway import paths, proxy
-from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
-from snooze.gateway.hold import Holds, Outcome
+from snooze.gateway import paths
+from snooze.gateway.body import BodyBudget, Parser
+from snooze.gateway.connection import GatewayConnection
+from snooze.gateway.errors import error_response
+from snooze.gateway.hold import Holds
+from snooze.gateway.inference import Inference, unknown_model
 from snooze.gateway.metrics import GatewayMetrics
-from snooze.gateway.registry import MODELS, PODS, Model, Registry
+from snooze.gateway.registry import MODELS, PODS, Registry
 from snooze.gateway.router import Router
 from snooze.gateway.settings import GatewaySettings
+from snooze.gateway.wake import WakeRequests
 from snooze.gateway.watch import follow
-from snooze.kube.api import KubeApi, KubeError
+from snooze.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-HELD_HEADER = "x-snooze-held-seconds"
 
 
 class Gateway:
@@ -46,30 +46,55 @@ class Gateway:
         scopes: list[str | None] = list(settings.namespaces) or [None]
         self.scopes = scopes
         self.registry = Registry(scopes=scopes)
-        self.holds = Holds(
+        self.wakes = WakeRequests(
             api=api,
             registry=self.registry,
-            max_held=settings.max_held_per_model,
+            metrics=self.metrics,
+            bound=settings.wake_request_timeout,
             recent=settings.wake_recent_seconds,
         )
-        self.router = Router()
-        self.held_seconds: list[float] = []
-        """How long each held request waited, for tests and benchmarks."""
+        self.holds = Holds(
+            registry=self.registry, wakes=self.wakes, max_held=settings.max_held_per_model
+        )
+        self.bodies = BodyBudget(settings.max_buffered_body_bytes)
+        self.parser = Parser()
+        self.inference = Inference(
+            settings=settings,
+            registry=self.registry,
+            holds=self.holds,
+            wakes=self.wakes,
+            router=Router(),
+            metrics=self.metrics,
+            bodies=self.bodies,
+            parser=self.parser,
+            session=self._session_or_fail,
+        )
+        self.draining = False
+        """SIGTERM was received: not ready, no new work, what is under way finishes."""
+        self.active = 0
+        """Requests being handled now, of any route."""
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._tasks: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
         self.port = settings.port
+
+    @property
+    def held_seconds(self) -> list[float]:
+        return self.inference.held_seconds
 
     def app(self) -> web.Application:
         app = web.Application(
-            client_max_size=self.settings.max_body_bytes, middlewares=[checked_target]
+            client_max_size=self.settings.max_body_bytes, middlewares=[self._guard]
         )
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_get("/v1/models/{name:.+}", self.get_model)
         for path in paths.INFERENCE_PATHS:
-            app.router.add_post(path, self.inference)
+            app.router.add_post(path, self.inference.handle)
         return app
 
     async def start(self) -> None:
@@ -96,12 +121,28 @@ class Gateway:
             self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
+        server = self._runner.server
+        assert server is not None
+        loop = asyncio.get_running_loop()
+
+        def connection() -> GatewayConnection:
+            return GatewayConnection(
+                server,
+                loop=loop,
+                head_timeout=self.settings.client_header_timeout,
+                access_log=None,
+                auto_decompress=False,  # body.py decodes, within the body limit
+            )
+
+        self._listener = await loop.create_server(
+            connection, self.settings.host, self.settings.port, reuse_address=True, backlog=512
+        )
+        self.port = int(self._listener.sockets[0].getsockname()[1])
         log.info("gateway listening on %s:%d", self.settings.host, self.port)
 
     async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -112,6 +153,58 @@ class Gateway:
         if self._session is not None:
             await self._session.close()
         await self.api.aclose()
+        self.parser.close()
+
+    async def drain(self, grace: float) -> None:
+        """Stop taking work and let what is under way finish, for at most `grace` seconds;
+        then release held requests (503, retry elsewhere). `stop` ends the rest."""
+        self.draining = True
+        if self._listener is not None:
+            self._listener.close()  # new connections are refused from now on
+        log.info("draining: %d requests under way, %gs to finish", self.active, grace)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), grace)
+        if self.active:
+            log.warning("%d requests still under way after the grace period", self.active)
+            self.holds.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), 1.0)
+
+    def _session_or_fail(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("the gateway is not started")
+        return self._session
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Every request: counted (for the drain), its connection told when it runs, its
+        target checked, and refused while draining if it would start new work."""
+        connection = request.protocol if isinstance(request.protocol, GatewayConnection) else None
+        if connection is not None:
+            connection.request_began()
+        self.active += 1
+        self._idle.clear()
+        reusable = False
+        try:
+            if self.draining and request.path in paths.INFERENCE_PATHS:
+                response: web.StreamResponse = error_response(
+                    503,
+                    "this gateway replica is shutting down; retry, another one will answer",
+                    code="shutting_down",
+                    headers={"Retry-After": "1"},
+                )
+            else:
+                response = await _checked(request, handler)
+            if self.draining and not response.prepared:
+                response.force_close()  # the client reconnects, to another replica
+            reusable = response.keep_alive is not False and request.content.is_eof()
+            return response
+        finally:
+            self.active -= 1
+            if not self.active:
+                self._idle.set()
+            if connection is not None:
+                connection.request_ended(reusable=reusable)
 
     # --- routes ---------------------------------------------------------------------------
 
@@ -119,199 +212,51 @@ class Gateway:
         return web.json_response({"status": "ok"})
 
     async def readyz(self, request: web.Request) -> web.Response:
+        if self.draining:
+            return web.json_response({"status": "shutting down"}, status=503)
         if self.registry.ready:
             return web.json_response({"status": "ready"})
         return web.json_response({"status": "listing models and pods"}, status=503)
 
-    def describe(self, model: Model) -> dict[str, Any]:
-        """A model in OpenAI's shape, with Snooze's view of it under `snooze`."""
-        return {
-            "id": model.model_name,
+    def describe(self, name: str) -> dict[str, Any]:
+        """A model name in OpenAI's shape, with Snooze's view of it under `snooze` when the
+        gateway runs with --expose-model-status."""
+        claim = self.registry.resolve(name)
+        holder = claim.holder
+        view: dict[str, Any]
+        if holder is not None:
+            view = {
+                "phase": holder.phase,
+                "awake": len(self.registry.awake_pods(holder)),
+                "pods": len(self.registry.pods_of(holder)),
+                "namespace": holder.namespace,
+                "name": holder.name,
+            }
+        else:
+            phase = "NameConflict" if claim.claimants > 1 else "Pending"
+            view = {"phase": phase, "awake": 0, "pods": 0, "namespace": None, "name": None}
+        described: dict[str, Any] = {
+            "id": name,
             "object": "model",
             "created": 0,
             "owned_by": "snooze",
-            "snooze": {
-                "phase": model.phase,
-                "awake": len(self.registry.awake_pods(model)),
-                "pods": len(self.registry.pods_of(model)),
-                "namespace": model.namespace,
-                "name": model.name,
-            },
         }
+        if self.settings.expose_model_status:
+            described["snooze"] = view
+        return described
 
     async def list_models(self, request: web.Request) -> web.Response:
-        models = sorted(self.registry.models.values(), key=lambda m: m.key)
-        return web.json_response({"object": "list", "data": [self.describe(m) for m in models]})
+        data = [self.describe(name) for name in self.registry.names()]
+        return web.json_response({"object": "list", "data": data})
 
     async def get_model(self, request: web.Request) -> web.Response:
-        model = self.registry.find(request.match_info["name"])
-        if model is None:
-            return _unknown(request.match_info["name"])
-        return web.json_response(self.describe(model))
-
-    async def inference(self, request: web.Request) -> web.StreamResponse:
-        begun = time.monotonic()
-        labels: list[str] = ["", ""]  # namespace and InferenceModel name, once known
-        response = await self._inference(request, labels)
-        namespace, model = labels
-        self.metrics.request_done(namespace, model, response.status, time.monotonic() - begun)
-        reason = response.get(REJECTED)
-        if reason is not None:
-            self.metrics.rejected(reason, namespace=namespace, model=model)
-        return response
-
-    async def _inference(self, request: web.Request, labels: list[str]) -> web.StreamResponse:
-        raw = await read_body(request, self.settings.max_body_bytes)
-        if isinstance(raw, web.Response):
-            return raw
-        parsed = parse_request(raw)
-        if isinstance(parsed, web.Response):
-            return parsed
-        name, stream = parsed
-        if not self.registry.ready:
-            return error_response(
-                503,
-                "the gateway is still loading the list of models; retry in a moment",
-                code="not_ready",
-                headers={"Retry-After": "1"},
-            )
-        model = self.registry.find(name)
-        if model is None:
-            return _unknown(name)
-        labels[:] = [model.namespace, model.name]
-        started: web.StreamResponse | None = None
-        held = 0.0
-        if not self.registry.awake_pods(model):
-            result = await self._hold(request, model, stream)
-            if not isinstance(result, Held):
-                return result
-            started, held = result.stream, result.seconds
-            model = self.registry.get(model.key) or model  # its spec may have changed meanwhile
-        return await self._forward(request, model, raw, started, held)
-
-    async def _hold(
-        self, request: web.Request, model: Model, stream: bool
-    ) -> web.StreamResponse | Held:
-        refusal = model.refusal()
-        if refusal is not None:
-            return error_response(503, refusal, code="model_asleep")
-        assert model.spec is not None  # refusal() said so
-        if not self.holds.enter(model):
-            retry = max(1, math.ceil(model.last_wake_seconds or 5.0))
-            return error_response(
-                429,
-                f"too many requests are waiting for model {model.model_name!r} to wake "
-                f"(limit {self.holds.max_held}); retry in {retry}s",
-                code="wake_queue_full",
-                headers={"Retry-After": str(retry)},
-            )
-        begun = time.monotonic()
-        response: web.StreamResponse | None = None
-        try:
-            with self.metrics.held(model.namespace, model.name):
-                asked = self.holds.wake_requests
-                try:
-                    await self.holds.ensure_wake(model)
-                except KubeError as exc:
-                    return error_response(
-                        503, f"could not ask for a wake of model {model.model_name!r}: {exc}"
-                    )
-                if self.holds.wake_requests > asked:
-                    self.metrics.wake_requested(model.namespace, model.name)
-                if stream:
-                    # Begin the SSE now, so that clients and proxies see life while it wakes.
-                    response = web.StreamResponse(
-                        status=200,
-                        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
-                    )
-                    await response.prepare(request)
-                comment = f": waiting for model {model.model_name} to wake\n\n".encode()
-
-                async def keepalive() -> None:
-                    if response is not None:
-                        await response.write(comment)
-
-                outcome, _ = await self.holds.wait_awake(
-                    model,
-                    deadline=begun + model.hold_seconds(),
-                    tick=self.settings.keepalive_seconds,
-                    on_tick=keepalive if response is not None else None,
-                )
-        finally:
-            self.holds.leave(model)
-        seconds = time.monotonic() - begun
-        if outcome is Outcome.AWAKE:
-            self.held_seconds.append(seconds)
-            log.info("held a request for %s for %.3fs", model.model_name, seconds)
-            if response is not None:
-                await response.write(f": held {seconds:.3f}s while the model woke\n\n".encode())
-            return Held(stream=response, seconds=seconds)
-        status, message, code = _failure(model, outcome)
-        if response is None:
-            return error_response(status, message, code=code)
-        await response.write(sse_error(status, message, code=code))
-        await response.write_eof()
-        response[REJECTED] = REASONS[status]
-        return response
-
-    async def _forward(
-        self,
-        request: web.Request,
-        model: Model,
-        body: bytes,
-        started: web.StreamResponse | None,
-        held: float,
-    ) -> web.StreamResponse:
-        assert model.spec is not None
-        tried: set[str] = set()
-        extra = {HELD_HEADER: f"{held:.3f}"}
-        while True:
-            candidates = [p for p in self.registry.awake_pods(model) if p.name not in tried]
-            pod = self.router.choose(candidates)
-            if pod is None:
-                message = (
-                    f"no awake pod of model {model.model_name!r} could be reached"
-                    + (f" (tried {', '.join(sorted(tried))})" if tried else "")
-                    + "; retry shortly"
-                )
-                if started is None:
-                    return error_response(502, message, code="no_pod_reachable")
-                await started.write(sse_error(502, message, code="no_pod_reachable"))
-                await started.write_eof()
-                started[REJECTED] = REASONS[502]
-                return started
-            # Built from parts, the path from the allowlist: never the client's own string.
-            url = URL.build(
-                scheme=model.spec.engine.scheme,
-                host=pod.ip or "",
-                port=model.spec.engine.port,
-                path=_allowed_path(request),
-                query=request.query,
-            )
-            with self.router.track(pod):
-                try:
-                    return await proxy.forward(
-                        self._session_or_fail(),
-                        request,
-                        url=url,
-                        body=body,
-                        started=started,
-                        extra_headers=extra,
-                        pod_name=pod.name,
-                    )
-                except proxy.ConnectFailed as exc:
-                    log.warning("%s; trying another pod", exc)
-                    tried.add(pod.name)
-                    self.router.unreachable(pod)
-
-    def _session_or_fail(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            raise RuntimeError("the gateway is not started")
-        return self._session
+        name = request.match_info["name"]
+        if not self.registry.resolve(name).named:
+            return unknown_model(name)
+        return web.json_response(self.describe(name))
 
 
-@web.middleware
-async def checked_target(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuse a request target with a second spelling; answer unknown routes in OpenAI's shape."""
     why = paths.refusal(request.raw_path)
     if why is not None:
@@ -335,89 +280,17 @@ async def checked_target(request: web.Request, handler: Handler) -> web.StreamRe
         )
 
 
-def _allowed_path(request: web.Request) -> str:
-    """The allowlisted path the request was routed by (its resource's own, not the client's)."""
-    resource = request.match_info.route.resource
-    path = resource.canonical if resource is not None else ""
-    if path not in paths.INFERENCE_PATHS:
-        raise RuntimeError(f"{path!r} is not an inference route")  # unreachable by routing
-    return path
-
-
-@dataclass(frozen=True, kw_only=True)
-class Held:
-    """A request held until its model woke: the SSE begun early (if streaming), and the wait."""
-
-    stream: web.StreamResponse | None
-    seconds: float
-
-
-def _unknown(name: str) -> web.Response:
-    return error_response(
-        404,
-        f"The model `{name}` does not exist; GET /v1/models lists the models served here.",
-        param="model",
-        code="model_not_found",
-    )
-
-
-def _failure(model: Model, outcome: Outcome) -> tuple[int, str, str]:
-    if outcome is Outcome.TIMEOUT:
-        limit = model.hold_limit_name() if model.spec else "wake timeout"
-        return (
-            504,
-            f"model {model.model_name!r} did not wake within its {limit}; "
-            "kubectl describe inferencemodel shows why",
-            "wake_timeout",
-        )
-    if outcome is Outcome.GONE:
-        return 404, f"model {model.model_name!r} was deleted while waiting", "model_not_found"
-    current = model.refusal() or "the model may no longer be woken on request"
-    return 503, current, "model_asleep"
-
-
-async def read_body(request: web.Request, limit: int) -> bytes | web.Response:
-    """The body, read in chunks so that an oversized one is refused without being kept."""
-    too_big = error_response(
-        413,
-        f"the request body is larger than the gateway's limit of {limit} bytes",
-        code="body_too_large",
-    )
-    if request.content_length is not None and request.content_length > limit:
-        return too_big
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            return too_big
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-def parse_request(raw: bytes) -> tuple[str, bool] | web.Response:
-    """The `model` and `stream` fields of an OpenAI request body, or a 400."""
-    try:
-        body: Any = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return error_response(400, f"the request body is not valid JSON: {exc}")
-    if not isinstance(body, dict):
-        return error_response(400, "the request body must be a JSON object")
-    name = body.get("model")
-    if not isinstance(name, str) or not name:
-        return error_response(400, "the request body must name a `model` (a string)", param="model")
-    return name, body.get("stream") is True
-
-
 async def serve(
     settings: GatewaySettings,
     stop: asyncio.Event | None = None,
     metrics: GatewayMetrics | None = None,
 ) -> None:
-    """Run a gateway until `stop` is set (or forever), logged in as kopf would."""
+    """Run a gateway until `stop` is set (or forever), logged in as kopf would; then drain it
+    for `settings.shutdown_grace_seconds` and stop."""
     gateway = Gateway(settings, KubeApi.from_environment(), metrics)
     await gateway.start()
     try:
         await (stop or asyncio.Event()).wait()
+        await gateway.drain(settings.shutdown_grace_seconds)
     finally:
         await gateway.stop()

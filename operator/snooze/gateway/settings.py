@@ -16,11 +16,34 @@ class GatewaySettings:
     max_held_per_model: int = 256
     """Requests held per model while it wakes; more are refused with 429 and Retry-After."""
     max_body_bytes: int = 10 * 1024 * 1024
-    """Largest request body accepted (413 above it)."""
+    """Largest request body accepted (413 above it), decompressed."""
+    max_buffered_body_bytes: int = 256 * 1024 * 1024
+    """Bytes of request bodies the gateway holds at once, over every request being read,
+    held for a wake or sent: a request that would go over gets 503 with Retry-After."""
     keepalive_seconds: float = 5.0
     """Interval of the SSE comments sent to a held streaming request."""
     connect_timeout: float = 5.0
     """How long connecting to an engine may take before another pod is tried."""
+    upstream_first_byte_timeout: float = 600.0
+    """How long an engine may take to send its answer's head and first chunk (a non-streamed
+    answer comes whole, after the whole generation): then 504. OpenAI's client waits 600 s."""
+    upstream_idle_timeout: float = 120.0
+    """How long an engine may pause between two chunks of an answer: then the answer ends
+    (502, or a final SSE error event)."""
+    client_header_timeout: float = 15.0
+    """How long a client may take to send a request's line and headers, from its first byte
+    (or from connecting): then 408 and the connection is closed."""
+    client_body_timeout: float = 60.0
+    """How long a client may take to send a whole request body: then 408."""
+    expose_model_status: bool = False
+    """Add Snooze's view of each model (phase, pods awake, namespace) to `/v1/models` under
+    `snooze`; off, anonymous clients learn model names only."""
+    wake_request_timeout: float = 5.0
+    """How long writing a wake request to the API may take (retries included): then every
+    request waiting on it gets 503 with Retry-After."""
+    shutdown_grace_seconds: float = 30.0
+    """On SIGTERM, how long requests under way (streams, held requests) may take to finish;
+    the pod's terminationGracePeriodSeconds should be a little longer."""
     wake_recent_seconds: float = 5.0
     """A wake annotation this recent is never rewritten (another replica just asked)."""
     watch_seconds: int = 300

@@ -1,0 +1,348 @@
+"""One inference request, from its body to the engine's answer: read it, find the model that
+holds its name, hold it while that model wakes, forward it to an awake pod.
+
+Choices a user can observe:
+- A request waits for a wake only when no pod is routable (Ready, labelled `awake`, and
+  listed awake on the model's status); it then costs at most one wake annotation per wake,
+  per replica (wake.py).
+- The wait shows: non-streaming answers carry `x-snooze-held-seconds`; a streaming request
+  gets its 200 at once, `: waiting for model X to wake` comments every `--keepalive-seconds`,
+  then `: held N.NNNs while the model woke` before the engine's first event.
+- Every error the gateway makes itself is in OpenAI's shape; after an SSE has begun, an error
+  is a final `data: {"error": ...}` event, which OpenAI's clients raise.
+- Only requests not yet sent are retried on another pod; such a pod is avoided for a few
+  seconds, since its awake label outlives it until the operator notices.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+from yarl import URL
+
+from snooze.gateway import paths, proxy
+from snooze.gateway.body import BodyBudget, Parser, Reservation, read_body
+from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
+from snooze.gateway.hold import Holds, Outcome, Waited
+from snooze.gateway.metrics import GatewayMetrics
+from snooze.gateway.model import Model
+from snooze.gateway.registry import Claim, Registry
+from snooze.gateway.router import Router
+from snooze.gateway.settings import GatewaySettings
+from snooze.gateway.wake import WakeRequestFailed, WakeRequests
+
+log = logging.getLogger(__name__)
+HELD_HEADER = "x-snooze-held-seconds"
+
+
+class Inference:
+    """Serves the inference routes; the parts it uses belong to the Gateway."""
+
+    def __init__(
+        self,
+        *,
+        settings: GatewaySettings,
+        registry: Registry,
+        holds: Holds,
+        wakes: WakeRequests,
+        router: Router,
+        metrics: GatewayMetrics,
+        bodies: BodyBudget,
+        parser: Parser,
+        session: Callable[[], aiohttp.ClientSession],
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.holds = holds
+        self.wakes = wakes
+        self.router = router
+        self.metrics = metrics
+        self.bodies = bodies
+        self.parser = parser
+        self.session = session
+        self.bounds = proxy.Bounds(
+            first_byte=settings.upstream_first_byte_timeout, idle=settings.upstream_idle_timeout
+        )
+        self.held_seconds: list[float] = []
+        """How long each held request waited, for tests and benchmarks."""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        begun = time.monotonic()
+        labels: list[str] = ["", ""]  # namespace and InferenceModel name, once known
+        hold = Reservation(self.bodies)
+        try:
+            response = await self._inference(request, labels, hold)
+        finally:
+            hold.release()
+        namespace, model = labels
+        self.metrics.request_done(namespace, model, response.status, time.monotonic() - begun)
+        reason = response.get(REJECTED)
+        if reason is not None:
+            self.metrics.rejected(reason, namespace=namespace, model=model)
+        return response
+
+    async def _inference(
+        self, request: web.Request, labels: list[str], hold: Reservation
+    ) -> web.StreamResponse:
+        raw = await read_body(
+            request,
+            limit=self.settings.max_body_bytes,
+            seconds=self.settings.client_body_timeout,
+            hold=hold,
+        )
+        if isinstance(raw, web.Response):
+            return raw
+        parsed = await self.parser.parse(raw)
+        if isinstance(parsed, web.Response):
+            return parsed
+        name, stream = parsed
+        if not self.registry.ready:
+            return error_response(
+                503,
+                "the gateway is still loading the list of models; retry in a moment",
+                code="not_ready",
+                headers={"Retry-After": "1"},
+            )
+        claim = self.registry.resolve(name)
+        if claim.holder is None:
+            return _unserved(name, claim)
+        model = claim.holder
+        labels[:] = [model.namespace, model.name]
+        started: web.StreamResponse | None = None
+        held = 0.0
+        if not self.registry.awake_pods(model):
+            result = await self._hold(request, model, name, stream)
+            if not isinstance(result, Held):
+                return result
+            started, held = result.stream, result.seconds
+            model = self.registry.get(model.key) or model  # its spec may have changed meanwhile
+        return await self._forward(request, model, name, raw, started, held)
+
+    async def _hold(
+        self, request: web.Request, model: Model, name: str, stream: bool
+    ) -> web.StreamResponse | Held:
+        refusal = model.refusal()
+        if refusal is not None:
+            return error_response(503, refusal, code="model_asleep")
+        assert model.spec is not None  # refusal() said so
+        if not self.holds.enter(model):
+            retry = max(1, math.ceil(model.last_wake_seconds or 5.0))
+            return error_response(
+                429,
+                f"too many requests are waiting for model {model.model_name!r} to wake "
+                f"(limit {self.holds.max_held}); retry in {retry}s",
+                code="wake_queue_full",
+                headers={"Retry-After": str(retry)},
+            )
+        begun = time.monotonic()
+        response: web.StreamResponse | None = None
+        try:
+            with self.metrics.held(model.namespace, model.name):
+                try:
+                    asked_at = await self.wakes.ensure(model)
+                except WakeRequestFailed as exc:
+                    return error_response(
+                        503,
+                        str(exc),
+                        code="wake_request_failed",
+                        headers={"Retry-After": str(math.ceil(exc.retry_after))},
+                    )
+                if stream:
+                    # Begin the SSE now, so that clients and proxies see life while it wakes.
+                    response = web.StreamResponse(
+                        status=200,
+                        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                    )
+                    await response.prepare(request)
+                comment = f": waiting for model {model.model_name} to wake\n\n".encode()
+
+                async def keepalive() -> None:
+                    if response is not None:
+                        await response.write(comment)
+
+                waited = await self.holds.wait_awake(
+                    model,
+                    name=name,
+                    asked_at=asked_at,
+                    deadline=begun + model.hold_seconds(),
+                    tick=self.settings.keepalive_seconds,
+                    on_tick=keepalive if response is not None else None,
+                )
+        finally:
+            self.holds.leave(model)
+        seconds = time.monotonic() - begun
+        if waited.outcome is Outcome.AWAKE:
+            self.held_seconds.append(seconds)
+            log.info("held a request for %s for %.3fs", model.model_name, seconds)
+            if response is not None:
+                await response.write(f": held {seconds:.3f}s while the model woke\n\n".encode())
+            return Held(stream=response, seconds=seconds)
+        # After a known failure, retrying helps once the wake request lapses; otherwise soon.
+        retry = 1
+        if waited.outcome is Outcome.FAILED:
+            retry = self._retry_after(model, waited.asked_at)
+        elif waited.not_asked is not None:
+            retry = math.ceil(waited.not_asked.retry_after)
+        status, message, code = _failure(model, waited, retry)
+        if response is None:
+            headers = {"Retry-After": str(retry)} if status == 503 else None
+            return error_response(status, message, code=code, headers=headers)
+        await response.write(sse_error(status, message, code=code))
+        await response.write_eof()
+        response[REJECTED] = REASONS[status]
+        return response
+
+    def _retry_after(self, model: Model, asked_at: float | None) -> int:
+        """Seconds until the wake request a request waited on lapses, and a new request would
+        ask again (at least 1)."""
+        if asked_at is None or model.spec is None:
+            return 1
+        lapses = asked_at + max(model.hold_seconds(), self.settings.wake_recent_seconds)
+        return max(1, math.ceil(lapses - time.time()))
+
+    async def _forward(
+        self,
+        request: web.Request,
+        model: Model,
+        name: str,
+        body: bytes,
+        started: web.StreamResponse | None,
+        held: float,
+    ) -> web.StreamResponse:
+        assert model.spec is not None
+        tried: set[str] = set()
+        extra = {HELD_HEADER: f"{held:.3f}"}
+        while True:
+            current = self.registry.get(model.key)
+            awake = self.registry.awake_pods(current) if current and current.holds(name) else []
+            candidates = [p for p in awake if p.name not in tried]
+            pod = self.router.choose(candidates)
+            if pod is None:
+                message = (
+                    f"no awake pod of model {model.model_name!r} could be reached"
+                    + (f" (tried {', '.join(sorted(tried))})" if tried else "")
+                    + "; retry shortly"
+                )
+                if started is None:
+                    return error_response(502, message, code="no_pod_reachable")
+                await started.write(sse_error(502, message, code="no_pod_reachable"))
+                await started.write_eof()
+                started[REJECTED] = REASONS[502]
+                return started
+            # Built from parts, the path from the allowlist: never the client's own string.
+            url = URL.build(
+                scheme=model.spec.engine.scheme,
+                host=pod.ip or "",
+                port=model.spec.engine.port,
+                path=_allowed_path(request),
+                query=request.query,
+            )
+            with self.router.track(pod):
+                try:
+                    return await proxy.forward(
+                        self.session(),
+                        request,
+                        url=url,
+                        body=body,
+                        started=started,
+                        extra_headers=extra,
+                        pod_name=pod.name,
+                        bounds=self.bounds,
+                    )
+                except proxy.ConnectFailed as exc:
+                    log.warning("%s; trying another pod", exc)
+                    tried.add(pod.name)
+                    self.router.unreachable(pod)
+
+
+def _allowed_path(request: web.Request) -> str:
+    """The allowlisted path the request was routed by (its resource's own, not the client's)."""
+    resource = request.match_info.route.resource
+    path = resource.canonical if resource is not None else ""
+    if path not in paths.INFERENCE_PATHS:
+        raise RuntimeError(f"{path!r} is not an inference route")  # unreachable by routing
+    return path
+
+
+@dataclass(frozen=True, kw_only=True)
+class Held:
+    """A request held until its model woke: the SSE begun early (if streaming), and the wait."""
+
+    stream: web.StreamResponse | None
+    seconds: float
+
+
+def unknown_model(name: str) -> web.Response:
+    return error_response(
+        404,
+        f"The model `{name}` does not exist; GET /v1/models lists the models served here.",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def _unserved(name: str, claim: Claim) -> web.Response:
+    """No model holds `name`: unknown (404), claimed by several (503), or not yet claimed."""
+    if not claim.named:
+        return unknown_model(name)
+    if claim.claimants > 1:
+        # Never the namespaces: they belong to other tenants. The cluster's admin can look.
+        message = (
+            f"the model name {name!r} is claimed by {claim.claimants} models and the operator "
+            "has not yet settled which one holds it; retry shortly, or ask an administrator "
+            "to run `kubectl get inferencemodels.snooze.dev -A`"
+        )
+        code = "model_name_conflict"
+    else:
+        message = (
+            f"model {name!r} is not yet served by the operator (no InferenceModel's status "
+            "claims that name yet); retry shortly"
+        )
+        code = "model_not_ready"
+    return error_response(503, message, code=code, headers={"Retry-After": "2"})
+
+
+def _failure(model: Model, waited: Waited, retry: int) -> tuple[int, str, str]:
+    """Status, message and code for a held request whose wait ended without an awake pod."""
+    outcome = waited.outcome
+    if outcome is Outcome.TIMEOUT:
+        limit = model.hold_limit_name() if model.spec else "wake timeout"
+        return (
+            504,
+            f"model {model.model_name!r} did not wake within its {limit}; "
+            "kubectl describe inferencemodel shows why",
+            "wake_timeout",
+        )
+    if outcome is Outcome.FAILED and waited.failure is not None:
+        failure = waited.failure
+        return (
+            503,
+            f"model {model.model_name!r} failed to wake ({failure.reason}): {failure.message}. "
+            "The operator reported it and will not retry this wake (wake.onFailure: Report); "
+            f"kubectl describe inferencemodel shows more. Retry in {retry}s",
+            "wake_failed",
+        )
+    if outcome is Outcome.NOT_ASKED and waited.not_asked is not None:
+        return 503, str(waited.not_asked), "wake_request_failed"
+    if outcome is Outcome.SHUTDOWN:
+        return (
+            503,
+            "this gateway replica is shutting down; retry, another one will answer",
+            "shutting_down",
+        )
+    if outcome is Outcome.GONE:
+        return 404, f"model {model.model_name!r} was deleted while waiting", "model_not_found"
+    if outcome is Outcome.UNCLAIMED:
+        return (
+            503,
+            f"the model that served {model.model_name!r} no longer holds that name; retry",
+            "model_name_conflict",
+        )
+    current = model.refusal() or "the model may no longer be woken on request"
+    return 503, current, "model_asleep"

@@ -1,0 +1,93 @@
+"""`snooze gateway`'s flags: each sets its setting, refuses what is not a positive finite
+number, and is documented in the README's gateway section."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from snooze.gateway.cli import add_arguments, settings_from
+from snooze.gateway.settings import GatewaySettings
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def flags() -> list[str]:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    options = (o for a in parser._actions for o in a.option_strings)
+    return [o for o in options if o.startswith("--") and o != "--help"]
+
+
+def test_defaults_are_the_settings_defaults() -> None:
+    settings = settings_from(parse())
+    expected = dataclasses.replace(GatewaySettings(), namespaces=())
+    assert settings == expected
+    assert settings.expose_model_status is False
+
+
+def test_each_flag_sets_its_setting() -> None:
+    settings = settings_from(
+        parse(
+            "--upstream-first-byte-timeout", "7", "--upstream-idle-timeout", "3",
+            "--client-header-timeout", "2", "--client-body-timeout", "9",
+            "--max-buffered-body-bytes", "1000", "--wake-request-timeout", "4",
+            "--shutdown-grace-seconds", "12", "--expose-model-status", "--namespace", "a",
+        )
+    )  # fmt: skip
+    assert (
+        settings.upstream_first_byte_timeout,
+        settings.upstream_idle_timeout,
+        settings.client_header_timeout,
+        settings.client_body_timeout,
+        settings.max_buffered_body_bytes,
+        settings.wake_request_timeout,
+        settings.shutdown_grace_seconds,
+        settings.expose_model_status,
+        settings.namespaces,
+    ) == (7.0, 3.0, 2.0, 9.0, 1000, 4.0, 12.0, True, ("a",))
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_a_bound_must_be_a_positive_finite_number(value: str) -> None:
+    with pytest.raises(SystemExit, match="--upstream-idle-timeout must be a finite number"):
+        settings_from(parse("--upstream-idle-timeout", value))
+
+
+def test_the_readme_documents_every_flag() -> None:
+    text = README.read_text()
+    section = text[text.index("## The gateway") :]
+    section = section[: section.index("\n## ", 3)]
+    missing = [f for f in flags() if not re.search(re.escape(f) + r"\b", section)]
+    assert not missing, f"the README's gateway section does not document {missing}"
+
+
+def test_no_credentials_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "KUBECONFIG": str(tmp_path / "missing"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "snooze.cli", "gateway", "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("snooze gateway: no Kubernetes credentials found: set KUBECONFIG")
