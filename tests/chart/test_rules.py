@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from chart_helpers import CHART, load_yaml
+from rendering import render
 
 RULES = CHART / "rules" / "snooze.rules.yaml"
 RULE_TESTS = sorted((CHART / "rules" / "tests").glob("*.yaml"))
@@ -73,19 +74,20 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
     assert firing == ALERTS and quiet == ALERTS
 
 
-@pytest.mark.parametrize("release", ["prod", "snooze", "snooze-canary"])
+@pytest.mark.parametrize(
+    "release", ["prod", "snooze", "snooze-canary", "x" * 53, "team-" + "s" * 38 + "-snooze"]
+)
 def test_the_down_alerts_match_the_chart_s_job_names(release: str) -> None:
-    """The ServiceMonitor names a job after its Service, FULLNAME-COMPONENT-metrics
-    (templates/metrics-services.yaml), FULLNAME being RELEASE-snooze or the release name when
-    it contains "snooze"; Prometheus anchors the alerts' regexes at both ends."""
-    services = (CHART / "templates" / "metrics-services.yaml").read_text()
-    assert '{{ include "snooze.fullname" $ }}-{{ $component }}-metrics' in services
-    fullname = release if "snooze" in release else f"{release}-snooze"
+    """The ServiceMonitor names a job after its Service (FULLNAME-COMPONENT-metrics), whatever
+    the release's name; Prometheus anchors the alerts' regexes at both ends."""
+    rendering = render({"serviceMonitor": {"enabled": True}}, release=release)
     exprs = {rule["alert"]: rule["expr"] for rule in rules()}
     for alert, component, other in [
         ("SnoozeOperatorDown", "operator", "gateway"),
         ("SnoozeGatewayDown", "gateway", "operator"),
     ]:
         [pattern] = re.findall(r'job=~"([^"]+)"', exprs[alert])
-        assert re.fullmatch(pattern, f"{fullname}-{component}-metrics"), alert
-        assert not re.fullmatch(pattern, f"{fullname}-{other}-metrics"), alert
+        job = rendering.one("Service", f"-{component}-metrics")["metadata"]["name"]
+        assert re.fullmatch(pattern, job), (alert, job)
+        other_job = rendering.one("Service", f"-{other}-metrics")["metadata"]["name"]
+        assert not re.fullmatch(pattern, other_job), (alert, other_job)
