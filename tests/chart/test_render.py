@@ -31,6 +31,7 @@ OPTIONAL_KINDS = {
     "PrometheusRule",
     "NetworkPolicy",
     "HorizontalPodAutoscaler",
+    "PodDisruptionBudget",
     "ConfigMap",
     "ClusterKopfPeering",
 }
@@ -39,6 +40,7 @@ OPTIONAL_KINDS = {
 def test_one_value_set_turns_on_every_optional_feature() -> None:
     everything = render(VALUE_SETS["everything"])
     assert {obj["kind"] for obj in everything.objects} >= OPTIONAL_KINDS
+    assert len(everything.of_kind("PodDisruptionBudget")) == 2, "the gateway's and the operator's"
     assert CHART / "ci" / "everything-values.yaml" in CI_VALUES
 
 
