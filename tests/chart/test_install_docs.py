@@ -82,6 +82,17 @@ def test_each_documented_install_installs(path: Path, words: list[str]) -> None:
             assert obj["metadata"]["namespace"] == namespace, obj["metadata"]
 
 
+def test_the_documented_openshift_install_leaves_the_uid_to_the_platform() -> None:
+    [words] = [w for _, w in INSTALLS if "podSecurityContext.runAsUser=null" in w]
+    _, objects = install(words)
+    deployments = [obj for obj in objects if obj["kind"] == "Deployment"]
+    assert len(deployments) == 2
+    for deployment in deployments:
+        context = deployment["spec"]["template"]["spec"]["securityContext"]
+        assert "runAsUser" not in context and "runAsGroup" not in context
+        assert context["runAsNonRoot"] is True
+
+
 def example_engine() -> dict[str, Any]:
     [deployment] = [
         doc

@@ -163,6 +163,11 @@ def test_the_crds_validate_for_every_claimed_kubernetes() -> None:
                 validate_builtin(crd, version)
 
 
+def test_docs_state_the_kube_version_floor() -> None:
+    for doc in (CHART / "README.md", CHART.parents[1] / "README.md"):
+        assert "Kubernetes 1.28" in doc.read_text(), doc
+
+
 @pytest.mark.needs("promtool")
 @pytest.mark.parametrize("name", [name for name in SETS if VALUE_SETS[name].get("prometheusRule")])
 def test_promtool_checks_the_rendered_rules(name: str, tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def test_the_alerts_are_the_issue_s_and_each_is_labelled_and_explained() -> None
     for rule in rules():
         name = rule["alert"]
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
-        assert set(rule["annotations"]) == {"summary", "description", "runbook"}, name
+        assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, name
         if "absent(" not in rule["expr"]:
             # absent() carries no labels: only per-model alerts can name the model.
             assert "$labels.model" in rule["annotations"]["description"], name
@@ -91,3 +91,37 @@ def test_the_down_alerts_match_the_chart_s_job_names(release: str) -> None:
         assert re.fullmatch(pattern, job), (alert, job)
         other_job = rendering.one("Service", f"-{other}-metrics")["metadata"]["name"]
         assert not re.fullmatch(pattern, other_job), (alert, other_job)
+
+
+def anchors(markdown: str) -> set[str]:
+    """The fragment of each heading, as GitHub makes it (lowercase, punctuation dropped,
+    spaces to hyphens)."""
+    headings = re.findall(r"^#+ (.+)$", markdown, re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def test_each_alert_links_its_runbook_in_the_chart_readme() -> None:
+    """`runbook_url`, as Prometheus' conventions name it: the chart README's section on the
+    alert, which says what it means and what to do."""
+    readme = (CHART / "README.md").read_text()
+    template = (CHART / "templates" / "prometheusrule.yaml").read_text()
+    [base] = re.findall(r'\$runbooks := "([^"]+)"', template)
+    assert base.endswith("/charts/snooze/README.md")
+    runbooks = readme.split("## Alerts", 1)[1]
+    for rule in rules():
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"{base}#{rule['alert'].lower()}", rule["alert"]
+        assert rule["alert"].lower() in anchors(readme), f"no heading for {rule['alert']}"
+        section = runbooks.split(f"### {rule['alert']}\n", 1)[1].split("\n### ", 1)[0]
+        assert "What to do" in section and len(section.split()) > 40, rule["alert"]
+
+
+def test_the_runbook_address_follows_the_value() -> None:
+    values = {
+        "prometheusRule": {"enabled": True, "runbookBaseURL": "https://docs.example.org/snooze"}
+    }
+    rendered = render(values).one("PrometheusRule")
+    urls = [r["annotations"]["runbook_url"] for g in rendered["spec"]["groups"] for r in g["rules"]]
+    assert urls == [f"https://docs.example.org/snooze#{rule['alert'].lower()}" for rule in rules()]
+    default = render({"prometheusRule": {"enabled": True}}).one("PrometheusRule")
+    assert default["spec"]["groups"] == load_yaml(RULES)["groups"]
