@@ -182,3 +182,13 @@ def test_promtool_checks_the_rendered_rules(name: str, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     count = sum(len(group["rules"]) for group in rule["spec"]["groups"])
     assert re.search(rf"SUCCESS: {count} rules found", result.stdout), result.stdout
+
+
+def test_notes_name_the_gateway_and_an_unambiguous_resource() -> None:
+    """The Gateway API Inference Extension also has an `inferencemodels`: the notes name ours
+    by its group."""
+    notes = render(release="prod").notes
+    assert "http://prod-snooze-gateway.snooze.svc:80/v1" in notes
+    assert "kubectl get inferencemodels.snooze.dev -A" in notes
+    assert "networkPolicy.enabled is false" in notes
+    assert "networkPolicy.enabled is false" not in render(VALUE_SETS["everything"]).notes
