@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from chart_helpers import CHART, load_yaml
+from rendering import render
 
 RULES = CHART / "rules" / "snooze.rules.yaml"
 RULE_TESTS = sorted((CHART / "rules" / "tests").glob("*.yaml"))
@@ -55,7 +56,7 @@ def test_the_alerts_are_the_issue_s_and_each_is_labelled_and_explained() -> None
     for rule in rules():
         name = rule["alert"]
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
-        assert set(rule["annotations"]) == {"summary", "description", "runbook"}, name
+        assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, name
         if "absent(" not in rule["expr"]:
             # absent() carries no labels: only per-model alerts can name the model.
             assert "$labels.model" in rule["annotations"]["description"], name
@@ -73,19 +74,54 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
     assert firing == ALERTS and quiet == ALERTS
 
 
-@pytest.mark.parametrize("release", ["prod", "snooze", "snooze-canary"])
+@pytest.mark.parametrize(
+    "release", ["prod", "snooze", "snooze-canary", "x" * 53, "team-" + "s" * 38 + "-snooze"]
+)
 def test_the_down_alerts_match_the_chart_s_job_names(release: str) -> None:
-    """The ServiceMonitor names a job after its Service, FULLNAME-COMPONENT-metrics
-    (templates/metrics-services.yaml), FULLNAME being RELEASE-snooze or the release name when
-    it contains "snooze"; Prometheus anchors the alerts' regexes at both ends."""
-    services = (CHART / "templates" / "metrics-services.yaml").read_text()
-    assert '{{ include "snooze.fullname" $ }}-{{ $component }}-metrics' in services
-    fullname = release if "snooze" in release else f"{release}-snooze"
+    """The ServiceMonitor names a job after its Service (FULLNAME-COMPONENT-metrics), whatever
+    the release's name; Prometheus anchors the alerts' regexes at both ends."""
+    rendering = render({"serviceMonitor": {"enabled": True}}, release=release)
     exprs = {rule["alert"]: rule["expr"] for rule in rules()}
     for alert, component, other in [
         ("SnoozeOperatorDown", "operator", "gateway"),
         ("SnoozeGatewayDown", "gateway", "operator"),
     ]:
         [pattern] = re.findall(r'job=~"([^"]+)"', exprs[alert])
-        assert re.fullmatch(pattern, f"{fullname}-{component}-metrics"), alert
-        assert not re.fullmatch(pattern, f"{fullname}-{other}-metrics"), alert
+        job = rendering.one("Service", f"-{component}-metrics")["metadata"]["name"]
+        assert re.fullmatch(pattern, job), (alert, job)
+        other_job = rendering.one("Service", f"-{other}-metrics")["metadata"]["name"]
+        assert not re.fullmatch(pattern, other_job), (alert, other_job)
+
+
+def anchors(markdown: str) -> set[str]:
+    """The fragment of each heading, as GitHub makes it (lowercase, punctuation dropped,
+    spaces to hyphens)."""
+    headings = re.findall(r"^#+ (.+)$", markdown, re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def test_each_alert_links_its_runbook_in_the_chart_readme() -> None:
+    """`runbook_url`, as Prometheus' conventions name it: the chart README's section on the
+    alert, which says what it means and what to do."""
+    readme = (CHART / "README.md").read_text()
+    template = (CHART / "templates" / "prometheusrule.yaml").read_text()
+    [base] = re.findall(r'\$runbooks := "([^"]+)"', template)
+    assert base.endswith("/charts/snooze/README.md")
+    runbooks = readme.split("## Alerts", 1)[1]
+    for rule in rules():
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"{base}#{rule['alert'].lower()}", rule["alert"]
+        assert rule["alert"].lower() in anchors(readme), f"no heading for {rule['alert']}"
+        section = runbooks.split(f"### {rule['alert']}\n", 1)[1].split("\n### ", 1)[0]
+        assert "What to do" in section and len(section.split()) > 40, rule["alert"]
+
+
+def test_the_runbook_address_follows_the_value() -> None:
+    values = {
+        "prometheusRule": {"enabled": True, "runbookBaseURL": "https://docs.example.org/snooze"}
+    }
+    rendered = render(values).one("PrometheusRule")
+    urls = [r["annotations"]["runbook_url"] for g in rendered["spec"]["groups"] for r in g["rules"]]
+    assert urls == [f"https://docs.example.org/snooze#{rule['alert'].lower()}" for rule in rules()]
+    default = render({"prometheusRule": {"enabled": True}}).one("PrometheusRule")
+    assert default["spec"]["groups"] == load_yaml(RULES)["groups"]

@@ -1,47 +1,41 @@
-"""Every pod the chart runs is non-root, read-only, without capabilities, seccomp'd and probed."""
+"""Every pod the chart runs is non-root, read-only, without capabilities, seccomp'd, probed and
+sized by default, and each of those settings can be overridden (OpenShift picks its own uids)."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from typing import Any
 
 import pytest
-from chart_helpers import manifest_templates, values
+from chart_helpers import ROOT, manifest_templates
+from rendering import VALUE_SETS, render
 
 POD_TEMPLATES = [
     p for p in manifest_templates() if re.search(r"^\s+containers:", p.read_text(), re.M)
 ]
-
-# Lines each pod template must hold: pod-level, then container-level (literal, not from values,
-# so that no values file can switch them off).
-POD_SECURITY = [
-    "securityContext:",
-    "runAsNonRoot: true",
-    "seccompProfile:",
-    "type: RuntimeDefault",
-]
-CONTAINER_SECURITY = [
-    "runAsNonRoot: true",
-    "readOnlyRootFilesystem: true",
-    "allowPrivilegeEscalation: false",
-    'drop: ["ALL"]',
-    "type: RuntimeDefault",
-]
+HARDENED_POD = {
+    "runAsNonRoot": True,
+    "runAsUser": 10001,
+    "runAsGroup": 10001,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+HARDENED_CONTAINER = {
+    "runAsNonRoot": True,
+    "readOnlyRootFilesystem": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
-def _block(text: str, key: str) -> str:
-    """The lines under `key:` (first occurrence), by indentation."""
-    lines = text.splitlines()
-    for index, line in enumerate(lines):
-        if line.strip() == f"{key}:":
-            indent = len(line) - len(line.lstrip())
-            block = []
-            for following in lines[index + 1 :]:
-                if following.strip() and len(following) - len(following.lstrip()) <= indent:
-                    break
-                block.append(following.strip())
-            return "\n".join(block)
-    raise AssertionError(f"no {key}: block")
+def pod_specs(values: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Each Deployment's pod spec, by component."""
+    return {
+        deployment["metadata"]["labels"]["app.kubernetes.io/component"]: deployment["spec"][
+            "template"
+        ]["spec"]
+        for deployment in render(values).of_kind("Deployment")
+    }
 
 
 def test_the_pod_templates_are_the_two_deployments() -> None:
@@ -49,53 +43,81 @@ def test_the_pod_templates_are_the_two_deployments() -> None:
         "gateway-deployment.yaml",
         "operator-deployment.yaml",
     ]
+    assert sorted(pod_specs()) == ["gateway", "operator"]
 
 
-@pytest.mark.parametrize("path", POD_TEMPLATES, ids=lambda p: p.name)
-def test_pod_and_container_security_contexts(path: Path) -> None:
-    text = path.read_text()
-    pod_spec = text.split("    spec:\n", 1)[1]
-    pod_level = _block(pod_spec.split("containers:", 1)[0], "securityContext")
-    for line in POD_SECURITY[1:]:
-        assert line in pod_level, f"{path.name}: pod securityContext lacks {line}"
-    listed = text.split("      containers:\n", 1)[1].split("\n      volumes:\n", 1)[0]
-    containers = re.split(r"^        - name: ", listed, flags=re.M)[1:]
-    assert containers, f"{path.name}: no containers"
-    for container in containers:
-        context = _block(container, "securityContext")
-        for line in CONTAINER_SECURITY:
-            assert line in context, f"{path.name}: container securityContext lacks {line}"
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_pods_are_hardened_by_default(name: str) -> None:
+    for component, spec in pod_specs(VALUE_SETS[name]).items():
+        assert spec["securityContext"] == HARDENED_POD, component
+        for container in spec["containers"]:
+            assert container["securityContext"] == HARDENED_CONTAINER, component
 
 
-@pytest.mark.parametrize("path", POD_TEMPLATES, ids=lambda p: p.name)
-def test_probes_and_writable_tmp(path: Path) -> None:
-    text = path.read_text()
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert "httpGet:" in _block(text, probe), f"{path.name}: no HTTP {probe}"
-    assert "mountPath: /tmp" in text and "emptyDir: {}" in text
-    assert "privileged" not in text and "hostNetwork" not in text and "hostPath" not in text
+def test_openshift_unsets_the_ids_and_keeps_the_rest() -> None:
+    """OpenShift's restricted SCC assigns a uid from the namespace's range and refuses pods
+    that ask for another: `--set podSecurityContext.runAsUser=null` removes it."""
+    values = {"podSecurityContext": {"runAsUser": None, "runAsGroup": None}}
+    for component, spec in pod_specs(values).items():
+        assert spec["securityContext"] == {
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }, component
+        assert spec["containers"][0]["securityContext"] == HARDENED_CONTAINER
 
 
-@pytest.mark.parametrize("path", POD_TEMPLATES, ids=lambda p: p.name)
-def test_resources_come_only_from_values(path: Path) -> None:
-    text = path.read_text()
-    assert re.search(
-        r"\{\{- with \.Values\.(operator|gateway)\.resources \}\}\n\s+resources:", text
-    )
-    assert text.count("resources:") == 1
+def test_security_contexts_are_overridable() -> None:
+    values = {
+        "podSecurityContext": {"runAsUser": 1000700000, "fsGroup": 1000700000},
+        "containerSecurityContext": {
+            "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
+        },
+    }
+    for spec in pod_specs(values).values():
+        assert spec["securityContext"]["runAsUser"] == 1000700000
+        assert spec["securityContext"]["fsGroup"] == 1000700000
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        context = spec["containers"][0]["securityContext"]
+        assert context["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
+        assert context["readOnlyRootFilesystem"] is True
 
 
-def test_resources_unset_by_default_and_operator_single() -> None:
-    defaults = values()
-    assert defaults["operator"]["resources"] == {} and defaults["gateway"]["resources"] == {}
-    assert defaults["operator"]["replicas"] == 1
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_probes_and_writable_tmp(name: str) -> None:
+    for component, spec in pod_specs(VALUE_SETS[name]).items():
+        [container] = spec["containers"]
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert "httpGet" in container[probe], f"{component}: no HTTP {probe}"
+        [mount] = container["volumeMounts"]
+        assert mount["mountPath"] == "/tmp"
+        assert spec["volumes"] == [{"name": mount["name"], "emptyDir": {}}]
+        assert not spec.get("hostNetwork") and not spec.get("hostPID")
+
+
+def test_both_containers_have_requests_and_limits_by_default() -> None:
+    for component, spec in pod_specs().items():
+        resources = spec["containers"][0]["resources"]
+        for kind in ("requests", "limits"):
+            assert set(resources[kind]) == {"cpu", "memory"}, f"{component} {kind}"
+
+
+def test_resources_merge_with_and_unset_from_values() -> None:
+    values = {"gateway": {"resources": {"limits": {"cpu": None, "memory": "4Gi"}}}}
+    resources = pod_specs(values)["gateway"]["containers"][0]["resources"]
+    assert resources == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"memory": "4Gi"},
+    }
+
+
+def test_the_operator_runs_one_replica_by_default() -> None:
+    assert render().one("Deployment", "-operator")["spec"]["replicas"] == 1
 
 
 def test_image_runs_as_the_charts_user() -> None:
-    from chart_helpers import ROOT
-
+    """The image's USER is the default uid, so that pods whose uid is unset (OpenShift) or set
+    run the same way."""
     dockerfile = (ROOT / "images" / "operator" / "Dockerfile").read_text()
     assert "USER 10001:10001" in dockerfile
     assert 'ENTRYPOINT ["snooze"]' in dockerfile
-    for path in POD_TEMPLATES:
-        assert "runAsUser: 10001" in path.read_text()
+    assert HARDENED_POD["runAsUser"] == HARDENED_POD["runAsGroup"] == 10001

@@ -87,6 +87,24 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("empty engine selector", {"networkPolicy": {"enginePodSelector": {}}}, "enginePodSelector"),
     ("zero probe interval", {"operator": {"probeInterval": 0}}, "probeInterval"),
+    ("typo in the pod security context", {"podSecurityContext": {"runAsUsr": 0}}, "runAsUsr"),
+    ("negative uid", {"podSecurityContext": {"runAsUser": -1}}, "runAsUser"),
+    (
+        "unknown capability key",
+        {"containerSecurityContext": {"capabilities": {"remove": ["ALL"]}}},
+        "remove",
+    ),
+    (
+        "budget neither count nor percentage",
+        {"gateway": {"podDisruptionBudget": {"maxUnavailable": "half"}}},
+        "maxUnavailable",
+    ),
+    ("negative shutdown grace", {"gateway": {"shutdownGraceSeconds": -1}}, "shutdownGrace"),
+    (
+        "runbook address with a fragment",
+        {"prometheusRule": {"runbookBaseURL": "https://docs/x#y"}},
+        "runbookBaseURL",
+    ),
 ]
 
 

@@ -4,17 +4,30 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* RELEASE-snooze, or the release name alone when it already contains the chart name. */}}
+{{/*
+RELEASE-snooze, or the release name alone when it already contains the chart name, or
+fullnameOverride. Every object's name is this plus at most "-operator-metrics" (17
+characters), and a Service name may have 63: so it has at most 46. A longer one keeps its
+first 32 characters, then a hash of the whole (two releases whose names share a long prefix
+still get different names), then "-snooze" (the alerts find their jobs by it,
+rules/snooze.rules.yaml).
+*/}}
 {{- define "snooze.fullname" -}}
+{{- $full := "" }}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- $full = .Values.fullnameOverride }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- $full = .Release.Name }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- $full = printf "%s-%s" .Release.Name $name }}
 {{- end }}
+{{- end }}
+{{- if le (len $full) 46 }}
+{{- $full | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s-%s" ($full | trunc 32 | trimSuffix "-") (sha256sum $full | trunc 6) .Chart.Name }}
 {{- end }}
 {{- end }}
 

@@ -1,0 +1,55 @@
+"""Rollouts and node drains keep the gateway serving: disruption budgets, a surge-first rolling
+update, and a termination grace period that covers the gateway's own shutdown grace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rendering import render
+
+
+def selects(budget: dict[str, Any], deployment: dict[str, Any]) -> bool:
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    return bool(budget["spec"]["selector"]["matchLabels"].items() <= labels.items())
+
+
+def test_the_gateway_has_a_disruption_budget_by_default() -> None:
+    rendering = render()
+    [budget] = rendering.of_kind("PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert selects(budget, rendering.one("Deployment", "-gateway"))
+    assert not selects(budget, rendering.one("Deployment", "-operator"))
+
+
+def test_the_gateway_budget_can_be_a_percentage_or_off() -> None:
+    values = {"gateway": {"podDisruptionBudget": {"maxUnavailable": "50%"}}}
+    [budget] = render(values).of_kind("PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == "50%"
+    off = {"gateway": {"podDisruptionBudget": {"enabled": False}}}
+    assert render(off).of_kind("PodDisruptionBudget") == []
+
+
+def test_the_operator_has_a_budget_only_with_standbys() -> None:
+    """One replica has nothing to keep through a drain (a budget would only block it)."""
+    assert len(render({"operator": {"replicas": 1}}).of_kind("PodDisruptionBudget")) == 1
+    rendering = render({"operator": {"replicas": 3}})
+    budget = rendering.one("PodDisruptionBudget", "-operator")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert selects(budget, rendering.one("Deployment", "-operator"))
+    assert not selects(budget, rendering.one("Deployment", "-gateway"))
+
+
+def test_gateway_rollouts_start_a_new_pod_before_stopping_one() -> None:
+    strategy = render().one("Deployment", "-gateway")["spec"]["strategy"]
+    assert strategy == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+
+
+def test_termination_grace_covers_the_gateways_shutdown_grace() -> None:
+    for grace in (30, 120, 0):
+        values = {"gateway": {"shutdownGraceSeconds": grace}} if grace != 30 else {}
+        spec = render(values).one("Deployment", "-gateway")["spec"]["template"]["spec"]
+        assert f"--shutdown-grace-seconds={grace}" in spec["containers"][0]["args"]
+        assert spec["terminationGracePeriodSeconds"] == grace + 10
