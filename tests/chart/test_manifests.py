@@ -152,11 +152,6 @@ def _parser(module: str) -> argparse.ArgumentParser:
     return parser
 
 
-# Flags the chart passes that come with a change to the command itself (the gateway's graceful
-# shutdown, issue 13). Once the command has one, this test says to remove it from here.
-AWAITED = {"gateway": {"--shutdown-grace-seconds"}}
-
-
 @pytest.mark.parametrize(
     ("command", "module"),
     [("operator", "snooze.operator.cli"), ("gateway", "snooze.gateway.cli")],
@@ -166,7 +161,4 @@ def test_template_flags_are_the_commands_flags(command: str, module: str) -> Non
     assert re.search(rf"args:\n\s+- {command}\n", text)
     used = set(re.findall(r"^\s+- (--[a-z-]+)=", text, re.M))
     known = {flag for action in _parser(module)._actions for flag in action.option_strings}
-    awaited = AWAITED.get(command, set())
-    assert not used - known - awaited, f"`snooze {command}` has no {sorted(used - known)}"
-    assert not awaited & known, f"`snooze {command}` has {sorted(awaited & known)}: drop AWAITED"
-    assert awaited <= used
+    assert not used - known, f"`snooze {command}` has no {sorted(used - known)}"
