@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import pytest
 from conftest import FAST, Cluster, OperatorThread, _addresses, wait_for
 from gateway_fixtures import GatewayThread, gateway
@@ -209,6 +210,18 @@ def test_a_wake_waits_while_every_member_is_busy_and_says_so(
             ),
         )
         assert "GPUPool gpu-0" in waiting["message"]
+        # A held stream is told what it waits for: room on the pool, not just a wake.
+        with httpx.stream(
+            "POST",
+            gateway.url + "/v1/chat/completions",
+            json={"model": asleep, "messages": MESSAGES, "max_tokens": 2, "stream": True},
+            timeout=30,
+        ) as streamed:
+            lines = [line for line in streamed.iter_lines() if line]
+        assert any(
+            ln.startswith(f": {asleep}: waiting for") and "GPUPool gpu-0" in ln for ln in lines
+        ), lines
+        assert lines[-1] == "data: [DONE]"
         assert held.result(30) == "lorem ipsum"  # served once a stream ended
         # Neither stream was cut short: each got all its tokens.
         assert [len(s.result(30).split()) for s in streams] == [300, 300]

@@ -160,11 +160,17 @@ class Inference:
                         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
                     )
                     await response.prepare(request)
-                comment = f": waiting for model {model.model_name} to wake\n\n".encode()
 
                 async def keepalive() -> None:
+                    # What it waits for now: a wake, or room on its GPU pool (the operator says
+                    # so on the model's status while its pool makes room).
+                    current = self.registry.get(model.key) or model
+                    if current.waiting_for_room is not None:
+                        text = f"{current.model_name}: {current.waiting_for_room}"
+                    else:
+                        text = f"waiting for model {current.model_name} to wake"
                     if response is not None:
-                        await response.write(comment)
+                        await response.write(f": {_one_line(text)}\n\n".encode())
 
                 waited = await self.holds.wait_awake(
                     model,
@@ -346,3 +352,8 @@ def _failure(model: Model, waited: Waited, retry: int) -> tuple[int, str, str]:
         )
     current = model.refusal() or "the model may no longer be woken on request"
     return 503, current, "model_asleep"
+
+
+def _one_line(text: str) -> str:
+    """An SSE comment is one line: no line break from a status message may end it early."""
+    return " ".join(text.split())

@@ -71,6 +71,12 @@ class Model:
     """The message of a `Conflict` condition that is True: another model holds the name."""
     status_pods: Mapping[str, StatusPod] = field(default_factory=dict)
     wake_failure: WakeFailure | None = None
+    operator_refusal: str | None = None
+    """The message of a SpecValid condition the operator set False: something only it can
+    check (such as a scaleTargetRef the model does not own) keeps it from acting."""
+    waiting_for_room: str | None = None
+    """The message of a WaitingForRoom condition that is True: its wake waits for its GPU
+    pool to make room."""
 
     @property
     def key(self) -> Key:
@@ -119,6 +125,8 @@ class Model:
         """Why a request must not wait for this model to wake, or None if it may."""
         if self.spec is None:
             return f"model {self.model_name!r} has an invalid spec: {self.spec_error}"
+        if self.operator_refusal is not None:
+            return f"model {self.model_name!r} has an invalid spec: {self.operator_refusal}"
         if self.spec.desired_state is DesiredState.ASLEEP:
             return (
                 f"model {self.model_name!r} is asleep on purpose (spec.desiredState: Asleep); "
@@ -151,6 +159,8 @@ def model_from(body: Mapping[str, Any]) -> Model:
     }
     conflict = conditions.get("Conflict", {})
     failed = conditions.get("WakeFailed", {})
+    valid = conditions.get("SpecValid", {})
+    room = conditions.get("WaitingForRoom", {})
     claimed = status.get("modelName")
     return Model(
         namespace=str(meta.get("namespace", "")),
@@ -173,6 +183,13 @@ def model_from(body: Mapping[str, Any]) -> Model:
             since=parse_time(failed.get("lastTransitionTime")),
         )
         if failed.get("status") == "True"
+        else None,
+        # Only for a spec the gateway itself reads as valid: the operator's own reasons.
+        operator_refusal=str(valid.get("message") or "refused by the operator")
+        if spec is not None and valid.get("status") == "False"
+        else None,
+        waiting_for_room=str(room.get("message") or "waiting for room on its GPU pool")
+        if room.get("status") == "True"
         else None,
     )
 

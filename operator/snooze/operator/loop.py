@@ -408,6 +408,12 @@ class ModelLoop:
             result = results.get(pod.name)
             if result is not None:
                 self._note_reachability(pod.name, engine, result)
+            if result is not None and result.sleeping is not None and not engine.answered:
+                # Its idle clock starts when its engine first answers, not when its pod was
+                # first seen: a model that loads longer than idle.after is not slept the
+                # moment it is ready.
+                engine.answered = True
+                engine.last_activity = max(engine.last_activity, now)
             if result is not None and result.sleeping is not None:
                 moved = (
                     engine.success_total is not None

@@ -43,6 +43,8 @@ class EngineMemory:
     """The label this operator process last wrote on the pod (its index may lag behind)."""
     sleeping: bool | None = None
     """The engine's own answer at the last probe (None: no answer)."""
+    answered: bool = False
+    """It has answered a probe since the operator first saw its pod."""
     last_probe: float | None = None
     """When it was last probed (None: never, or an action since wants it confirmed)."""
     direct_activity: bool = False
@@ -132,7 +134,8 @@ def rebuild(status: dict[str, Any] | None) -> ModelMemory:
         activity = parse_time(pod.get("lastActivityTime"))
         if not name or activity is None:
             continue
-        engine = EngineMemory(last_activity=activity)
+        # Known before the restart: its idle clock stands (one still loading starts it anew).
+        engine = EngineMemory(last_activity=activity, answered=pod.get("state") != "unready")
         engine.wake_failures = int(pod.get("wakeFailures") or 0)
         engine.last_failure_reason = str(pod.get("failureReason") or "")
         engine.last_failure = parse_time(pod.get("lastFailureTime"))

@@ -101,6 +101,25 @@ def pod_state(pod: PodInfo) -> str:
     return state.value if state is not None else "unknown"
 
 
+def operator_view(memory: ModelMemory, pod: PodInfo) -> EngineState | None:
+    """The state the operator itself vouches for: the label it last wrote on the pod, or, when
+    the label says awake, what the engine last said.
+
+    Not the pod's label as it stands: anyone with rights on the pod can write that, and the
+    gateway routes only to pods this status lists awake. (Also ahead of the pod index, which
+    may show a label the operator has just replaced.)
+    """
+    engine = memory.engines.get(pod.name)
+    label = pod.state
+    if engine is None:
+        return label
+    if engine.published is not None:
+        label = engine.published
+    if label is EngineState.AWAKE and engine.sleeping:
+        return EngineState.ASLEEP  # the engine said it sleeps: a label saying awake lies
+    return label
+
+
 def build(
     *,
     model_name: str,
@@ -121,7 +140,7 @@ def build(
     pods = [p for p in every if p.name not in shared]
     ready = [p for p in pods if p.ready]
     # An engine that stopped answering serves nothing, whatever its label says.
-    labels = [None if _unreachable(memory, p) else p.state for p in ready]
+    labels = [None if _unreachable(memory, p) else operator_view(memory, p) for p in ready]
     count = {state: sum(1 for label in labels if label is state) for state in EngineState}
     model_phase = phase(labels, ready=len(ready), spec_valid=spec_error is None)
     if spec_error is None and not count[EngineState.AWAKE]:
@@ -134,7 +153,10 @@ def build(
     failing: list[tuple[str, str, str]] = []
     for pod in sorted(every, key=lambda p: p.name):
         engine = memory.engines.get(pod.name)
+        view = operator_view(memory, pod)
         state = "shared" if pod.name in shared else pod_state(pod)
+        if state not in ("shared", "unready") and view is not None:
+            state = view.value
         if _unreachable(memory, pod):
             state = "unreachable"  # whatever its label says: not to be routed to
         # The uid, so that a reader (the gateway) never trusts this entry for a pod recreated
