@@ -323,22 +323,33 @@ class _Status(BaseModel):
     )
 
 
-class Condition(_Status):
-    """A Kubernetes-style condition."""
+# metav1.Condition's bounds (k8s.io/apimachinery/pkg/apis/meta/v1/types.go): a qualified name
+# for the type, a CamelCase reason.
+CONDITION_TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
-    type: str
+
+class Condition(_Status):
+    """A condition with the fields, formats and bounds of Kubernetes' metav1.Condition."""
+
+    type: str = Field(max_length=316, pattern=CONDITION_TYPE_PATTERN)
     """Ready, Asleep, WakeFailed, SpecValid, Conflict (another model holds this one's model
     name) or SharedPods (another model selects some of its pods)."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
-    reason: str = ""
-    """A CamelCase word for programs."""
-    message: str = ""
-    """What happened and what to do, for people."""
-    last_transition_time: datetime | None = None
+    observed_generation: int | None = Field(
+        default=None, ge=0, json_schema_extra={"format": "int64"}
+    )
+    """The metadata.generation this condition was computed from."""
+    last_transition_time: datetime
     """When status last changed."""
-    observed_generation: int | None = None
-    """The spec generation this condition was computed from."""
+    reason: str = Field(min_length=1, max_length=1024, pattern=CONDITION_REASON_PATTERN)
+    """A CamelCase word for programs."""
+    message: str = Field(max_length=32768)
+    """What happened and what to do, for people; may be empty."""
 
 
 class PodStatus(_Status):

@@ -54,3 +54,28 @@ def test_every_written_field_is_in_the_models() -> None:
     read = InferenceModelStatus.model_validate(built)
     assert read.pods[0].failure_reason == "Timeout"
     assert read.scaled_from_replicas == 2
+
+
+def test_the_status_written_validates_against_the_crd() -> None:
+    """What the API server would check: types, patterns, bounds and required fields, also for
+    a model whose generation is not known (no null where the schema wants an integer)."""
+    import jsonschema
+
+    from snooze import crd
+
+    schema = crd.status_schema()
+    pods = [PodInfo(namespace="ns", name="chat-0", uid="u", labels={}, ip="127.0.0.2", ready=True)]
+    for generation in (None, 4):
+        built = status.build(
+            model_name="chat",
+            pods=pods,
+            memory=ModelMemory(last_activity=NOW),
+            previous={},
+            generation=generation,
+            now=NOW,
+        )
+        # Top-level nulls are merge-patch deletions; a null inside a list would be stored.
+        jsonschema.validate({k: v for k, v in built.items() if v is not None}, schema)
+        assert all(
+            ("observedGeneration" in c) == (generation is not None) for c in built["conditions"]
+        )

@@ -81,16 +81,16 @@ def conditions(
         status = "True" if value.status else "False"
         old = before.get(value.type, {})
         since = old.get("lastTransitionTime") if old.get("status") == status else None
-        out.append(
-            {
-                "type": value.type,
-                "status": status,
-                "reason": value.reason,
-                "message": value.message,
-                "lastTransitionTime": since or format_time(now),
-                "observedGeneration": generation,
-            }
-        )
+        condition: JSON = {
+            "type": value.type,
+            "status": status,
+            "reason": value.reason,
+            "message": value.message,
+            "lastTransitionTime": since or format_time(now),
+        }
+        if generation is not None:  # metav1.Condition's is an integer, never null
+            condition["observedGeneration"] = generation
+        out.append(condition)
     return out
 
 
