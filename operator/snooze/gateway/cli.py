@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +50,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics",
     )
-    parser.add_argument("--verbose", action="store_true", help="log at debug level")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,10 +68,6 @@ def run(args: argparse.Namespace) -> int:
     ):
         if value <= 0:
             raise SystemExit(f"snooze gateway: {flag} must be greater than zero")
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     settings = GatewaySettings(
         host=args.host,
         port=args.port,

@@ -31,6 +31,8 @@ from snooze.operator.metrics import OperatorMetrics
 from snooze.policy.sleep import Action, ActionKind
 
 log = logging.getLogger(__name__)
+# What the operator did, one line each (events.teller logs the actions that post an Event).
+told = logging.getLogger("snooze.operator.events")
 
 # (event type, reason, message) -> posted as a Kubernetes Event on the InferenceModel.
 Emit = Callable[[str, str, str], None]
@@ -157,6 +159,18 @@ class Executor:
         # still shows an older one (then this is no leftover, only a late echo).
         before = pod.state if engine.published is None else engine.published
         await self.label(pod, action.label, engine)
+        # The pod index lags behind this process's own writes: a label written again is an
+        # echo, not news.
+        told.log(
+            logging.DEBUG if before is action.label else logging.INFO,
+            "%s/%s Labelled: %s: %s (was %s), as its engine answers",
+            self.namespace,
+            self.model,
+            pod.name,
+            action.label.value,
+            before.value if before is not None else "unlabelled",
+            extra={"model": self.model, "namespace": self.namespace, "reason": "Labelled"},
+        )
         # A step cut off by a restart of the operator ended inside the engine meanwhile: say
         # how it ended, since the Event its own action would have posted never was.
         outcome = RECOVERED.get((before, action.label))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +65,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "takes over from a replica that died (default: 60; kopf renews it 5 to 10 s before "
         "it expires, or every second when it is shorter)",
     )
-    parser.add_argument("--verbose", action="store_true", help="log at debug level")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,14 +80,6 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("snooze operator: --probe-interval must be greater than zero")
     if args.peering_lifetime < 2:
         raise SystemExit("snooze operator: --peering-lifetime must be at least 2 seconds")
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
-        # One line per probe request or per handled watch event drowns what matters.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings = Settings(
         probe_interval=args.probe_interval,
         drain_timeout=args.drain_timeout,

@@ -17,6 +17,7 @@ from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo, pod_info
 from snooze.operator.actions import Settings
+from snooze.operator.events import teller
 from snooze.operator.loop import ModelLoop, Neighbours
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.release import release
@@ -59,6 +60,9 @@ def configure(settings: kopf.OperatorSettings, ours: Settings) -> None:
     settings.watching.client_timeout = 330
     settings.networking.error_backoffs = (0.2, 0.5, 1, 2, 5, 10)
     settings.peering.lifetime = ours.peering_lifetime
+    # How long kopf waits for a stopped daemon to end by itself before the backoff (and a
+    # cancellation) apply: a model loop ends at its next wait, normally within milliseconds.
+    settings.background.instant_exit_timeout = 2.0
 
 
 def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
@@ -67,12 +71,12 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     # What of each model last poked its loop: generation, annotations, deletion.
     model_seen: dict[tuple[str, str], tuple[Any, ...]] = {}
 
-    @kopf.on.login(registry=registry)
+    @kopf.on.login(id="login", registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
         # kopf and Snooze's own client use the same credentials, found the same way.
         return kube_api.login()
 
-    @kopf.on.startup(registry=registry)
+    @kopf.on.startup(id="startup", registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, runtime.settings)
         runtime.api = KubeApi.from_environment()
@@ -80,7 +84,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         runtime.ssl_context = ssl.create_default_context()
         runtime.action_http = new_http_client(max_connections=256)
 
-    @kopf.on.cleanup(registry=registry)
+    @kopf.on.cleanup(id="cleanup", registry=registry)
     async def cleanup(**_: Any) -> None:
         if runtime.api is not None:
             await runtime.api.aclose()
@@ -181,6 +185,9 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         models.PLURAL,
         id="model",
         registry=registry,
+        # A deleted model's loop ends at its next wait (at once when idle, or once the cycle
+        # in progress ends); only one stuck beyond the backoff is cancelled, with a warning.
+        cancellation_backoff=15.0,
         cancellation_timeout=5.0,
     )
     async def model_daemon(
@@ -204,8 +211,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
                 return list(pods_by_label.get((namespace, key, value), []))
             return list(pods_by_namespace.get(namespace, []))
 
-        def emit(kind: str, reason: str, message: str) -> None:
-            kopf.event(body, type=kind, reason=reason, message=message)
+        emit = teller(body)
 
         # Probes go through a client of the model's own: its pool holds the model's few
         # engines, where one pool for thousands of engines cost httpcore a scan of every
@@ -228,9 +234,18 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             ),
         )
         runtime.loops[(namespace, name)] = loop
+
+        async def wake_on_stop() -> None:
+            # The loop waits for a poke between cycles: a stop must end that wait, or kopf
+            # cancels the daemon and warns on every deletion of a model.
+            await stopped.wait()
+            loop.memory.poke.set()
+
+        waker = asyncio.create_task(wake_on_stop(), name=f"stop-waker:{namespace}/{name}")
         try:
             await loop.run(lambda: bool(stopped))
         finally:
+            waker.cancel()
             loop.stop()
             runtime.loops.pop((namespace, name), None)
             await http.aclose()
@@ -243,10 +258,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         # its workload at zero: give everything back as it was before Snooze.
         assert runtime.api is not None
         index: kopf.Index[str, PodInfo] = kwargs["pods_by_namespace"]
-
-        def emit(kind: str, reason: str, message: str) -> None:
-            kopf.event(body, type=kind, reason=reason, message=message)
-
+        emit = teller(body)
         await release(
             api=runtime.api,
             http=runtime.action_http,
