@@ -177,6 +177,14 @@ class KubeApi:
             await asyncio.sleep(delay)
         raise KubeError(f"{method} {path} kept failing: {last}")
 
+    async def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API serves a resource now, from discovery (readable by every client)."""
+        try:
+            found = await self.request("GET", f"/apis/{group}/{version}")
+        except NotFound:
+            return False
+        return any(r.get("name") == plural for r in found.get("resources") or [])
+
     async def patch(self, ref: Ref, name: str, body: JSON, *, sub: str = "") -> JSON:
         return await self.request("PATCH", ref.item(name, sub), body=body, content_type=MERGE_PATCH)
 

@@ -51,6 +51,9 @@ class Settings:
     min_sleep_timeout: float = 60.0
     """The least time a /sleep may take before it counts as failed (freeing tens of GiB takes
     seconds; the model's wake.timeout applies when longer)."""
+    crd_poll_interval: float = 5.0
+    """How often an operator started before the InferenceModel CRD asks whether it is
+    installed yet."""
     peering_lifetime: int = 60
     """With peering: how long a replica's keep-alive counts; a standby takes over this long
     after the active replica's last one (kopf refreshes it 5 to 10 s before it expires)."""

@@ -71,10 +71,9 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import random
 
-    import kopf
-
     from snooze.operator.actions import Settings
-    from snooze.operator.handlers import Runtime, build_registry
+    from snooze.operator.handlers import Runtime
+    from snooze.operator.runner import serve
 
     if args.probe_interval <= 0:
         raise SystemExit("snooze operator: --probe-interval must be greater than zero")
@@ -84,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         probe_interval=args.probe_interval,
         drain_timeout=args.drain_timeout,
         peering_lifetime=args.peering_lifetime,
+        crd_poll_interval=min(5.0, args.probe_interval),
     )
     # kopf pauses every replica that sees a live peer of the same priority: equal priorities
     # would leave the cluster unserved, so each replica draws its own.
@@ -102,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
             ) from None
     liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
     asyncio.run(
-        kopf.operator(
-            registry=build_registry(runtime),
+        serve(
+            runtime,
             clusterwide=not args.namespace,
             namespaces=args.namespace,
             standalone=args.peering is None,

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -17,6 +17,7 @@ from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo, pod_info
 from snooze.operator.actions import Settings
+from snooze.operator.discovery import crd_served, restart_when_served
 from snooze.operator.events import teller
 from snooze.operator.loop import ModelLoop, Neighbours
 from snooze.operator.metrics import OperatorMetrics
@@ -41,6 +42,10 @@ class Runtime:
     action_http: Any = None
     """For sleeps and wakes, which take seconds to minutes: kept apart so that a wave of
     them never holds up the probes' slots."""
+    restart: Callable[[], None] = lambda: None
+    """Stop kopf so that it starts again and sees resources installed since (runner.py)."""
+    crd_watch: asyncio.Task[None] | None = None
+    """Polls discovery while the InferenceModel CRD is not installed."""
     loops: dict[tuple[str, str], ModelLoop] = dataclasses.field(default_factory=dict)
     routing: dict[tuple[str, str], tuple[Any, ...]] = dataclasses.field(default_factory=dict)
 
@@ -54,7 +59,9 @@ def configure(settings: kopf.OperatorSettings, ours: Settings) -> None:
     )
     settings.posting.reporting_component = "snooze-operator"
     settings.posting.event_name_prefix = "snooze-"
-    # Only the resources below are watched; no need to list CRDs (and no RBAC for it).
+    # Only the resources below are watched: no list or watch of every CRD and namespace of
+    # the cluster (and no RBAC for it). A CRD installed later is seen through discovery
+    # instead (runner.py).
     settings.scanning.disabled = True
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -83,9 +90,18 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         runtime.probe_slots = asyncio.Semaphore(64)
         runtime.ssl_context = ssl.create_default_context()
         runtime.action_http = new_http_client(max_connections=256)
+        if not await crd_served(runtime.api):
+            runtime.crd_watch = asyncio.create_task(
+                restart_when_served(
+                    runtime.api, runtime.restart, interval=runtime.settings.crd_poll_interval
+                )
+            )
 
     @kopf.on.cleanup(id="cleanup", registry=registry)
     async def cleanup(**_: Any) -> None:
+        if runtime.crd_watch is not None:
+            runtime.crd_watch.cancel()
+            runtime.crd_watch = None
         if runtime.api is not None:
             await runtime.api.aclose()
         if runtime.action_http is not None:
