@@ -6,6 +6,15 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="the kubeconfig to use (default: KUBECONFIG, else the pod's service account, "
+        "else ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--context", metavar="NAME", help="the kubeconfig context to use (default: its current)"
+    )
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
     parser.add_argument(
@@ -59,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from snooze.gateway.metrics import GatewayMetrics
     from snooze.gateway.server import serve
     from snooze.gateway.settings import GatewaySettings
+    from snooze.kube import credentials
 
     for flag, value in (
         ("--max-held-per-model", args.max_held_per_model),
@@ -68,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     ):
         if value <= 0:
             raise SystemExit(f"snooze gateway: {flag} must be greater than zero")
+    credentials.use_or_exit("snooze gateway", args.kubeconfig, args.context)
     settings = GatewaySettings(
         host=args.host,
         port=args.port,

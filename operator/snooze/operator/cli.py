@@ -7,6 +7,15 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="the kubeconfig to use (default: KUBECONFIG, else the pod's service account, "
+        "else ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--context", metavar="NAME", help="the kubeconfig context to use (default: its current)"
+    )
+    parser.add_argument(
         "--namespace",
         action="append",
         default=[],
@@ -71,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import random
 
+    from snooze.kube import credentials
     from snooze.operator.actions import Settings
     from snooze.operator.handlers import Runtime
     from snooze.operator.runner import serve
@@ -79,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("snooze operator: --probe-interval must be greater than zero")
     if args.peering_lifetime < 2:
         raise SystemExit("snooze operator: --peering-lifetime must be at least 2 seconds")
+    credentials.use_or_exit("snooze operator", args.kubeconfig, args.context)
     settings = Settings(
         probe_interval=args.probe_interval,
         drain_timeout=args.drain_timeout,

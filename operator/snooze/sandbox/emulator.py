@@ -16,6 +16,7 @@ import kmock
 
 from snooze.sandbox import api, discovery, scale, tables, views
 from snooze.sandbox.api import ApiError, ApiPath
+from snooze.sandbox.auth import Tokens
 from snooze.sandbox.discovery import ResourceSpec
 from snooze.sandbox.views import Change, Obj, ResourceKey
 from snooze.sandbox.watches import Watches
@@ -58,6 +59,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     _counts: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
     # Tests inject faults and read counters from their own thread while the loop serves.
     _guard: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    tokens: Tokens = attrs.field(factory=Tokens, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -104,6 +106,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
 
     async def __call__(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         body = await raw.read()
+        if not self.tokens.admit(raw.headers.get("Authorization")):
+            return views.respond(api.status_body(401, "Unauthorized"), 401)
         fault = self._take_fault(raw.method, raw.path_qs)
         if fault is not None:
             return views.respond(api.status_body(fault.status, fault.message), fault.status)
