@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 from conftest import Cluster, wait_for
-from processes import Process
+from processes import Process, free_port
 
 from snooze.kube.api import KubeApi, models_ref
 from snooze.kube.credentials import Source
@@ -221,12 +221,3 @@ def test_context_picks_the_cluster(cluster: Cluster, tmp_path: Path) -> None:
         wait_for("served", lambda: cluster.status("chat").get("phase") == "Awake", timeout=30)
     finally:
         assert operator.stop() == 0
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port

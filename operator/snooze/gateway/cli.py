@@ -90,8 +90,11 @@ def run(args: argparse.Namespace) -> int:
     )
     metrics = GatewayMetrics()
     if args.metrics_port is not None:
-        from prometheus_client import start_http_server
+        from prometheus_client import ProcessCollector, start_http_server
 
+        # The standard process_* series (CPU, memory, open files, start time), as every
+        # Prometheus client exports them on its default registry.
+        ProcessCollector(registry=metrics.registry)
         try:
             start_http_server(args.metrics_port, registry=metrics.registry)
         except OSError as exc:

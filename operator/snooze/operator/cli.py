@@ -103,8 +103,11 @@ def run(args: argparse.Namespace) -> int:
         priority = random.randint(1, 2**31 - 1)
     runtime = Runtime(settings=settings)
     if args.metrics_port is not None:
-        from prometheus_client import start_http_server
+        from prometheus_client import ProcessCollector, start_http_server
 
+        # The standard process_* series (CPU, memory, open files, start time), as every
+        # Prometheus client exports them on its default registry.
+        ProcessCollector(registry=runtime.metrics.registry)
         try:
             start_http_server(args.metrics_port, registry=runtime.metrics.registry)
         except OSError as exc:
