@@ -336,8 +336,8 @@ class Condition(_Status):
     """A condition with the fields, formats and bounds of Kubernetes' metav1.Condition."""
 
     type: str = Field(max_length=316, pattern=CONDITION_TYPE_PATTERN)
-    """Ready, Asleep, WakeFailed, SpecValid, Conflict (another model holds this one's model
-    name) or SharedPods (another model selects some of its pods)."""
+    """Ready, Asleep, WakeFailed, SleepFailed, SpecValid, Conflict (another model holds this
+    one's model name) or SharedPods (another model selects some of its pods)."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
     observed_generation: int | None = Field(
@@ -372,6 +372,12 @@ class PodStatus(_Status):
     """Why the last wake failed: HybridKVCacheReinit, Timeout, Unreachable or EngineError."""
     last_failure_time: datetime | None = None
     """When the last wake failed."""
+    sleep_failures: int = 0
+    """Failed sleeps in a row."""
+    sleep_failure_reason: str = ""
+    """Why the last sleep failed: SleepModeDisabled (the engine runs without sleep mode:
+    Snooze keeps it awake until the pod or the spec changes), Timeout, Unreachable or
+    EngineError."""
     message: str = ""
     """Why the pod is in this state, when that is worth saying."""
 
@@ -416,6 +422,6 @@ class InferenceModelStatus(_Status):
     """When someone else scaled the workload while Snooze had it at zero, or scaled it to zero
     themselves: Snooze leaves the scale alone until the model is next active."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Ready, Asleep, WakeFailed, SpecValid, Conflict and SharedPods."""
+    """Ready, Asleep, WakeFailed, SleepFailed, SpecValid, Conflict and SharedPods."""
     observed_generation: int | None = None
     """The metadata.generation the operator last acted on."""

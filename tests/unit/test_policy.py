@@ -920,3 +920,26 @@ def test_sleeps_take_only_the_surplus_over_min_awake(situation: Situation) -> No
     waking = sum(1 for e in engines if e.action_running and e.label is WAKING)
     woken = sum(1 for a in actions if a.kind in (ActionKind.WAKE, ActionKind.CANCEL_SLEEP))
     assert staying + waking + woken >= view.spec.min_awake
+
+
+@pytest.mark.parametrize(
+    ("engine", "desired", "expected"),
+    [
+        # Without sleep mode: never tried again for this pod and spec, idle or told to sleep.
+        (awake("a", idle_for=2 * IDLE, sleep_blocked=True), "Auto", []),
+        (awake("a", sleep_blocked=True), "Asleep", []),
+        # A failed sleep backs off as a failed wake does: 1 s, 2 s, 4 s...
+        (awake("a", idle_for=2 * IDLE, sleep_failures=3, last_sleep_failure=NOW - 3), "Auto", []),
+        (
+            awake("a", idle_for=2 * IDLE, sleep_failures=3, last_sleep_failure=NOW - 5),
+            "Auto",
+            ["Sleep a"],
+        ),
+        (awake("a", sleep_failures=1, last_sleep_failure=NOW - 0.5), "Asleep", []),
+        (awake("a", sleep_failures=1, last_sleep_failure=NOW - 1), "Asleep", ["Sleep a"]),
+    ],
+)
+def test_a_failed_sleep_is_not_retried_at_every_probe(
+    engine: EngineView, desired: str, expected: list[str]
+) -> None:
+    assert summary(decide([engine], model(spec(desired=desired)))) == expected

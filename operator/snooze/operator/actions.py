@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import httpx
 
 from snooze.engine.client import RELOAD, WEIGHTS, EngineClient
-from snooze.engine.errors import EngineError
+from snooze.engine.errors import EngineError, SleepModeDisabledError
 from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import (
     SLEEP_SENT_ANNOTATION,
@@ -28,7 +28,7 @@ from snooze.kube.pods import (
 from snooze.models import STATE_LABEL, EngineState, InferenceModelSpec
 from snooze.operator.memory import EngineMemory, ModelMemory
 from snooze.operator.metrics import OperatorMetrics
-from snooze.policy.sleep import Action, ActionKind
+from snooze.policy.sleep import Action, ActionKind, retry_delay
 
 log = logging.getLogger(__name__)
 # What the operator did, one line each (events.teller logs the actions that post an Event).
@@ -58,6 +58,9 @@ class Settings:
     """With peering: how long a replica's keep-alive counts; a standby takes over this long
     after the active replica's last one (kopf refreshes it 5 to 10 s before it expires)."""
 
+
+# The marks of a drain, removed when it ends without a sleep.
+UNMARKED: dict[str, str | None] = {SLEEP_STARTED_ANNOTATION: None, SLEEP_SENT_ANNOTATION: None}
 
 # (label left by a cut-off step, label the engine's answer calls for) -> (Event reason, state).
 RECOVERED: dict[tuple[EngineState | None, EngineState | None], tuple[str, str]] = {
@@ -261,14 +264,37 @@ class Executor:
                 )
         except EngineError as exc:
             engine.busy = False
+            engine.sleep_failures += 1
+            engine.last_sleep_failure = time.time()
+            engine.sleep_failure_reason, engine.sleep_failure_message = exc.reason, str(exc)
+            self.metrics.sleep_failures.labels(self.namespace, self.model, exc.reason).inc()
+            if isinstance(exc, SleepModeDisabledError):
+                # No sleep route: the engine did not sleep, and no retry will make it. It
+                # serves on, and is not asked again until its pod or the spec changes.
+                engine.sleep_blocked = (pod.uid, self.memory.generation)
+                await self.label(pod, EngineState.AWAKE, engine, annotations=UNMARKED)
+                self.emit(
+                    "Warning",
+                    "SleepFailed",
+                    f"{pod.name}: cannot sleep, so it stays awake and keeps serving; Snooze "
+                    f"tries again once the pod is replaced or the spec changes. {exc}",
+                )
+                return
             sleeping = await _sleeping_or_none(client)
             if sleeping is not None:
                 await self.label(pod, EngineState.ASLEEP if sleeping else EngineState.AWAKE, engine)
             # An engine that does not answer stays `draining`, not routable: it may be frozen,
             # or still freeing its memory. The loop publishes it once a probe says which.
-            self.metrics.sleep_failures.labels(self.namespace, self.model, exc.reason).inc()
-            self.emit("Warning", "SleepFailed", f"{pod.name}: sleep failed ({exc.reason}): {exc}")
+            delay = retry_delay(engine.sleep_failures)
+            self.emit(
+                "Warning",
+                "SleepFailed",
+                f"{pod.name}: sleep failed ({exc.reason}), next try in {delay:.0f}s at the "
+                f"earliest: {exc}",
+            )
             return
+        engine.sleep_failures, engine.last_sleep_failure = 0, None
+        engine.sleep_failure_reason = engine.sleep_failure_message = ""
         finished = time.time()
         await self.label(pod, EngineState.ASLEEP, engine)
         self.memory.last_sleep_time = finished

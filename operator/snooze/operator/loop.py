@@ -133,6 +133,8 @@ class ModelLoop:
         )
         self.written: JSON = dict(body.get("status") or {})
         self._reported_error: str | None = None
+        self._no_pods = False
+        """A NoPods Event was posted and no pod has matched since."""
         self.selector: LabelSelector | None = None
         self.model_name = ""
         """The model name of the last valid spec, for neighbours to find this loop by."""
@@ -172,6 +174,7 @@ class ModelLoop:
         now = time.time()
         meta = self.body.get("metadata", {})
         generation = meta.get("generation")
+        self.memory.generation = generation
         try:
             spec = parse_spec(dict(self.body.get("spec") or {}))
         except SpecError as exc:
@@ -196,6 +199,7 @@ class ModelLoop:
 
         self.selector = spec.selector
         selected = [p for p in self.pods(spec.selector) if spec.selector.matches(p.labels)]
+        self._tell_no_pods(spec, selected)
         self.memory.forget_missing({p.name for p in selected})
         conflicts = self._conflicts_of(spec, selected)
         shared = conflicts.shared
@@ -226,6 +230,16 @@ class ModelLoop:
         await self._write_status(
             spec, selected, generation, now, replicas=replicas, conflicts=conflicts
         )
+
+    def _tell_no_pods(self, spec: InferenceModelSpec, selected: list[PodInfo]) -> None:
+        """A selector that matches no pod is said once (and its end), not at every probe."""
+        if not selected and not self._no_pods:
+            selector = spec.selector.to_label_selector()
+            self.emit("Warning", "NoPods", status.no_pods_message(selector, self.namespace))
+            self._no_pods = True
+        elif selected and self._no_pods:
+            self.emit("Normal", "PodsFound", f"{len(selected)} pod(s) match the selector now")
+            self._no_pods = False
 
     def _conflicts_of(self, spec: InferenceModelSpec, pods: list[PodInfo]) -> status.Conflicts:
         """Whether another model holds this one's model name, and which pods others select too;
@@ -273,6 +287,11 @@ class ModelLoop:
         views = []
         for pod in pods:
             engine = self.memory.engine(pod.name, now=now)
+            if engine.sleep_blocked and engine.sleep_blocked != (pod.uid, self.memory.generation):
+                # A new pod under this name, or a new spec: worth one more try.
+                engine.sleep_blocked, engine.sleep_failures = None, 0
+                engine.last_sleep_failure = None
+                engine.sleep_failure_reason = engine.sleep_failure_message = ""
             result = results.get(pod.name)
             if result is not None:
                 self._note_reachability(pod.name, engine, result)
@@ -301,6 +320,9 @@ class ModelLoop:
                     wake_failures=engine.wake_failures,
                     last_failure=engine.last_failure,
                     last_failure_reason=engine.last_failure_reason,
+                    sleep_failures=engine.sleep_failures,
+                    last_sleep_failure=engine.last_sleep_failure,
+                    sleep_blocked=engine.sleep_blocked is not None,
                 )
             )
         return views
@@ -359,6 +381,8 @@ class ModelLoop:
             now=now,
             replicas=replicas,
             conflicts=conflicts,
+            selector=spec.selector.to_label_selector(),
+            namespace=self.namespace,
         )
         self._count(pods, str(new["phase"]), now)
         await self._patch_status(new)

@@ -8,10 +8,11 @@ from typing import Any
 
 from snooze.kube.pods import PodInfo, format_time
 from snooze.models import EngineState, Phase
-from snooze.operator.memory import ModelMemory
+from snooze.operator.memory import EngineMemory, ModelMemory
 from snooze.policy.sleep import phase
 
 JSON = dict[str, Any]
+EngineMemoryView = tuple[str, EngineMemory]
 
 # A busy engine's activity time moves at every probe; writing each move would make the
 # operator's API writes grow with traffic. Status records it at this granularity, which
@@ -112,8 +113,12 @@ def build(
     spec_error: str | None = None,
     replicas: int | None = None,
     conflicts: Conflicts | None = None,
+    selector: str = "",
+    namespace: str = "",
 ) -> JSON:
-    """The whole status to write; `pods` are all the pods selected, shared ones included."""
+    """The whole status to write; `pods` are all the pods selected, shared ones included.
+    `selector` and `namespace` (the spec's, as a label selector string) explain a model that
+    selects no pod."""
     conflicts = conflicts or Conflicts()
     shared = conflicts.shared
     every = pods
@@ -131,6 +136,7 @@ def build(
 
     pod_entries = []
     failing: list[tuple[str, str, str]] = []
+    unable_to_sleep: list[EngineMemoryView] = []
     for pod in sorted(every, key=lambda p: p.name):
         engine = memory.engines.get(pod.name)
         state = "shared" if pod.name in shared else pod_state(pod)
@@ -150,6 +156,11 @@ def build(
             entry["wakeFailures"] = engine.wake_failures
             if state == "unreachable":
                 entry["message"] = engine.probe_error
+            if engine.sleep_failures:
+                entry["sleepFailures"] = engine.sleep_failures
+                entry["sleepFailureReason"] = engine.sleep_failure_reason
+                entry["message"] = engine.sleep_failure_message or None
+                unable_to_sleep.append((pod.name, engine))
             if engine.wake_failures:
                 entry["failureReason"] = engine.last_failure_reason
                 entry["lastFailureTime"] = _time(engine.last_failure)
@@ -167,12 +178,7 @@ def build(
             if spec_error is None
             else f"{spec_error}. Fix the spec: nothing is slept or woken until then.",
         ),
-        ConditionValue(
-            type="Ready",
-            status=awake > 0,
-            reason="EnginesAwake" if awake else ("NoEngines" if not ready else "NoEngineAwake"),
-            message=f"{awake} of {len(ready)} ready engines awake",
-        ),
+        _ready(awake, ready=len(ready), selected=len(pods), selector=selector, namespace=namespace),
         ConditionValue(
             type="Asleep",
             status=bool(ready) and asleep == len(ready),
@@ -180,6 +186,7 @@ def build(
             message=f"{asleep} of {len(ready)} ready engines asleep",
         ),
         _wake_failed(failing or ([memory.failure] if memory.failure else [])),
+        _sleep_failed(unable_to_sleep),
         ConditionValue(
             type="Conflict",
             status=conflicts.name_taken,
@@ -229,6 +236,32 @@ def build(
     }
 
 
+def _ready(
+    awake: int, *, ready: int, selected: int, selector: str, namespace: str
+) -> ConditionValue:
+    if selected == 0 and selector:
+        return ConditionValue(
+            type="Ready",
+            status=False,
+            reason="NoPods",
+            message=no_pods_message(selector, namespace),
+        )
+    return ConditionValue(
+        type="Ready",
+        status=awake > 0,
+        reason="EnginesAwake" if awake else ("NoEngines" if not ready else "NoEngineAwake"),
+        message=f"{awake} of {ready} ready engines awake",
+    )
+
+
+def no_pods_message(selector: str, namespace: str) -> str:
+    where = f"namespace {namespace}" if namespace else "its namespace"
+    return (
+        f"no pod in {where} matches the selector {selector}: check spec.selector against the "
+        f"pods' labels (kubectl get pods -n {namespace or 'NAMESPACE'} --show-labels)"
+    )
+
+
 def _wake_failed(failing: Sequence[tuple[str, str, str]]) -> ConditionValue:
     if not failing:
         return ConditionValue(
@@ -241,6 +274,28 @@ def _wake_failed(failing: Sequence[tuple[str, str, str]]) -> ConditionValue:
         status=True,
         reason=reason or "WakeFailed",
         message=f"{pod}{more}: {message}",
+    )
+
+
+def _sleep_failed(failing: Sequence[EngineMemoryView]) -> ConditionValue:
+    if not failing:
+        return ConditionValue(
+            type="SleepFailed", status=False, reason="NoFailures", message="no failed sleep"
+        )
+    pod, engine = failing[0]
+    more = f" (and {len(failing) - 1} more pods)" if len(failing) > 1 else ""
+    if engine.sleep_blocked is not None:
+        what = (
+            "it stays awake and keeps serving, and Snooze tries again once the pod is "
+            "replaced or the spec changes"
+        )
+    else:
+        what = "it stays awake meanwhile; Snooze tries again later"
+    return ConditionValue(
+        type="SleepFailed",
+        status=True,
+        reason=engine.sleep_failure_reason or "SleepFailed",
+        message=f"{pod}{more} cannot sleep: {what}. {engine.sleep_failure_message}".rstrip(),
     )
 
 

@@ -42,6 +42,11 @@ class EngineView:
     last_failure: float | None = None
     """When the last wake failed."""
     last_failure_reason: str = ""
+    sleep_failures: int = 0
+    """Failed sleeps in a row: the next try waits as a wake retry does."""
+    last_sleep_failure: float | None = None
+    sleep_blocked: bool = False
+    """The engine cannot sleep at all (no sleep mode) for this pod and spec: never try."""
 
 
 class ActionKind(StrEnum):
@@ -86,6 +91,16 @@ def retry_delay(failures: int) -> float:
     if failures <= 0:
         return 0.0
     return float(min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** (failures - 1)))
+
+
+def may_try_sleep(engine: EngineView, now: float) -> bool:
+    """Neither blocked nor backing off from a failed sleep. A failed sleep left the engine
+    awake and routable; trying again every probe would drain it again and again."""
+    if engine.sleep_blocked:
+        return False
+    if engine.last_sleep_failure is None:
+        return True
+    return now - engine.last_sleep_failure >= retry_delay(engine.sleep_failures)
 
 
 def wants_wake(engine: EngineView, model: ModelView) -> bool:
@@ -177,7 +192,8 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     # 3. Sleep what may sleep: never a busy engine in Auto, never below minAwake.
     if desired is DesiredState.ASLEEP:
         for engine in awake:
-            act(ActionKind.SLEEP, engine, "DesiredAsleep")
+            if may_try_sleep(engine, model.now):
+                act(ActionKind.SLEEP, engine, "DesiredAsleep")
     elif desired is DesiredState.AUTO:
         idle_after = spec.idle_after_seconds
         quiet = max(idle_after, REQUEST_RESOLUTION_SECONDS)
@@ -186,7 +202,13 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
             # engine's own counters say yet. (Never less than the requests' resolution, or a
             # sleep begun within it would count as before the request and be woken again.)
             return actions
-        idle = [e for e in awake if not e.busy and model.now - e.last_activity >= idle_after]
+        idle = [
+            e
+            for e in awake
+            if not e.busy
+            and model.now - e.last_activity >= idle_after
+            and may_try_sleep(e, model.now)
+        ]
         # Longest idle first, so that the engines kept for minAwake are the most recently used.
         idle.sort(key=lambda e: e.last_activity)
         # Only a wake in flight holds the floor: an engine acting under an awake label may be
