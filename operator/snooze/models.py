@@ -336,8 +336,10 @@ class Condition(_Status):
     """A condition with the fields, formats and bounds of Kubernetes' metav1.Condition."""
 
     type: str = Field(max_length=316, pattern=CONDITION_TYPE_PATTERN)
-    """Ready, Asleep, WakeFailed, SleepFailed, SpecValid, Conflict (another model holds this
-    one's model name) or SharedPods (another model selects some of its pods)."""
+    """Ready (the model can serve: an engine is awake, or a request can wake one), Awake (an
+    engine is awake now), Asleep (every ready engine sleeps), WakeFailed, SleepFailed,
+    SpecValid, Conflict (another model holds this one's model name) or SharedPods (another
+    model selects some of its pods)."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
     observed_generation: int | None = Field(
@@ -422,6 +424,6 @@ class InferenceModelStatus(_Status):
     """When someone else scaled the workload while Snooze had it at zero, or scaled it to zero
     themselves: Snooze leaves the scale alone until the model is next active."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Ready, Asleep, WakeFailed, SleepFailed, SpecValid, Conflict and SharedPods."""
+    """Ready, Awake, Asleep, WakeFailed, SleepFailed, SpecValid, Conflict and SharedPods."""
     observed_generation: int | None = None
     """The metadata.generation the operator last acted on."""

@@ -19,6 +19,7 @@ from snooze.kube.api import KubeApi, models_ref
 from snooze.kube.pods import PodInfo, parse_time
 from snooze.models import (
     WAKE_REQUESTED_ANNOTATION,
+    DesiredState,
     EngineState,
     InferenceModelSpec,
     LabelSelector,
@@ -233,7 +234,8 @@ class ModelLoop:
 
     def _tell_no_pods(self, spec: InferenceModelSpec, selected: list[PodInfo]) -> None:
         """A selector that matches no pod is said once (and its end), not at every probe."""
-        if not selected and not self._no_pods:
+        at_zero = self.memory.scaled_from is not None or self.memory.scale_up_time is not None
+        if not selected and not self._no_pods and not at_zero:
             selector = spec.selector.to_label_selector()
             self.emit("Warning", "NoPods", status.no_pods_message(selector, self.namespace))
             self._no_pods = True
@@ -383,6 +385,8 @@ class ModelLoop:
             conflicts=conflicts,
             selector=spec.selector.to_label_selector(),
             namespace=self.namespace,
+            can_wake=spec.desired_state is DesiredState.AWAKE
+            or (spec.desired_state is DesiredState.AUTO and spec.wake.on_request),
         )
         self._count(pods, str(new["phase"]), now)
         await self._patch_status(new)

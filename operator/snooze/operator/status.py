@@ -115,10 +115,12 @@ def build(
     conflicts: Conflicts | None = None,
     selector: str = "",
     namespace: str = "",
+    can_wake: bool = True,
 ) -> JSON:
     """The whole status to write; `pods` are all the pods selected, shared ones included.
     `selector` and `namespace` (the spec's, as a label selector string) explain a model that
-    selects no pod."""
+    selects no pod; `can_wake` says whether a request may wake it (wake.onRequest, and no
+    desiredState: Asleep)."""
     conflicts = conflicts or Conflicts()
     shared = conflicts.shared
     every = pods
@@ -178,7 +180,27 @@ def build(
             if spec_error is None
             else f"{spec_error}. Fix the spec: nothing is slept or woken until then.",
         ),
-        _ready(awake, ready=len(ready), selected=len(pods), selector=selector, namespace=namespace),
+        _ready(
+            Serving(
+                count=count,
+                ready=len(ready),
+                selected=len(pods),
+                unreachable=sum(1 for p in ready if _unreachable(memory, p)),
+                spec_error=spec_error,
+                name_taken=conflicts.name_taken,
+                can_wake=can_wake,
+                scaled_to_zero=memory.scaled_from is not None,
+                scaling_up=memory.scale_up_time is not None,
+            ),
+            selector=selector,
+            namespace=namespace,
+        ),
+        ConditionValue(
+            type="Awake",
+            status=awake > 0,
+            reason="EnginesAwake" if awake else "NoEngineAwake",
+            message=f"{awake} of {len(ready)} ready engines awake",
+        ),
         ConditionValue(
             type="Asleep",
             status=bool(ready) and asleep == len(ready),
@@ -236,22 +258,76 @@ def build(
     }
 
 
-def _ready(
-    awake: int, *, ready: int, selected: int, selector: str, namespace: str
-) -> ConditionValue:
-    if selected == 0 and selector:
-        return ConditionValue(
-            type="Ready",
-            status=False,
-            reason="NoPods",
-            message=no_pods_message(selector, namespace),
-        )
-    return ConditionValue(
-        type="Ready",
-        status=awake > 0,
-        reason="EnginesAwake" if awake else ("NoEngines" if not ready else "NoEngineAwake"),
-        message=f"{awake} of {ready} ready engines awake",
+@dataclass(frozen=True, kw_only=True)
+class Serving:
+    """What decides whether a model can serve: its engines, its spec, its workload."""
+
+    count: dict[EngineState, int]
+    """Ready, reachable engines by published state."""
+    ready: int
+    selected: int
+    unreachable: int
+    spec_error: str | None
+    name_taken: bool
+    can_wake: bool
+    scaled_to_zero: bool
+    scaling_up: bool
+
+
+def _ready(serving: Serving, *, selector: str, namespace: str) -> ConditionValue:
+    """Ready as Kubernetes users read it (`kubectl wait --for=condition=Ready`): the model can
+    serve a request now, from an awake engine or by waking one; a model asleep is Ready."""
+    s = serving
+    awake, asleep = s.count[EngineState.AWAKE], s.count[EngineState.ASLEEP]
+    waking, draining = s.count[EngineState.WAKING], s.count[EngineState.DRAINING]
+    cannot_wake = (
+        "nothing wakes it: wake.onRequest is false or desiredState is Asleep; set "
+        "desiredState to Auto (with wake.onRequest) or Awake"
     )
+
+    def ready(status: bool, reason: str, message: str) -> ConditionValue:
+        return ConditionValue(type="Ready", status=status, reason=reason, message=message)
+
+    if s.spec_error is not None:
+        return ready(False, "InvalidSpec", "the spec is invalid: see the SpecValid condition")
+    if s.name_taken:
+        return ready(
+            False,
+            "ModelNameTaken",
+            "another InferenceModel holds this model name: see the Conflict condition",
+        )
+    if awake:
+        return ready(True, "EnginesAwake", f"{awake} of {s.ready} ready engines awake")
+    if s.scaled_to_zero:
+        if s.can_wake:
+            return ready(True, "ScaledToZero", "at zero replicas; a request scales it back up")
+        return ready(False, "ScaledToZero", f"at zero replicas, and {cannot_wake}")
+    if s.scaling_up:
+        return ready(True, "ScalingUp", "scaling back up; requests are held until it answers")
+    if s.selected == 0 and selector:
+        return ready(False, "NoPods", no_pods_message(selector, namespace))
+    if s.ready == 0:
+        return ready(False, "NoEngines", f"{s.selected} pod(s) selected, none Ready yet")
+    if waking:
+        return ready(True, "Waking", f"{waking} of {s.ready} ready engines waking")
+    if asleep or draining:
+        if s.can_wake:
+            return ready(
+                True,
+                "AbleToWake",
+                f"{asleep} of {s.ready} ready engines asleep, {draining} draining; a request "
+                "wakes one",
+            )
+        return ready(False, "WakeDisabled", f"asleep, and {cannot_wake}")
+    if s.count[EngineState.FAILED]:
+        return ready(False, "WakeFailed", "no engine could be woken: see the WakeFailed condition")
+    if s.unreachable:
+        return ready(
+            False,
+            "EnginesUnreachable",
+            f"{s.unreachable} of {s.ready} ready engines do not answer: see status.pods",
+        )
+    return ready(False, "NoEngineAwake", f"none of {s.ready} ready engines is awake")
 
 
 def no_pods_message(selector: str, namespace: str) -> str:
