@@ -25,3 +25,17 @@ def test_each_has_help(command: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "usage: snooze " + command in result.stdout
+
+
+def test_the_demo_and_the_readme_name_the_same_affected_vllm_releases() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    out = subprocess.run(
+        [sys.executable, "-m", "snooze.cli", "demo", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "0.12.0 to 0.26.x" in " ".join(out.split())
+    assert "0.12.0 to 0.26.x" in readme
