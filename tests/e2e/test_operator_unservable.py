@@ -83,3 +83,31 @@ def test_a_selector_that_matches_nothing_says_so(
     cluster.create_pod("chat-0", labels={"app": "typo"})
     wait_for("Ready", lambda: (ready() or {}).get("status") == "True")
     wait_for("told", lambda: reasons(cluster, "PodsFound"))
+
+
+def test_a_pod_whose_engine_never_answers_is_named_with_the_url(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    # A Ready pod whose address has no engine behind it (nothing listens there).
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "chat-0", "namespace": "default", "labels": LABELS},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.26.0"}]},
+    }
+    created = cluster.http.post("/api/v1/namespaces/default/pods", json=pod)
+    assert created.status_code == 201, created.text
+    cluster.set_pod_ready("chat-0", "127.0.0.1", ready=True)
+    cluster.create_model("chat", {"selector": {"matchLabels": LABELS}, "engine": {"port": 9}})
+
+    def entry() -> dict[str, str] | None:
+        pods = cluster.status("chat").get("pods") or []
+        return pods[0] if pods and pods[0].get("state") == "unreachable" else None
+
+    found = wait_for("the pod unreachable", entry)
+    assert "http://127.0.0.1:9" in found["message"]
+    ready = cluster.condition("chat", "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert ready["reason"] == "EnginesUnreachable"
+    wait_for("an Event", lambda: reasons(cluster, "EngineUnreachable"))
+    assert "http://127.0.0.1:9" in reasons(cluster, "EngineUnreachable")[0]
