@@ -28,15 +28,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "demo": ("snooze.demo.cli", "run the whole system on this machine with a traffic scenario"),
 }
-# The long-running parts, which log to stderr; they share one set of logging flags.
+# The long-running parts, which log to stderr; they share one set of logging flags. The demo
+# logs to a file (its terminal is the live view's) and takes the same level flags.
 LOGGING = ("sim", "sandbox", "operator", "gateway")
+LEVEL_ONLY = ("demo",)
 LEVELS = ("debug", "info", "warning", "error")
 # One line per HTTP request (httpx, the sandbox's access log) or per handled watch event
 # (kopf's per-object log) drowns what matters: shown with --log-level debug only.
 CHATTY = ("httpx", "httpcore", "aiohttp.access", "kopf.objects")
 
 
-def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
+def add_logging_arguments(parser: argparse.ArgumentParser, *, formats: bool = True) -> None:
     group = parser.add_argument_group("logging")
     group.add_argument(
         "--log-level",
@@ -54,6 +56,8 @@ def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
         const="debug",
         help="the same as --log-level debug",
     )
+    if not formats:
+        return
     group.add_argument(
         "--log-format",
         choices=("text", "json"),
@@ -92,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub = subcommands.add_parser(name, help=help_text, description=help_text)
         module = importlib.import_module(module_name)
         module.add_arguments(sub)
-        if name in LOGGING:
-            add_logging_arguments(sub)
+        if name in LOGGING or name in LEVEL_ONLY:
+            add_logging_arguments(sub, formats=name in LOGGING)
         sub.set_defaults(_module=module_name)
     return parser
 

@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         prometheus=args.prometheus,
         hybrid_crash=args.hybrid_wake_crash,
         seed=args.seed,
+        log_level=args.log_level,
     )
     try:
         return main(options)

@@ -43,6 +43,8 @@ class Options:
     prometheus: bool = False
     hybrid_crash: bool = True
     seed: int = 0
+    log_level: str = "info"
+    """Of OUT/demo.log; debug adds every API and engine request."""
 
 
 def addresses() -> Iterator[str]:
@@ -355,19 +357,20 @@ class Demo:
         return 0
 
 
-def configure_logging(out: Path) -> None:
+def configure_logging(out: Path, level: str = "info") -> None:
     """Everything the parts log goes to a file: the terminal is the live view's."""
     out.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(out / "demo.log", mode="w")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    for noisy in ("httpx", "kopf.objects", "aiohttp.access"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    root.setLevel(level.upper())
+    if level != "debug":
+        for noisy in ("httpx", "httpcore", "kopf.objects", "aiohttp.access"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def main(options: Options) -> int:
     check_port("127.0.0.1", options.port)
-    configure_logging(options.out)
+    configure_logging(options.out, options.log_level)
     return asyncio.run(Demo(options).run())
