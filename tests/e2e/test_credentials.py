@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,13 @@ import json, pathlib, sys
 here = pathlib.Path(sys.argv[1])
 runs = here / "runs"
 runs.write_text(str(int(runs.read_text() if runs.exists() else "0") + 1))
+status = {"token": (here / "token").read_text().strip()}
+if (here / "expiry").exists():
+    status["expirationTimestamp"] = (here / "expiry").read_text().strip()
 print(json.dumps({
     "apiVersion": "client.authentication.k8s.io/v1",
     "kind": "ExecCredential",
-    "status": {"token": (here / "token").read_text().strip()},
+    "status": status,
 }))
 """
 
@@ -115,6 +119,31 @@ def test_a_refused_token_is_replaced_by_a_fresh_login(guarded: Cluster, tmp_path
     assert seen.get("token-1", 0) == 2  # one accepted, one refused
     assert seen.get("token-2", 0) == 2  # the retry, and the next call
     assert (logins, runs) == (2, 2)  # one login more, not one per call
+
+
+def test_a_credential_is_renewed_before_it_expires(guarded: Cluster, tmp_path: Path) -> None:
+    """An exec credential says when it expires: a fresh one is fetched before then, not after
+    a refusal."""
+    from snooze.kube.pods import format_time
+
+    plugin = Plugin(tmp_path, guarded.sandbox.url)
+    guarded.sandbox.accept_tokens("admin", "token-1", "token-2")
+    (plugin.dir / "expiry").write_text(format_time(time.time() + 5))  # within the margin
+
+    async def scenario() -> int:
+        api = KubeApi(Source(kubeconfig=(str(plugin.kubeconfig),)))
+        try:
+            plugin.issue("token-2")
+            (plugin.dir / "expiry").write_text(format_time(time.time() + 3600))
+            await api.list(models_ref("default"))
+            await api.list(models_ref("default"))
+            return api.logins
+        finally:
+            await api.aclose()
+
+    assert asyncio.run(scenario()) == 2
+    seen = guarded.sandbox.tokens_seen()
+    assert seen.get("token-1", 0) == 0 and seen.get("token-2", 0) == 2  # never sent expired
 
 
 def test_a_token_refused_after_a_fresh_login_is_an_error(guarded: Cluster, tmp_path: Path) -> None:

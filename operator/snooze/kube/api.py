@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 RETRIABLE = {409, 429, 500, 502, 503, 504}
 BACKOFF = (0.1, 0.3, 1.0, 2.0, 4.0)
 MERGE_PATCH = "application/merge-patch+json"
+EXPIRED = "the credential expired"
 
 
 class KubeError(Exception):
@@ -131,7 +132,7 @@ class KubeApi:
         for client in (*self._retired, self._client):
             await client.aclose()
 
-    async def _renew(self, refused: Login) -> None:
+    async def _renew(self, refused: Login, *, why: str = "the API refused it") -> None:
         """Log in again, unless another call did since `refused` was used. An exec plugin may
         take seconds: it runs in a thread, not in the event loop."""
         async with self._renewal:
@@ -158,7 +159,14 @@ class KubeApi:
                 asyncio.get_running_loop().call_later(
                     60, lambda: asyncio.ensure_future(old.aclose())
                 )
-            log.info("logged in to the Kubernetes API again (%s)", self.source.describe())
+            # A refusal is news; a credential renewed before it expired is routine.
+            level = logging.DEBUG if why == EXPIRED else logging.INFO
+            log.log(
+                level,
+                "logged in to the Kubernetes API again, as %s (%s)",
+                why,
+                self.source.describe(),
+            )
 
     async def request(
         self,
@@ -177,7 +185,7 @@ class KubeApi:
         for delay in (*BACKOFF, None):
             login = self._login
             if login.expired():
-                await self._renew(login)
+                await self._renew(login, why=EXPIRED)
                 login = self._login
             try:
                 response = await self._client.request(
@@ -247,7 +255,7 @@ class KubeApi:
         timeout = httpx.Timeout(10.0, read=timeout_seconds + 30.0)
         login = self._login
         if login.expired():
-            await self._renew(login)
+            await self._renew(login, why=EXPIRED)
             login = self._login
         async with self._client.stream("GET", ref.path, params=params, timeout=timeout) as response:
             if response.status_code >= 300:

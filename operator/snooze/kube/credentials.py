@@ -4,8 +4,8 @@ Where: `--kubeconfig FILE` (and `--context`), else `KUBECONFIG` (a list of files
 else the pod's service account, else `~/.kube/config`. What: whatever the kubeconfig's user
 says (a token or token file, client certificates, an exec plugin as EKS, GKE and AKS
 kubeconfigs use, an auth provider), read by the library's own loaders. A login is renewed
-when it expires (an exec credential's expirationTimestamp; a service account's token file,
-which the kubelet rotates, every minute) and whenever the API answers 401.
+when it expires (an exec credential's expirationTimestamp) and whenever the API answers 401
+(a service account's token file, which the kubelet rotates, is then read again).
 """
 
 from __future__ import annotations
@@ -25,9 +25,6 @@ import yaml
 log = logging.getLogger(__name__)
 
 DEFAULT_KUBECONFIG = Path("~/.kube/config")
-# How long a service account's token is used before its file is read again: the kubelet
-# rotates projected tokens well before they expire.
-SERVICE_ACCOUNT_RELOAD = datetime.timedelta(minutes=1)
 
 
 class CredentialsError(Exception):
@@ -96,7 +93,7 @@ class Source:
 
         configuration = client.Configuration()
         errors: list[str] = []
-        expires: datetime.datetime | None = _service_account_expiry()
+        expires: datetime.datetime | None = None
         try:
             if self.kubeconfig:
                 # What config.load_kube_config does, keeping the loader: it alone knows when
@@ -243,7 +240,3 @@ def _aware(moment: object) -> datetime.datetime | None:
     if not isinstance(moment, datetime.datetime):
         return None
     return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
-
-
-def _service_account_expiry() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC) + SERVICE_ACCOUNT_RELOAD
