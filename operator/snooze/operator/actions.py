@@ -135,10 +135,22 @@ class Executor:
             await step(action, pod, spec, engine)
         except KubeError as exc:
             log.warning("%s on %s/%s: API error: %s", action.kind, self.namespace, pod.name, exc)
-        except Exception:
+            self._backoff(action, engine, "ApiError", str(exc))
+        except Exception as exc:
             log.exception("%s on %s/%s failed", action.kind, self.namespace, pod.name)
+            self._backoff(action, engine, type(exc).__name__, str(exc))
         finally:
             self.memory.poke.set()  # let the loop publish the outcome now
+
+    @staticmethod
+    def _backoff(action: Action, engine: EngineMemory, reason: str, message: str) -> None:
+        """A sleep that failed outside the engine (the API refused a label) backs off like
+        one the engine refused: retried at every probe, it would drain the pod again and
+        again."""
+        if action.kind is ActionKind.SLEEP:
+            engine.sleep_failures += 1
+            engine.last_sleep_failure = time.time()
+            engine.sleep_failure_reason, engine.sleep_failure_message = reason, message
 
     async def label(
         self,
@@ -240,8 +252,9 @@ class Executor:
                     break
             except EngineError:
                 break  # the sleep call below says what is wrong
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(engine.cancel.wait(), self.settings.drain_poll)
+            with contextlib.suppress(TimeoutError):  # not wait_for: see ModelLoop.run
+                async with asyncio.timeout(self.settings.drain_poll):
+                    await engine.cancel.wait()
         if engine.cancel.is_set():
             await self.label(pod, EngineState.AWAKE, engine)
             self.emit(

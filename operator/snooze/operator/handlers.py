@@ -46,6 +46,8 @@ class Runtime:
     """Stop kopf so that it starts again and sees resources installed since (runner.py)."""
     crd_watch: asyncio.Task[None] | None = None
     """Polls discovery while the InferenceModel CRD is not installed."""
+    closing: bool = False
+    """kopf is stopping: a daemon that it still spawns from a late event ends at once."""
     loops: dict[tuple[str, str], ModelLoop] = dataclasses.field(default_factory=dict)
     routing: dict[tuple[str, str], tuple[Any, ...]] = dataclasses.field(default_factory=dict)
 
@@ -90,6 +92,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         runtime.probe_slots = asyncio.Semaphore(64)
         runtime.ssl_context = ssl.create_default_context()
         runtime.action_http = new_http_client(max_connections=256)
+        runtime.closing = False
         if not await crd_served(runtime.api):
             runtime.crd_watch = asyncio.create_task(
                 restart_when_served(
@@ -99,6 +102,9 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
 
     @kopf.on.cleanup(id="cleanup", registry=registry)
     async def cleanup(**_: Any) -> None:
+        runtime.closing = True
+        for loop in list(runtime.loops.values()):
+            loop.memory.poke.set()
         if runtime.crd_watch is not None:
             runtime.crd_watch.cancel()
             runtime.crd_watch = None
@@ -137,8 +143,13 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             return {}  # an invalid spec selects nothing: it acts on no pod
         return {namespace or "": (name, spec.selector)}
 
+    # The event handlers are async so that they run in the operator's loop: kopf runs a sync
+    # handler in a thread, where setting a loop's asyncio.Event is unsafe (the wakeup can be
+    # lost) and runtime.loops may change size while it is read.
     @kopf.on.event("pods", id="pod_changed", registry=registry)
-    def pod_changed(body: kopf.Body, event: kopf.RawEvent, namespace: str | None, **_: Any) -> None:
+    async def pod_changed(
+        body: kopf.Body, event: kopf.RawEvent, namespace: str | None, **_: Any
+    ) -> None:
         # Poke the models that select this pod when what matters for routing changed (not
         # for the operator's own label patches, which would only echo).
         info = pod_info(body)
@@ -156,7 +167,9 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     @kopf.on.event(
         models.GROUP, models.VERSION, models.PLURAL, id="model_changed", registry=registry
     )
-    def model_changed(body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:
+    async def model_changed(
+        body: kopf.Body, namespace: str | None, name: str, **kwargs: Any
+    ) -> None:
         # The daemon's body is live; a poke makes it act on a spec change or a wake request
         # within one watch event rather than at the next probe. The loop's own status patches
         # come back as events too: those must not poke, or each status write costs a cycle of
@@ -259,7 +272,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
 
         waker = asyncio.create_task(wake_on_stop(), name=f"stop-waker:{namespace}/{name}")
         try:
-            await loop.run(lambda: bool(stopped))
+            await loop.run(lambda: bool(stopped) or runtime.closing)
         finally:
             waker.cancel()
             loop.stop()

@@ -141,6 +141,7 @@ class ModelLoop:
         """The model name of the last valid spec, for neighbours to find this loop by."""
 
     async def run(self, stopped: Callable[[], bool]) -> None:
+        """Cycle until `stopped()`: checked after each cycle, so poke the memory to stop."""
         first = True
         while not stopped():
             began = time.monotonic()
@@ -157,8 +158,11 @@ class ModelLoop:
             # of requests at once; a random first wait spreads them over the interval for good.
             wait = self.settings.probe_interval * (random.random() if first else 1.0)
             first = False
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for loses a cancellation that
+            # arrives as the poke does, and a cancelled loop would then carry on.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.memory.poke.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self.memory.poke.wait()
             self.memory.poke.clear()
 
     def selects(self, labels: Mapping[str, str]) -> bool:
