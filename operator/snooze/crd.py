@@ -144,6 +144,10 @@ def status_schema() -> JSON:
     status = _object_schema(models.InferenceModelStatus)
     # Status is written by the operator alone; defaults would only hide what it has not said.
     _strip_defaults(status)
+    # One condition per type, merged by type, as metav1.Condition lists are (+listType=map).
+    conditions = status["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
     return dict(_ordered(status))
 
 

@@ -428,23 +428,36 @@ class Status(BaseModel):
     )
 
 
-class Condition(Status):
-    """A Kubernetes-style condition."""
+# metav1.Condition's bounds (k8s.io/apimachinery/pkg/apis/meta/v1/types.go): a qualified name
+# for the type, a CamelCase reason.
+CONDITION_TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
-    type: str
-    """Ready, Asleep, WakeFailed, SpecValid, Conflict (another model holds this one's model
-    name), SharedPods (another model selects some of its pods) or WaitingForRoom (a wake
-    waits for its GPU pool to make room)."""
+
+class Condition(Status):
+    """A condition with the fields, formats and bounds of Kubernetes' metav1.Condition."""
+
+    type: str = Field(max_length=316, pattern=CONDITION_TYPE_PATTERN)
+    """Ready (the model can serve: an engine is awake, or a request can wake one), Awake (an
+    engine is awake now), Asleep (every ready engine sleeps), WakeFailed, SleepFailed,
+    SpecValid, Conflict (another model holds this one's model name), SharedPods (another model
+    selects some of its pods) or WaitingForRoom (a wake waits for its GPU pool to make room);
+    on a GPUPool, SpecValid, Overcommitted and ClaimConflict."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
-    reason: str = ""
-    """A CamelCase word for programs."""
-    message: str = ""
-    """What happened and what to do, for people."""
-    last_transition_time: datetime | None = None
+    observed_generation: int | None = Field(
+        default=None, ge=0, json_schema_extra={"format": "int64"}
+    )
+    """The metadata.generation this condition was computed from."""
+    last_transition_time: datetime
     """When status last changed."""
-    observed_generation: int | None = None
-    """The spec generation this condition was computed from."""
+    reason: str = Field(min_length=1, max_length=1024, pattern=CONDITION_REASON_PATTERN)
+    """A CamelCase word for programs."""
+    message: str = Field(max_length=32768)
+    """What happened and what to do, for people; may be empty."""
 
 
 class PodStatus(Status):
@@ -467,6 +480,12 @@ class PodStatus(Status):
     """Why the last wake failed: HybridKVCacheReinit, Timeout, Unreachable or EngineError."""
     last_failure_time: datetime | None = None
     """When the last wake failed."""
+    sleep_failures: int = 0
+    """Failed sleeps in a row."""
+    sleep_failure_reason: str = ""
+    """Why the last sleep failed: SleepModeDisabled (the engine runs without sleep mode:
+    Snooze keeps it awake until the pod or the spec changes), Timeout, Unreachable or
+    EngineError."""
     message: str = ""
     """Why the pod is in this state, when that is worth saying."""
 
@@ -511,7 +530,8 @@ class InferenceModelStatus(Status):
     """When someone else scaled the workload while Snooze had it at zero, or scaled it to zero
     themselves: Snooze leaves the scale alone until the model is next active."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Ready, Asleep, WakeFailed, SpecValid, Conflict, SharedPods and WaitingForRoom."""
+    """Ready, Awake, Asleep, WakeFailed, SleepFailed, SpecValid, Conflict, SharedPods and
+    WaitingForRoom."""
     observed_generation: int | None = None
     """The metadata.generation the operator last acted on."""
     active_window: WindowStatus | None = None

@@ -65,6 +65,41 @@ def test_the_crash_is_remedied(summary: dict[str, Any]) -> None:
     assert patched["wakes"] >= 1 and patched["restarts"] == 0
 
 
+def test_a_clean_run_ends_cleanly(run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    """No traceback and no task left pending, on the terminal or in the log."""
+    result, out = run
+    for where, text in (
+        ("stdout", result.stdout),
+        ("stderr", result.stderr),
+        ("demo.log", (out / "demo.log").read_text()),
+    ):
+        for sign in ("Traceback", "Task was destroyed", " ERROR "):
+            assert sign not in text, f"{sign!r} in {where}:\n{text[-3000:]}"
+
+
+def test_the_crash_shows_where_a_person_looks(
+    run: tuple[subprocess.CompletedProcess[str], Path], summary: dict[str, Any]
+) -> None:
+    """The failure, its reason and the remedy: in the live view, the timeline, the summary."""
+    result, _ = run
+    assert "hybrid-unpatched: wake failed (HybridKVCacheReinit)" in result.stdout
+    assert "hybrid-unpatched: pod restarted (HybridKVCacheReinit)" in result.stdout
+    # The timeline draws the failing pod red, and marks the failure and the restart.
+    assert "failed" in summary["states"]["hybrid-unpatched"]
+    assert "failed" not in summary["states"]["hybrid-patched"]
+    incidents = [(i["model"], i["what"], i["reason"]) for i in summary["incidents"]]
+    assert incidents == [
+        ("hybrid-unpatched", "wake failed", "HybridKVCacheReinit"),
+        ("hybrid-unpatched", "pod restarted", "HybridKVCacheReinit"),
+    ]
+    row = next(m for m in summary["models"] if m["model"] == "hybrid-unpatched")
+    assert row["wake_failures"] == 1 and row["failure_reasons"] == ["HybridKVCacheReinit"]
+    assert row["serving_again"] is not None and row["serving_again"] > 0
+    # The summary says what happened and what ends it for good.
+    [line] = [x for x in result.stdout.splitlines() if x.startswith("hybrid-unpatched: 1 wake")]
+    assert "remedy: pod restarted" in line and "images/vllm" in line
+
+
 def test_the_summary_adds_up(summary: dict[str, Any]) -> None:
     by_model = {m["model"]: m for m in summary["models"]}
     for model, row in by_model.items():

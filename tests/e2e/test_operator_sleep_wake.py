@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
 from conftest import Cluster, OperatorThread, wait_for
 
 LABELS = {"app": "chat"}
@@ -23,7 +28,10 @@ def test_idle_engine_sleeps_and_wakes_on_request(
     assert status["asleep"] == 1 and status["awake"] == 0
     assert status["lastSleepTime"]
     assert cluster.condition("chat", "Asleep")["status"] == "True"
-    assert cluster.condition("chat", "Ready")["status"] == "False"
+    # Asleep, it still serves (a request wakes it): Ready, but not Awake.
+    assert cluster.condition("chat", "Ready")["status"] == "True"
+    assert cluster.condition("chat", "Ready")["reason"] == "AbleToWake"
+    assert cluster.condition("chat", "Awake")["status"] == "False"
     wait_for("a Slept event", lambda: cluster.events("Slept"))
     assert engine.sleep_level == 1
 
@@ -36,5 +44,35 @@ def test_idle_engine_sleeps_and_wakes_on_request(
     assert status["lastWakeTime"]
     assert cluster.pod_state("chat-0") == "awake"
     assert cluster.condition("chat", "Ready")["status"] == "True"
+    assert cluster.condition("chat", "Awake")["status"] == "True"
     wait_for("a Woke event", lambda: cluster.events("Woke"))
     assert engine.wake_calls == 1
+
+
+@pytest.mark.needs("kubectl")
+def test_kubectl_wait_for_ready_holds_for_a_sleeping_model(
+    cluster: Cluster, operator: OperatorThread, tmp_path: Path
+) -> None:
+    """`kubectl wait --for=condition=Ready` means "it can serve": a model asleep passes, one
+    that nothing can wake does not; `--for=condition=Awake` asks for an awake engine."""
+    engine = cluster.create_pod("chat-0", labels=LABELS)
+    cluster.create_model("chat", SPEC)
+    wait_for("asleep", lambda: engine.is_sleeping and cluster.status("chat")["phase"] == "Asleep")
+
+    def kubectl_wait(condition: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["kubectl", "wait", f"--for=condition={condition}", "im/chat", "--timeout=3s"],
+            env={**os.environ, "KUBECACHEDIR": str(tmp_path / "cache")},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    ready = kubectl_wait("Ready")
+    assert ready.returncode == 0, ready.stderr
+    assert "condition met" in ready.stdout
+    assert kubectl_wait("Awake").returncode != 0  # asleep: no engine awake
+    # Told to stay asleep, it cannot serve a request: not Ready.
+    cluster.patch_model("chat", {"spec": {"desiredState": "Asleep"}})
+    wait_for("Ready False", lambda: cluster.condition("chat", "Ready")["reason"] == "WakeDisabled")
+    assert kubectl_wait("Ready").returncode != 0

@@ -25,3 +25,46 @@ def test_each_has_help(command: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "usage: snooze " + command in result.stdout
+
+
+def test_the_demo_and_the_readme_name_the_same_affected_vllm_releases() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    out = subprocess.run(
+        [sys.executable, "-m", "snooze.cli", "demo", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "0.12.0 to 0.26.x" in " ".join(out.split())
+    assert "0.12.0 to 0.26.x" in readme
+
+
+@pytest.mark.parametrize("command", ["sim", "sandbox", "operator", "gateway", "demo"])
+def test_one_verbosity_flag_for_every_part(command: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "snooze.cli", command, "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "--log-level LEVEL" in out and "-v, --verbose" in out
+    assert ("--log-format" in out) == (command != "demo")  # the demo logs to its own file
+
+
+def test_the_simulator_logs_json_lines() -> None:
+    import json
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "snooze.cli", "sim", "--port", "0", "--log-format", "json"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        record = json.loads(process.stderr.readline())
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert record["severity"] == "info" and "serving 1 engine" in record["message"]

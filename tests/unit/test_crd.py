@@ -358,3 +358,36 @@ def test_tier_order_refused_by_api_rules_and_models(
         models.parse_spec(full)
     message = str(raised.value)
     assert message.startswith("spec.scaleToZeroAfter: ") and refusal in message, message
+
+
+# metav1.Condition (k8s.io/apimachinery/pkg/apis/meta/v1/types.go), as its markers define it.
+METAV1_CONDITION = {
+    "type": {
+        "type": "string",
+        "maxLength": 316,
+        "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+        r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+    },
+    "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+    "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+    "lastTransitionTime": {"type": "string", "format": "date-time"},
+    "reason": {
+        "type": "string",
+        "maxLength": 1024,
+        "minLength": 1,
+        "pattern": r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+    },
+    "message": {"type": "string", "maxLength": 32768},
+}
+
+
+def test_conditions_are_metav1_conditions() -> None:
+    conditions = crd.status_schema()["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    item = conditions["items"]
+    assert list(item["properties"]) == list(METAV1_CONDITION)
+    for name, expected in METAV1_CONDITION.items():
+        found = {k: v for k, v in item["properties"][name].items() if k != "description"}
+        assert found == expected, name
+    assert set(item["required"]) == {"type", "status", "lastTransitionTime", "reason", "message"}

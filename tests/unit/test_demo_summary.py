@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from snooze.demo import scenario, summary
-from snooze.demo.timeline import PodSample, Sample, Timeline, _deletions
+from snooze.demo.sampler import incidents_between, pod_state
+from snooze.demo.timeline import Incident, PodSample, Sample, Timeline, _deletions, with_failed
 from snooze.demo.traffic import Record
 from snooze.durations import parse_duration
 
@@ -140,3 +141,54 @@ def test_deletions_mark_where_a_pod_ended() -> None:
     spans = [(0.0, 1.0, "awake"), (1.0, 2.0, "absent"), (2.0, 3.0, "absent")]
     assert _deletions(spans) == [1.0]
     assert _deletions([(0.0, 1.0, "absent"), (1.0, 2.0, "awake")]) == []
+
+
+def test_each_counter_increment_is_an_incident() -> None:
+    wake = ("snooze_wake_failures_total", "m", "HybridKVCacheReinit")
+    restart = ("snooze_pod_restarts_total", "m", "HybridKVCacheReinit")
+    found = incidents_between({wake: 1.0}, {wake: 3.0, restart: 1.0}, t=5.0)
+    assert [(i.what, i.reason, i.t) for i in found] == [
+        ("wake failed", "HybridKVCacheReinit", 5.0),
+        ("wake failed", "HybridKVCacheReinit", 5.0),
+        ("pod restarted", "HybridKVCacheReinit", 5.0),
+    ]
+    assert incidents_between({wake: 3.0}, {wake: 3.0}, t=6.0) == []
+
+
+def test_a_pod_is_loading_until_ready_then_its_label() -> None:
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert pod_state({"metadata": {"labels": {"snooze.dev/state": "waking"}}, **ready}) == "waking"
+    assert pod_state({"metadata": {}, **ready}) == "awake"
+    assert pod_state({"metadata": {"labels": {"snooze.dev/state": "awake"}}}) == "loading"
+
+
+def test_a_failed_wake_is_summarized_with_its_remedy_and_the_cure() -> None:
+    timeline = _timeline(
+        [{"a": "asleep"}, {"a": "waking"}, {"a": "failed"}, {"b": "loading"}, {"b": "awake"}]
+    )
+    timeline.incidents += [
+        Incident(t=2.0, model="m", what="wake failed", reason="HybridKVCacheReinit"),
+        Incident(t=2.0, model="m", what="pod restarted", reason="HybridKVCacheReinit"),
+    ]
+    [row] = summary.summarize(
+        records=[],
+        timeline=timeline,
+        baselines={"m": 1},
+        wakes={"m": 0},
+        restarts={"m": 1},
+        expected_errors={},
+    )
+    assert (row.wake_failures, row.failure_reasons) == (1, ("HybridKVCacheReinit",))
+    assert (row.first_failure, row.serving_again) == (2.0, 2.0)
+    [line] = summary.failure_lines([row])
+    assert line.startswith("m: 1 wake(s) failed (HybridKVCacheReinit) from 2.0s")
+    assert "remedy: pod restarted 1x" in line and "serving again 2.0s" in line
+    assert "images/vllm" in line
+    assert line in summary.table([row])
+    assert "failed" in timeline.states_seen("m")
+
+
+def test_a_pod_restarted_before_it_was_sampled_failing_is_redrawn() -> None:
+    sample = Sample(t=1.0, pods={"a": PodSample(model="m", state="waking", gpu_bytes=0)}, models={})
+    assert with_failed(sample, {"a"}).pods["a"].state == "failed"
+    assert with_failed(sample, set()) is sample

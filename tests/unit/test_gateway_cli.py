@@ -88,6 +88,9 @@ def test_no_credentials_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None
         text=True,
         timeout=60,
     )
-    assert done.returncode == 1
+    # One line that names the file and says what to do; exit 2, as for any unusable kubeconfig.
+    assert done.returncode == 2
     assert "Traceback" not in done.stderr
-    assert done.stderr.startswith("snooze gateway: no Kubernetes credentials found: set KUBECONFIG")
+    assert done.stderr.startswith("snooze gateway: ")
+    assert str(tmp_path / "missing") in done.stderr and "--kubeconfig" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

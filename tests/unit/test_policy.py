@@ -19,6 +19,7 @@ from snooze.policy.sleep import (
     EngineView,
     ModelView,
     decide,
+    may_try_sleep,
     phase,
     retry_delay,
     wants_wake,
@@ -731,6 +732,9 @@ def engine_views(draw: st.DrawFn, pod: str, *, failures: bool = True) -> EngineV
         sleep_started=draw(st.none() | ago.map(lambda s: NOW - s)),
         sleep_sent=draw(st.none() | ago.map(lambda s: NOW - s)),
         sleep_running=draw(st.sampled_from([None, True, False])),
+        sleep_blocked=draw(MOSTLY_FALSE),
+        sleep_failures=(sleep_failures := draw(st.integers(0, 3))),
+        last_sleep_failure=draw(ago.map(lambda s: NOW - s)) if sleep_failures else None,
         wake_failures=wake_failures,
         last_failure=(draw(st.none() | ago.map(lambda s: NOW - s)) if wake_failures else None),
         last_failure_reason=draw(st.sampled_from(REASONS)) if wake_failures else "",
@@ -859,6 +863,7 @@ def test_only_drains_cut_off_before_their_sleep_was_sent_are_resumed(situation: 
         assert sent is None or started is None or sent < started or engine.sleep_running is False
         assert view.spec.desired_state is not DesiredState.AWAKE
         assert not wants_wake(engine, view)
+        assert may_try_sleep(engine, view.now)  # blocked or backing off: not resumed either
 
 
 @PROPERTY
@@ -1012,3 +1017,26 @@ def test_a_pool_member_never_wakes_without_a_grant(
             assert grant
         if action.kind is ActionKind.CANCEL_SLEEP:
             assert not evict
+
+
+@pytest.mark.parametrize(
+    ("engine", "desired", "expected"),
+    [
+        # Without sleep mode: never tried again for this pod and spec, idle or told to sleep.
+        (awake("a", idle_for=2 * IDLE, sleep_blocked=True), "Auto", []),
+        (awake("a", sleep_blocked=True), "Asleep", []),
+        # A failed sleep backs off as a failed wake does: 1 s, 2 s, 4 s...
+        (awake("a", idle_for=2 * IDLE, sleep_failures=3, last_sleep_failure=NOW - 3), "Auto", []),
+        (
+            awake("a", idle_for=2 * IDLE, sleep_failures=3, last_sleep_failure=NOW - 5),
+            "Auto",
+            ["Sleep a"],
+        ),
+        (awake("a", sleep_failures=1, last_sleep_failure=NOW - 0.5), "Asleep", []),
+        (awake("a", sleep_failures=1, last_sleep_failure=NOW - 1), "Asleep", ["Sleep a"]),
+    ],
+)
+def test_a_failed_sleep_is_not_retried_at_every_probe(
+    engine: EngineView, desired: str, expected: list[str]
+) -> None:
+    assert summary(decide([engine], model(spec(desired=desired)))) == expected

@@ -72,3 +72,70 @@ def test_only_activity_moved_tells_traffic_from_news() -> None:
     assert not status.only_activity_moved(
         old, {**moved, "pods": [{"name": "a", "state": "draining"}]}
     )
+
+
+def test_the_status_written_validates_against_the_crd() -> None:
+    """What the API server would check: types, patterns, bounds and required fields, also for
+    a model whose generation is not known (no null where the schema wants an integer)."""
+    import jsonschema
+
+    from snooze import crd
+
+    schema = crd.status_schema()
+    pods = [PodInfo(namespace="ns", name="chat-0", uid="u", labels={}, ip="127.0.0.2", ready=True)]
+    for generation in (None, 4):
+        built = status.build(
+            model_name="chat",
+            pods=pods,
+            memory=ModelMemory(last_activity=NOW),
+            previous={},
+            generation=generation,
+            now=NOW,
+        )
+        # Top-level nulls are merge-patch deletions; a null inside a list would be stored.
+        jsonschema.validate({k: v for k, v in built.items() if v is not None}, schema)
+        assert all(
+            ("observedGeneration" in c) == (generation is not None) for c in built["conditions"]
+        )
+
+
+def _pod(name: str, state: str | None, *, ready: bool = True) -> PodInfo:
+    labels = {"snooze.dev/state": state} if state else {}
+    return PodInfo(namespace="ns", name=name, uid=name, labels=labels, ip="127.0.0.2", ready=ready)
+
+
+def _conditions(
+    pods: list[PodInfo], memory: ModelMemory | None = None, **kw: object
+) -> dict[str, tuple[str, str]]:
+    built = status.build(
+        model_name="chat",
+        pods=pods,
+        memory=memory or ModelMemory(last_activity=NOW),
+        previous={},
+        generation=1,
+        now=NOW,
+        selector="app=chat",
+        namespace="ns",
+        **kw,  # type: ignore[arg-type]
+    )
+    return {c["type"]: (c["status"], c["reason"]) for c in built["conditions"]}
+
+
+def test_ready_means_it_can_serve_and_awake_means_awake() -> None:
+    asleep = [_pod("a", "asleep"), _pod("b", "asleep")]
+    assert _conditions(asleep)["Ready"] == ("True", "AbleToWake")
+    assert _conditions(asleep)["Awake"] == ("False", "NoEngineAwake")
+    assert _conditions(asleep, can_wake=False)["Ready"] == ("False", "WakeDisabled")
+    mixed = [_pod("a", "awake"), _pod("b", "asleep")]
+    assert _conditions(mixed)["Ready"] == ("True", "EnginesAwake")
+    assert _conditions(mixed)["Awake"] == ("True", "EnginesAwake")
+    assert _conditions([_pod("a", "waking")])["Ready"] == ("True", "Waking")
+    assert _conditions([_pod("a", "failed")])["Ready"] == ("False", "WakeFailed")
+    assert _conditions([_pod("a", "awake", ready=False)])["Ready"] == ("False", "NoEngines")
+    assert _conditions([])["Ready"] == ("False", "NoPods")
+    at_zero = ModelMemory(last_activity=NOW, scaled_from=2)
+    assert _conditions([], at_zero)["Ready"] == ("True", "ScaledToZero")
+    assert _conditions([], at_zero, can_wake=False)["Ready"] == ("False", "ScaledToZero")
+    assert _conditions(asleep, spec_error="bad")["Ready"] == ("False", "InvalidSpec")
+    taken = status.Conflicts(model_name="chat", name_taken=True)
+    assert _conditions(mixed, conflicts=taken)["Ready"] == ("False", "ModelNameTaken")

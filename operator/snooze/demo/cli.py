@@ -42,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--hybrid-wake-crash",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="the unpatched hybrid model's engine crashes on wake, as vLLM 0.18-0.26 does "
-        "(default: on)",
+        help="the unpatched hybrid model's engine crashes on wake, as vLLM 0.12.0 to 0.26.x "
+        "do (issue #41564; default: on)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the traffic's jitter")
 
@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         prometheus=args.prometheus,
         hybrid_crash=args.hybrid_wake_crash,
         seed=args.seed,
+        log_level=args.log_level,
     )
     try:
         return main(options)

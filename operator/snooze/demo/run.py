@@ -20,6 +20,7 @@ import httpx
 from snooze.demo import dashboard, summary, timeline, traffic, view
 from snooze.demo import scenario as scenarios
 from snooze.demo.controller import ReplicaSetStandIn, deployment
+from snooze.demo.sampler import Sampler, metric_total
 from snooze.demo.services import Prometheus, check_port
 from snooze.gateway.embedded import GatewayThread
 from snooze.operator.actions import Settings
@@ -31,7 +32,6 @@ NS = "default"
 MODELS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments"
-STATE_LABEL = "snooze.dev/state"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +43,8 @@ class Options:
     prometheus: bool = False
     hybrid_crash: bool = True
     seed: int = 0
+    log_level: str = "info"
+    """Of OUT/demo.log; debug adds every API and engine request."""
 
 
 def addresses() -> Iterator[str]:
@@ -52,85 +54,6 @@ def addresses() -> Iterator[str]:
     while True:
         yield f"127.{octet}.{n // 250}.{n % 250 + 2}"
         n += 1
-
-
-def metric_total(metrics: OperatorMetrics, name: str, model: str) -> float:
-    """A sample's value summed over every label but the model (all levels, all reasons)."""
-    total = 0.0
-    for family in metrics.registry.collect():
-        for sample in family.samples:
-            if sample.name == name and sample.labels.get("model") == model:
-                total += sample.value
-    return total
-
-
-class Sampler:
-    """Samples the cluster into a timeline, and turns the wake metric into wake durations."""
-
-    def __init__(
-        self,
-        *,
-        api: httpx.AsyncClient,
-        controller: ReplicaSetStandIn,
-        gateway: GatewayThread,
-        metrics: OperatorMetrics,
-        models: list[str],
-    ) -> None:
-        self.api = api
-        self.controller = controller
-        self.gateway = gateway
-        self.metrics = metrics
-        self.models = models
-        self.timeline = timeline.Timeline()
-        self._seen = set(models)
-        self._wakes_seen = 0.0  # when the last wake taken happened
-
-    async def sample(self, t: float) -> timeline.Sample:
-        pods_body = (await self.api.get(PODS)).json()
-        models_body = (await self.api.get(MODELS)).json()
-        held = await self.gateway.held()
-        engines = self.controller.engines
-        pods: dict[str, timeline.PodSample] = {}
-        for pod in pods_body.get("items", []):
-            meta = pod["metadata"]
-            model = (meta.get("labels") or {}).get("app")
-            if model is None or meta.get("deletionTimestamp"):
-                continue
-            engine = engines.get(meta["name"])
-            ready = any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (pod.get("status") or {}).get("conditions") or []
-            )
-            state = (meta.get("labels") or {}).get(STATE_LABEL) if ready else "loading"
-            pods[meta["name"]] = timeline.PodSample(
-                model=model,
-                state=state or "awake",
-                gpu_bytes=engine.gpu_memory_bytes if engine is not None else 0,
-            )
-        models: dict[str, timeline.ModelSample] = {}
-        for item in models_body.get("items", []):
-            name = item["metadata"]["name"]
-            status = item.get("status") or {}
-            models[name] = timeline.ModelSample(
-                phase=str(status.get("phase") or ""),
-                awake=int(status.get("awake") or 0),
-                asleep=int(status.get("asleep") or 0),
-                held=held.get(name, 0),
-                last_wake_time=status.get("lastWakeTime"),
-                last_wake_seconds=status.get("lastWakeSeconds"),
-            )
-        self._wakes(t)
-        sample = timeline.Sample(t=t, pods=pods, models=models)
-        self.timeline.add(sample)
-        return sample
-
-    def _wakes(self, t: float) -> None:
-        # The operator keeps each wake exactly (OperatorMetrics.wakes); take the new ones.
-        fresh = [w for w in self.metrics.wakes if w.at > self._wakes_seen]
-        for wake in fresh:
-            self._wakes_seen = max(self._wakes_seen, wake.at)
-            if wake.model in self._seen:
-                self.timeline.wakes.setdefault(wake.model, []).append((t, wake.seconds))
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> bool:
@@ -410,6 +333,8 @@ class Demo:
             "interrupted": self.interrupted,
             "models": summary.as_json(rows),
             "wake_durations": self.sampler.timeline.wakes,
+            "incidents": [vars(i) for i in self.sampler.timeline.incidents],
+            "states": {m: sorted(self.sampler.timeline.states_seen(m)) for m in sc.model_names},
             "requests": [vars(r) for r in self.records],
             "events": self.events,
         }
@@ -432,19 +357,20 @@ class Demo:
         return 0
 
 
-def configure_logging(out: Path) -> None:
+def configure_logging(out: Path, level: str = "info") -> None:
     """Everything the parts log goes to a file: the terminal is the live view's."""
     out.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(out / "demo.log", mode="w")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    for noisy in ("httpx", "kopf.objects", "aiohttp.access"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    root.setLevel(level.upper())
+    if level != "debug":
+        for noisy in ("httpx", "httpcore", "kopf.objects", "aiohttp.access"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def main(options: Options) -> int:
     check_port("127.0.0.1", options.port)
-    configure_logging(options.out)
+    configure_logging(options.out, options.log_level)
     return asyncio.run(Demo(options).run())

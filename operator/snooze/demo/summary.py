@@ -25,6 +25,22 @@ class ModelSummary:
     held_seconds: float
     asleep_share: float
     restarts: int
+    wake_failures: int = 0
+    failure_reasons: tuple[str, ...] = ()
+    first_failure: float | None = None
+    """When the first wake failed, in seconds since the scenario started."""
+    serving_again: float | None = None
+    """Seconds from the first failed wake until the model had an awake pod again."""
+
+
+# What ends a failure for good, by the operator's reason: the remedy only recovers the pod.
+ADVICE = {
+    "HybridKVCacheReinit": "run the patched image (images/vllm) or vLLM 0.27.0 or later",
+    "Timeout": "raise spec.wake.timeout, or look at why the engine is slow to wake",
+    "Unreachable": "check that the pod is running and its engine port is reachable",
+    "EngineError": "read the engine's log",
+    "SleepModeDisabled": "start vLLM with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1",
+}
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -71,6 +87,9 @@ def summarize(
     for model, baseline in baselines.items():
         mine = [r for r in records if r.model == model]
         durations = [seconds for _, seconds in timeline.wakes.get(model, [])]
+        failures = [i for i in timeline.incidents_of(model) if i.what == "wake failed"]
+        first = failures[0].t if failures else None
+        again = None if first is None else timeline.serving_again(model, first)
         rows.append(
             ModelSummary(
                 model=model,
@@ -84,9 +103,36 @@ def summarize(
                 held_seconds=sum(r.held for r in mine),
                 asleep_share=asleep_share(timeline, model, baseline),
                 restarts=restarts.get(model, 0),
+                wake_failures=len(failures),
+                failure_reasons=tuple(dict.fromkeys(i.reason for i in failures)),
+                first_failure=first,
+                serving_again=None if again is None or first is None else again - first,
             )
         )
     return rows
+
+
+def failure_lines(rows: Sequence[ModelSummary]) -> list[str]:
+    """What failed, what the operator did about it, and what ends it for good (pure)."""
+    lines = []
+    for r in rows:
+        if not r.wake_failures:
+            continue
+        reasons = ", ".join(r.failure_reasons)
+        line = (
+            f"{r.model}: {r.wake_failures} wake(s) failed ({reasons}) from {r.first_failure:.1f}s"
+        )
+        if r.restarts:
+            line += f"; remedy: pod restarted {r.restarts}x (wake.onFailure: Restart)"
+        if r.serving_again is not None:
+            line += f", serving again {r.serving_again:.1f}s after the failure"
+        else:
+            line += ", not serving again before the end"
+        advice = [ADVICE[reason] for reason in r.failure_reasons if reason in ADVICE]
+        if advice:
+            line += f". To end it for good: {'; '.join(advice)}"
+        lines.append(line + ".")
+    return lines
 
 
 def _secs(value: float | None) -> str:
@@ -96,14 +142,15 @@ def _secs(value: float | None) -> str:
 def table(rows: Sequence[ModelSummary]) -> list[str]:
     """The summary as aligned text lines (pure)."""
     header = (
-        f"{'model':<17} {'requests':>8} {'errors':>6} {'wakes':>5} {'wake p50':>8} "
+        f"{'model':<17} {'requests':>8} {'errors':>6} {'wakes':>5} {'failed':>6} {'wake p50':>8} "
         f"{'wake p99':>8} {'held':>7} {'restarts':>8} {'asleep':>7}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:
         errors = f"{r.errors}" + ("*" if r.expected_errors and r.errors else "")
         lines.append(
-            f"{r.model:<17} {r.requests:>8} {errors:>6} {r.wakes:>5} {_secs(r.wake_p50):>8} "
+            f"{r.model:<17} {r.requests:>8} {errors:>6} {r.wakes:>5} {r.wake_failures:>6} "
+            f"{_secs(r.wake_p50):>8} "
             f"{_secs(r.wake_p99):>8} {r.held_seconds:>6.1f}s {r.restarts:>8} "
             f"{r.asleep_share:>7.0%}"
         )
@@ -114,8 +161,10 @@ def table(rows: Sequence[ModelSummary]) -> list[str]:
     )
     lines.append(
         "asleep: share of engine time given back (asleep, or no pod at zero replicas) compared "
-        "with always-on; held: total seconds requests waited for a wake"
+        "with always-on; held: total seconds requests waited for a wake; failed: wakes that "
+        "failed (a restart's new pod starts awake: no wake)"
     )
+    lines.extend(failure_lines(rows))
     if any(r.expected_errors for r in rows):
         lines.append("* errors the scenario expects")
     return lines

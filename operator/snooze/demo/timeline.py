@@ -42,12 +42,41 @@ class ModelSample:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Incident:
+    """Something that went wrong, or the operator's remedy for it, `t` seconds in."""
+
+    t: float
+    model: str
+    what: str
+    """`wake failed`, `sleep failed` or `pod restarted`."""
+    reason: str
+    """The operator's reason: HybridKVCacheReinit, Timeout, Unreachable..."""
+
+    def describe(self) -> str:
+        return f"{self.what} ({self.reason})" if self.reason else self.what
+
+
+@dataclass(frozen=True, kw_only=True)
 class Sample:
     """The cluster at one instant, `t` seconds after the scenario started."""
 
     t: float
     pods: Mapping[str, PodSample]
     models: Mapping[str, ModelSample]
+    incidents: tuple[Incident, ...] = ()
+    """Those first seen at this sample."""
+
+
+def failed(pod: PodSample) -> PodSample:
+    return PodSample(model=pod.model, state="failed", gpu_bytes=pod.gpu_bytes)
+
+
+def with_failed(sample: Sample, pods: set[str]) -> Sample:
+    """The sample with these pods drawn as failed (pure)."""
+    if not pods:
+        return sample
+    redrawn = {n: failed(p) if n in pods else p for n, p in sample.pods.items()}
+    return Sample(t=sample.t, pods=redrawn, models=sample.models, incidents=sample.incidents)
 
 
 @dataclass
@@ -57,6 +86,8 @@ class Timeline:
     samples: list[Sample] = field(default_factory=list)
     wakes: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     """Per model, (time, seconds) of each wake the operator measured."""
+    incidents: list[Incident] = field(default_factory=list)
+    """Failures and restarts, in time order."""
 
     def add(self, sample: Sample) -> None:
         self.samples.append(sample)
@@ -81,6 +112,22 @@ class Timeline:
             else:
                 runs.append((here.t, after.t, state))
         return runs
+
+    def states_seen(self, model: str) -> set[str]:
+        """Every state any of the model's pods was drawn in."""
+        return {p.state for s in self.samples for p in s.pods.values() if p.model == model}
+
+    def incidents_of(self, model: str) -> list[Incident]:
+        return [i for i in self.incidents if i.model == model]
+
+    def serving_again(self, model: str, after: float) -> float | None:
+        """When the model next had an awake pod after `after`, if it did."""
+        for sample in self.samples:
+            if sample.t > after and any(
+                p.model == model and p.state == "awake" for p in sample.pods.values()
+            ):
+                return sample.t
+        return None
 
     def gpu_gib(self, model: str) -> tuple[list[float], list[float]]:
         times = [s.t for s in self.samples]
@@ -120,6 +167,7 @@ def render_png(
             for gone in _deletions(timeline.spans(model, pod)):
                 ax.plot([gone], [y], marker="x", color="#212121", markersize=6)
         _requests(ax, [r for r in records if r.model == model], base=len(lanes))
+        _incidents(ax, timeline.incidents_of(model), top=len(lanes))
         ax.set_yticks(range(len(lanes)), [_short(p, model) for p in lanes], fontsize=7)
         ax.set_ylim(-0.6, len(lanes) + 1.1)
         ax.set_ylabel(model, rotation=0, ha="right", va="center", fontsize=9, fontweight="bold")
@@ -165,6 +213,22 @@ def _requests(ax: Any, records: Sequence[Record], *, base: int) -> None:
         outcome = "error" if not record.ok else ("held" if record.held >= 0.05 else "ok")
         ax.plot(
             [record.sent, max(end, record.sent + 0.05)], [y, y], color=OUTCOMES[outcome], lw=1.6
+        )
+
+
+def _incidents(ax: Any, incidents: Sequence[Incident], *, top: int) -> None:
+    # A red line at each failure and remedy, labelled with what happened and why: the
+    # failed band itself may last only the moment before the restart.
+    for n, incident in enumerate(incidents):
+        ax.axvline(incident.t, color=COLOURS["failed"], lw=1.0, ls="--")
+        ax.annotate(
+            incident.describe(),
+            xy=(incident.t, top + 0.9 - 0.35 * (n % 2)),
+            xytext=(4, 0),
+            textcoords="offset points",
+            fontsize=7,
+            color=COLOURS["failed"],
+            va="center",
         )
 
 

@@ -75,25 +75,32 @@ async def _stream(
             record.answered = time.monotonic() - t0
             return
         tokens = 0
+        done = False
+        # Read to the end of the body, past [DONE]: a client that hangs up before the last
+        # chunk makes the gateway fail to finish a response it sent in full.
         async for line in response.aiter_lines():
             raw = line.encode()
             match = HELD_COMMENT.match(raw)
             if match:
                 # A held stream began before any pod was awake: the wait is in a comment.
                 record.held = float(match.group(1))
-            if not raw.startswith(b"data: "):
+            if done or not raw.startswith(b"data: "):
                 continue
             if record.first_byte is None:
                 record.first_byte = time.monotonic() - t0
             payload = raw[len(b"data: ") :]
             if payload == b"[DONE]":
-                break
+                done = True
+                record.answered = time.monotonic() - t0
+                continue
             event = json.loads(payload)
             if "error" in event:
                 record.error = str(event["error"].get("message", event["error"]))
-                break
+                done = True
+                continue
             tokens += 1
-        record.answered = time.monotonic() - t0
+        if record.answered is None:
+            record.answered = time.monotonic() - t0
         if not record.error and tokens == 0:
             record.error = "empty stream"
 

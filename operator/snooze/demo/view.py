@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from snooze.demo.timeline import ModelSample, Sample
+from snooze.demo.timeline import Incident, ModelSample, Sample
 from snooze.demo.traffic import Record
 
 TABLE_EVERY = 10.0  # seconds between compact tables in a plain log
 
 
-def rows(sample: Sample, models: Sequence[str], records: Sequence[Record]) -> list[str]:
-    """The table's lines for one instant (pure)."""
+def rows(
+    sample: Sample,
+    models: Sequence[str],
+    records: Sequence[Record],
+    incidents: Mapping[str, Incident] | None = None,
+) -> list[str]:
+    """The table's lines for one instant, with each model's latest incident (pure)."""
+    incidents = incidents or {}
     out = [
         f"{'t':>6}  {'model':<17} {'phase':<13} {'awake':>5} {'asleep':>6} {'held':>4} "
-        f"{'done':>5} {'err':>3}  last wake"
+        f"{'done':>5} {'err':>3}  last wake / incident"
     ]
     for model in models:
         m = sample.models.get(model)
@@ -24,9 +30,16 @@ def rows(sample: Sample, models: Sequence[str], records: Sequence[Record]) -> li
         errors = sum(1 for r in records if r.model == model and r.answered is not None and not r.ok)
         out.append(
             f"{sample.t:>5.1f}s  {model:<17} {_phase(m):<13} {_n(m, 'awake'):>5} "
-            f"{_n(m, 'asleep'):>6} {_n(m, 'held'):>4} {done:>5} {errors:>3}  {_wake(m)}"
+            f"{_n(m, 'asleep'):>6} {_n(m, 'held'):>4} {done:>5} {errors:>3}  "
+            f"{_note(m, incidents.get(model))}"
         )
     return out
+
+
+def _note(m: ModelSample | None, incident: Incident | None) -> str:
+    if incident is not None:
+        return f"{incident.t:.1f}s {incident.describe()}"
+    return _wake(m)
 
 
 def _phase(m: ModelSample | None) -> str:
@@ -54,10 +67,15 @@ class LiveView:
         self._drawn = 0
         self._last: dict[str, tuple[str, int, int, int]] = {}
         self._table_at = 0.0
+        self._incidents: dict[str, Incident] = {}
 
     def show(self, sample: Sample, records: Sequence[Record]) -> None:
+        for incident in sample.incidents:
+            self._incidents[incident.model] = incident
+            if not self.tty:
+                print(f"{incident.t:6.1f}s {incident.model}: {incident.describe()}", file=self.out)
         if self.tty:
-            self._redraw(rows(sample, self.models, records))
+            self._redraw(rows(sample, self.models, records, self._incidents))
         else:
             self._log(sample, records)
 
@@ -84,7 +102,7 @@ class LiveView:
                 )
         if sample.t - self._table_at >= TABLE_EVERY:
             self._table_at = sample.t
-            for line in rows(sample, self.models, records):
+            for line in rows(sample, self.models, records, self._incidents):
                 print("  | " + line, file=self.out)
         self.out.flush()
 

@@ -40,6 +40,15 @@ _BOUNDS = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="the kubeconfig to use (default: KUBECONFIG, else the pod's service account, "
+        "else ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--context", metavar="NAME", help="the kubeconfig context to use (default: its current)"
+    )
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
     parser.add_argument(
@@ -72,7 +81,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics",
     )
-    parser.add_argument("--verbose", action="store_true", help="log at debug level")
 
 
 def settings_from(args: argparse.Namespace) -> GatewaySettings:
@@ -100,16 +108,18 @@ def run(args: argparse.Namespace) -> int:
 
     from snooze.gateway.metrics import GatewayMetrics
     from snooze.gateway.server import serve
+    from snooze.kube import credentials
     from snooze.kube.api import KubeError
 
     settings = settings_from(args)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    credentials.use_or_exit("snooze gateway", args.kubeconfig, args.context)
     metrics = GatewayMetrics()
     if args.metrics_port is not None:
-        from prometheus_client import start_http_server
+        from prometheus_client import ProcessCollector, start_http_server
+
+        # The standard process_* series (CPU, memory, open files, start time), as every
+        # Prometheus client exports them on its default registry.
+        ProcessCollector(registry=metrics.registry)
 
         try:
             start_http_server(args.metrics_port, registry=metrics.registry)

@@ -1,9 +1,10 @@
-"""A small async Kubernetes API client over httpx, logged in the way kopf logs in.
+"""A small async Kubernetes API client over httpx, with the credentials kubectl would use.
 
 The operator and the gateway need a handful of calls (patch a pod's labels, delete a pod,
 patch a status, annotate a model, list and watch). kopf's own client is private, and the
-`kubernetes` package is synchronous, so this module speaks the REST API directly, with
-the credentials that kopf's login functions read from the kubeconfig or service account.
+`kubernetes` package is synchronous, so this module speaks the REST API directly over a
+tuned transport, with the credentials that `credentials.py` reads through the `kubernetes`
+library (and reads again when they expire or the API answers 401).
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import ssl
-import tempfile
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,8 @@ import httpx
 import kopf
 
 from snooze import models
+from snooze.kube import credentials
+from snooze.kube.credentials import Login, Source
 from snooze.kube.transport import BoundedTransport
 
 JSON = dict[str, Any]
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 RETRIABLE = {409, 429, 500, 502, 503, 504}
 BACKOFF = (0.1, 0.3, 1.0, 2.0, 4.0)
 MERGE_PATCH = "application/merge-patch+json"
+EXPIRED = "the credential expired"
 
 
 class KubeError(Exception):
@@ -68,79 +70,103 @@ def models_ref(namespace: str | None) -> Ref:
     return Ref(f"{base}{where}/{models.PLURAL}")
 
 
-def _ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
-    if info.insecure:
+def _ssl_context(login: Login) -> ssl.SSLContext | bool:
+    if login.insecure:
         return False
     context = ssl.create_default_context()
-    if info.ca_path:
-        context.load_verify_locations(cafile=str(info.ca_path))
-    elif info.ca_data:
-        data = info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data
-        context.load_verify_locations(cadata=data)
-    cert, key = info.certificate_path, info.private_key_path
-    if info.certificate_data and info.private_key_data:
-        # ssl takes client certificates from files only.
-        cert = _temp_file(info.certificate_data)
-        key = _temp_file(info.private_key_data)
-    if cert:
-        context.load_cert_chain(str(cert), str(key) if key else None)
+    if login.ca_path:
+        context.load_verify_locations(cafile=login.ca_path)
+    if login.cert_path:
+        context.load_cert_chain(login.cert_path, login.key_path)
     return context
 
 
-def _temp_file(data: str | bytes) -> str:
-    with tempfile.NamedTemporaryFile("wb", delete=False, suffix=".pem") as handle:
-        handle.write(data.encode() if isinstance(data, str) else data)
-        return handle.name
-
-
 def login() -> kopf.ConnectionInfo:
-    """Credentials as kopf finds them: the kubernetes client's config, a service account,
-    or the kubeconfig (KUBECONFIG or ~/.kube/config)."""
-    logger = logging.getLogger("snooze.login")
-    attempts = [kopf.login_with_service_account, kopf.login_via_client, kopf.login_with_kubeconfig]
-    if os.environ.get("KUBECONFIG"):
-        # An explicit KUBECONFIG wins, read now: the kubernetes client reads it once at import.
-        attempts.insert(0, kopf.login_with_kubeconfig)
-    for attempt in attempts:
-        try:
-            info = attempt(logger=logger, settings=kopf.OperatorSettings())
-        except Exception as exc:  # each method fails in its own way when it does not apply
-            log.debug("login via %s did not apply: %s", attempt.__name__, exc)
-            continue
-        if info is not None:
-            return info
-    raise KubeError(
-        "no Kubernetes credentials found: set KUBECONFIG (for example to the file that "
-        "`snooze sandbox --kubeconfig FILE` writes), or run in a pod with a service account"
-    )
+    """kopf's login: the process's credentials (credentials.default()), logged in now."""
+    return credentials.default().login().connection_info()
 
 
 class KubeApi:
-    """The API calls Snooze makes, each retried on transient errors."""
+    """The API calls Snooze makes, each retried on transient errors, logged in again when the
+    login expires or the API refuses it (401)."""
 
-    def __init__(self, info: kopf.ConnectionInfo, *, timeout: float = 10.0) -> None:
-        headers = dict(info.as_http_headers())
-        headers["Accept"] = "application/json"
-        self.server = info.server.rstrip("/")
+    def __init__(self, source: Source, *, timeout: float = 10.0) -> None:
+        self.source = source
+        self.timeout = timeout
+        self._login = source.login()
+        self._client = self._new_client(self._login)
+        self._renewal = asyncio.Lock()
+        self._retired: list[httpx.AsyncClient] = []
+        self.logins = 1
+        """How many times this client logged in (tests read it)."""
+
+    def _new_client(self, login: Login) -> httpx.AsyncClient:
+        headers = {"Accept": "application/json"}
+        if login.authorization:
+            headers["Authorization"] = login.authorization
         # A watch holds its slot while it streams: the gateway keeps two per namespace. The
         # pool itself is looser, so that requests never queue inside httpcore (see engine.py).
         slots = 100
         limits = httpx.Limits(max_connections=4 * slots, max_keepalive_connections=20)
-        inner = httpx.AsyncHTTPTransport(verify=_ssl_context(info), limits=limits)
-        self._client = httpx.AsyncClient(
-            base_url=self.server,
+        inner = httpx.AsyncHTTPTransport(
+            verify=_ssl_context(login), limits=limits, proxy=login.proxy
+        )
+        return httpx.AsyncClient(
+            base_url=login.server,
             headers=headers,
             # A thousand models writing at once queue in O(1) here, not in httpcore's pool.
             transport=BoundedTransport(inner, slots),
-            timeout=timeout,
+            timeout=self.timeout,
         )
+
+    @property
+    def server(self) -> str:
+        return self._login.server
 
     @classmethod
     def from_environment(cls) -> KubeApi:
-        return cls(login())
+        """Logged in with the process's credentials (the command line's, or the environment's)."""
+        return cls(credentials.default())
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for client in (*self._retired, self._client):
+            await client.aclose()
+
+    async def _renew(self, refused: Login, *, why: str = "the API refused it") -> None:
+        """Log in again, unless another call did since `refused` was used. An exec plugin may
+        take seconds: it runs in a thread, not in the event loop."""
+        async with self._renewal:
+            if self._login is not refused:
+                return
+            login = await asyncio.to_thread(self.source.login)
+            old, self._login = self._client, login
+            self.logins += 1
+            same_tls = (login.ca_path, login.cert_path, login.key_path, login.insecure) == (
+                refused.ca_path,
+                refused.cert_path,
+                refused.key_path,
+                refused.insecure,
+            )
+            if same_tls and login.server == refused.server and login.proxy == refused.proxy:
+                if login.authorization:
+                    self._client.headers["Authorization"] = login.authorization
+                else:
+                    self._client.headers.pop("Authorization", None)
+            else:
+                # New client certificates (an exec plugin may rotate them): a new pool; the
+                # old one ends once the calls that use it do.
+                self._client = self._new_client(login)
+                asyncio.get_running_loop().call_later(
+                    60, lambda: asyncio.ensure_future(old.aclose())
+                )
+            # A refusal is news; a credential renewed before it expired is routine.
+            level = logging.DEBUG if why == EXPIRED else logging.INFO
+            log.log(
+                level,
+                "logged in to the Kubernetes API again, as %s (%s)",
+                why,
+                self.source.describe(),
+            )
 
     async def request(
         self,
@@ -155,7 +181,12 @@ class KubeApi:
         content = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": content_type} if content is not None else {}
         last = ""
+        renewed = False
         for delay in (*BACKOFF, None):
+            login = self._login
+            if login.expired():
+                await self._renew(login, why=EXPIRED)
+                login = self._login
             try:
                 response = await self._client.request(
                     method, path, content=content, headers=headers, params=params
@@ -166,6 +197,18 @@ class KubeApi:
                 if response.status_code < 300:
                     return response.json() if response.content else {}
                 message = _status_message(response)
+                if response.status_code == 401 and not renewed:
+                    # Expired or revoked: log in once more (an exec plugin gives a fresh
+                    # token), then try again at once.
+                    renewed = True
+                    await self._renew(login)
+                    continue
+                if response.status_code == 401:
+                    raise KubeError(
+                        f"{method} {path}: {message}: the API refuses the credentials of "
+                        f"{self.source.describe()}, even after a fresh login",
+                        status=401,
+                    )
                 if response.status_code == 404:
                     raise NotFound(f"{method} {path}: {message}", status=404)
                 if response.status_code not in RETRIABLE:
@@ -176,6 +219,14 @@ class KubeApi:
             log.debug("%s %s failed (%s); retrying in %ss", method, path, last, delay)
             await asyncio.sleep(delay)
         raise KubeError(f"{method} {path} kept failing: {last}")
+
+    async def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API serves a resource now, from discovery (readable by every client)."""
+        try:
+            found = await self.request("GET", f"/apis/{group}/{version}")
+        except NotFound:
+            return False
+        return any(r.get("name") == plural for r in found.get("resources") or [])
 
     async def patch(self, ref: Ref, name: str, body: JSON, *, sub: str = "") -> JSON:
         return await self.request("PATCH", ref.item(name, sub), body=body, content_type=MERGE_PATCH)
@@ -202,9 +253,15 @@ class KubeApi:
             "allowWatchBookmarks": "true",
         }
         timeout = httpx.Timeout(10.0, read=timeout_seconds + 30.0)
+        login = self._login
+        if login.expired():
+            await self._renew(login, why=EXPIRED)
+            login = self._login
         async with self._client.stream("GET", ref.path, params=params, timeout=timeout) as response:
             if response.status_code >= 300:
                 await response.aread()
+                if response.status_code == 401:
+                    await self._renew(login)  # the caller's next attempt uses the new one
                 raise KubeError(
                     f"watch {ref.path}: {_status_message(response)}", status=response.status_code
                 )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import httpx
 
 from snooze.engine.client import RELOAD, WEIGHTS, EngineClient
-from snooze.engine.errors import EngineError
+from snooze.engine.errors import EngineError, SleepModeDisabledError
 from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import (
     SLEEP_LEVEL_ANNOTATION,
@@ -29,9 +29,11 @@ from snooze.kube.pods import (
 from snooze.models import STATE_LABEL, EngineState, InferenceModelSpec
 from snooze.operator.memory import EngineMemory, ModelMemory
 from snooze.operator.metrics import OperatorMetrics
-from snooze.policy.sleep import Action, ActionKind
+from snooze.policy.sleep import Action, ActionKind, retry_delay
 
 log = logging.getLogger(__name__)
+# What the operator did, one line each (events.teller logs the actions that post an Event).
+told = logging.getLogger("snooze.operator.events")
 
 # (event type, reason, message) -> posted as a Kubernetes Event on the InferenceModel.
 Emit = Callable[[str, str, str], None]
@@ -56,10 +58,16 @@ class Settings:
     status_interval: float = 60.0
     """How often a model's status may be written when only its activity times moved (a phase,
     a count or a condition that changes is written at once)."""
+    crd_poll_interval: float = 5.0
+    """How often an operator started before the InferenceModel CRD asks whether it is
+    installed yet."""
     peering_lifetime: int = 60
     """With peering: how long a replica's keep-alive counts; a standby takes over this long
     after the active replica's last one (kopf refreshes it 5 to 10 s before it expires)."""
 
+
+# The marks of a drain, removed when it ends without a sleep.
+UNMARKED: dict[str, str | None] = {SLEEP_STARTED_ANNOTATION: None, SLEEP_SENT_ANNOTATION: None}
 
 # (label left by a cut-off step, label the engine's answer calls for) -> (Event reason, state).
 RECOVERED: dict[tuple[EngineState | None, EngineState | None], tuple[str, str]] = {
@@ -137,11 +145,23 @@ class Executor:
             await step(action, pod, spec, engine)
         except KubeError as exc:
             log.warning("%s on %s/%s: API error: %s", action.kind, self.namespace, pod.name, exc)
-        except Exception:
+            self._backoff(action, engine, "ApiError", str(exc))
+        except Exception as exc:
             log.exception("%s on %s/%s failed", action.kind, self.namespace, pod.name)
+            self._backoff(action, engine, type(exc).__name__, str(exc))
         finally:
             engine.last_probe = None  # confirm the outcome with a probe at the next cycle
             self.memory.poke.set()  # let the loop publish the outcome now
+
+    @staticmethod
+    def _backoff(action: Action, engine: EngineMemory, reason: str, message: str) -> None:
+        """A sleep that failed outside the engine (the API refused a label) backs off like
+        one the engine refused: retried at every probe, it would drain the pod again and
+        again."""
+        if action.kind is ActionKind.SLEEP:
+            engine.sleep_failures += 1
+            engine.last_sleep_failure = time.time()
+            engine.sleep_failure_reason, engine.sleep_failure_message = reason, message
 
     async def label(
         self,
@@ -168,6 +188,18 @@ class Executor:
         # still shows an older one (then this is no leftover, only a late echo).
         before = pod.state if engine.published is None else engine.published
         await self.label(pod, action.label, engine)
+        # The pod index lags behind this process's own writes: a label written again is an
+        # echo, not news.
+        told.log(
+            logging.DEBUG if before is action.label else logging.INFO,
+            "%s/%s Labelled: %s: %s (was %s), as its engine answers",
+            self.namespace,
+            self.model,
+            pod.name,
+            action.label.value,
+            before.value if before is not None else "unlabelled",
+            extra={"model": self.model, "namespace": self.namespace, "reason": "Labelled"},
+        )
         # A step cut off by a restart of the operator ended inside the engine meanwhile: say
         # how it ended, since the Event its own action would have posted never was.
         outcome = RECOVERED.get((before, action.label))
@@ -238,8 +270,9 @@ class Executor:
                     break
             except EngineError:
                 break  # the sleep call below says what is wrong
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(engine.cancel.wait(), self.settings.drain_poll)
+            with contextlib.suppress(TimeoutError):  # not wait_for: see ModelLoop.run
+                async with asyncio.timeout(self.settings.drain_poll):
+                    await engine.cancel.wait()
         if engine.cancel.is_set():
             await self.label(pod, EngineState.AWAKE, engine)
             self.emit(
@@ -262,14 +295,37 @@ class Executor:
                 )
         except EngineError as exc:
             engine.busy = False
+            engine.sleep_failures += 1
+            engine.last_sleep_failure = time.time()
+            engine.sleep_failure_reason, engine.sleep_failure_message = exc.reason, str(exc)
+            self.metrics.sleep_failures.labels(self.namespace, self.model, exc.reason).inc()
+            if isinstance(exc, SleepModeDisabledError):
+                # No sleep route: the engine did not sleep, and no retry will make it. It
+                # serves on, and is not asked again until its pod or the spec changes.
+                engine.sleep_blocked = (pod.uid, self.memory.generation)
+                await self.label(pod, EngineState.AWAKE, engine, annotations=UNMARKED)
+                self.emit(
+                    "Warning",
+                    "SleepFailed",
+                    f"{pod.name}: cannot sleep, so it stays awake and keeps serving; Snooze "
+                    f"tries again once the pod is replaced or the spec changes. {exc}",
+                )
+                return
             sleeping = await _sleeping_or_none(client)
             if sleeping is not None:
                 await self.label(pod, EngineState.ASLEEP if sleeping else EngineState.AWAKE, engine)
             # An engine that does not answer stays `draining`, not routable: it may be frozen,
             # or still freeing its memory. The loop publishes it once a probe says which.
-            self.metrics.sleep_failures.labels(self.namespace, self.model, exc.reason).inc()
-            self.emit("Warning", "SleepFailed", f"{pod.name}: sleep failed ({exc.reason}): {exc}")
+            delay = retry_delay(engine.sleep_failures)
+            self.emit(
+                "Warning",
+                "SleepFailed",
+                f"{pod.name}: sleep failed ({exc.reason}), next try in {delay:.0f}s at the "
+                f"earliest: {exc}",
+            )
             return
+        engine.sleep_failures, engine.last_sleep_failure = 0, None
+        engine.sleep_failure_reason = engine.sleep_failure_message = ""
         finished = time.time()
         # The level is kept on the pod: the wake must follow it, even after a restart of
         # the operator, and even where the engine does not publish its sleep state.

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="the kubeconfig to use (default: KUBECONFIG, else the pod's service account, "
+        "else ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--context", metavar="NAME", help="the kubeconfig context to use (default: its current)"
+    )
     parser.add_argument(
         "--namespace",
         action="append",
@@ -84,17 +92,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "takes over from a replica that died (default: 60; kopf renews it 5 to 10 s before "
         "it expires, or every second when it is shorter)",
     )
-    parser.add_argument("--verbose", action="store_true", help="log at debug level")
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import random
 
-    import kopf
-
+    from snooze.kube import credentials
     from snooze.operator.actions import Settings
-    from snooze.operator.handlers import Runtime, build_registry
+    from snooze.operator.handlers import Runtime
+    from snooze.operator.runner import serve
 
     for flag, value in (
         ("--probe-interval", args.probe_interval),
@@ -105,20 +112,14 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"snooze operator: {flag} must be greater than zero")
     if args.peering_lifetime < 2:
         raise SystemExit("snooze operator: --peering-lifetime must be at least 2 seconds")
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
-        # One line per probe request or per handled watch event drowns what matters.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    credentials.use_or_exit("snooze operator", args.kubeconfig, args.context)
     settings = Settings(
         probe_interval=args.probe_interval,
         drain_timeout=args.drain_timeout,
         peering_lifetime=args.peering_lifetime,
         status_interval=args.status_interval,
         drift_interval=args.drift_interval,
+        crd_poll_interval=min(5.0, args.probe_interval),
     )
     # kopf pauses every replica that sees a live peer of the same priority: equal priorities
     # would leave the cluster unserved, so each replica draws its own.
@@ -127,8 +128,11 @@ def run(args: argparse.Namespace) -> int:
         priority = random.randint(1, 2**31 - 1)
     runtime = Runtime(settings=settings)
     if args.metrics_port is not None:
-        from prometheus_client import start_http_server
+        from prometheus_client import ProcessCollector, start_http_server
 
+        # The standard process_* series (CPU, memory, open files, start time), as every
+        # Prometheus client exports them on its default registry.
+        ProcessCollector(registry=runtime.metrics.registry)
         try:
             start_http_server(args.metrics_port, registry=runtime.metrics.registry)
         except OSError as exc:
@@ -137,8 +141,8 @@ def run(args: argparse.Namespace) -> int:
             ) from None
     liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
     asyncio.run(
-        kopf.operator(
-            registry=build_registry(runtime),
+        serve(
+            runtime,
             clusterwide=not args.namespace,
             namespaces=args.namespace,
             standalone=args.peering is None,

@@ -7,7 +7,9 @@ stops, and a test or a traffic generator must be free to block, so neither may s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import Callable
 from typing import TypeVar
 
 from snooze.operator.actions import Settings
@@ -26,6 +28,7 @@ class OperatorThread:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._main, name="operator", daemon=True)
         self.error: BaseException | None = None
+        self._halt: Callable[[], object] = lambda: None
 
     def start(self, timeout: float = 30.0) -> OperatorThread:
         self._thread.start()
@@ -34,26 +37,29 @@ class OperatorThread:
         return self
 
     def _main(self) -> None:
-        import kopf
+        from snooze.operator.handlers import Runtime
+        from snooze.operator.runner import serve
 
-        from snooze.operator.handlers import Runtime, build_registry
+        runtime = Runtime(settings=self.settings, metrics=self.metrics)
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            # kopf's stop flag is an asyncio one: stop() sets it from this loop.
+            self._halt = lambda: loop.call_soon_threadsafe(lambda: runtime.restart())
+            await serve(
+                runtime, stop=self._stop, ready=self._ready, clusterwide=True, standalone=True
+            )
 
         try:
-            asyncio.run(
-                kopf.operator(
-                    registry=build_registry(Runtime(settings=self.settings, metrics=self.metrics)),
-                    clusterwide=True,
-                    standalone=True,
-                    stop_flag=self._stop,
-                    ready_flag=self._ready,
-                )
-            )
+            asyncio.run(main())
         except BaseException as exc:  # reported by start(), or read by whoever stopped it
             self.error = exc
             self._ready.set()
 
     def stop(self, timeout: float = 20.0) -> None:
         self._stop.set()
+        with contextlib.suppress(RuntimeError):  # the loop is closed: it has stopped already
+            self._halt()
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise RuntimeError(f"the operator did not stop within {timeout}s")

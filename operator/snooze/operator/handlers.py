@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -17,6 +17,8 @@ from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo, pod_info
 from snooze.operator.actions import Settings
+from snooze.operator.discovery import crd_served, restart_when_served
+from snooze.operator.events import teller
 from snooze.operator.loop import ModelLoop, Neighbours
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
@@ -41,6 +43,12 @@ class Runtime:
     action_http: Any = None
     """For sleeps and wakes, which take seconds to minutes: kept apart so that a wave of
     them never holds up the probes' slots."""
+    restart: Callable[[], None] = lambda: None
+    """Stop kopf so that it starts again and sees resources installed since (runner.py)."""
+    crd_watch: asyncio.Task[None] | None = None
+    """Polls discovery while the InferenceModel CRD is not installed."""
+    closing: bool = False
+    """kopf is stopping: a daemon that it still spawns from a late event ends at once."""
     loops: dict[tuple[str, str], ModelLoop] = dataclasses.field(default_factory=dict)
     pools: PoolHub = dataclasses.field(default_factory=PoolHub)
     routing: dict[tuple[str, str], tuple[Any, ...]] = dataclasses.field(default_factory=dict)
@@ -55,12 +63,17 @@ def configure(settings: kopf.OperatorSettings, ours: Settings) -> None:
     )
     settings.posting.reporting_component = "snooze-operator"
     settings.posting.event_name_prefix = "snooze-"
-    # Only the resources below are watched; no need to list CRDs (and no RBAC for it).
+    # Only the resources below are watched: no list or watch of every CRD and namespace of
+    # the cluster (and no RBAC for it). A CRD installed later is seen through discovery
+    # instead (runner.py).
     settings.scanning.disabled = True
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.error_backoffs = (0.2, 0.5, 1, 2, 5, 10)
     settings.peering.lifetime = ours.peering_lifetime
+    # How long kopf waits for a stopped daemon to end by itself before the backoff (and a
+    # cancellation) apply: a model loop ends at its next wait, normally within milliseconds.
+    settings.background.instant_exit_timeout = 2.0
 
 
 def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
@@ -69,21 +82,34 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     # What of each model last poked its loop: generation, annotations, deletion.
     model_seen: dict[tuple[str, str], tuple[Any, ...]] = {}
 
-    @kopf.on.login(registry=registry)
+    @kopf.on.login(id="login", registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
         # kopf and Snooze's own client use the same credentials, found the same way.
         return kube_api.login()
 
-    @kopf.on.startup(registry=registry)
+    @kopf.on.startup(id="startup", registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, runtime.settings)
         runtime.api = KubeApi.from_environment()
         runtime.probe_slots = asyncio.Semaphore(64)
         runtime.ssl_context = ssl.create_default_context()
         runtime.action_http = new_http_client(max_connections=256)
+        runtime.closing = False
+        if not await crd_served(runtime.api):
+            runtime.crd_watch = asyncio.create_task(
+                restart_when_served(
+                    runtime.api, runtime.restart, interval=runtime.settings.crd_poll_interval
+                )
+            )
 
-    @kopf.on.cleanup(registry=registry)
+    @kopf.on.cleanup(id="cleanup", registry=registry)
     async def cleanup(**_: Any) -> None:
+        runtime.closing = True
+        for loop in list(runtime.loops.values()):
+            loop.memory.poke.set()
+        if runtime.crd_watch is not None:
+            runtime.crd_watch.cancel()
+            runtime.crd_watch = None
         if runtime.api is not None:
             await runtime.api.aclose()
         if runtime.action_http is not None:
@@ -119,8 +145,13 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             return {}  # an invalid spec selects nothing: it acts on no pod
         return {namespace or "": (name, spec.selector)}
 
+    # The event handlers are async so that they run in the operator's loop: kopf runs a sync
+    # handler in a thread, where setting a loop's asyncio.Event is unsafe (the wakeup can be
+    # lost) and runtime.loops may change size while it is read.
     @kopf.on.event("pods", id="pod_changed", registry=registry)
-    def pod_changed(body: kopf.Body, event: kopf.RawEvent, namespace: str | None, **_: Any) -> None:
+    async def pod_changed(
+        body: kopf.Body, event: kopf.RawEvent, namespace: str | None, **_: Any
+    ) -> None:
         # Poke the models that select this pod when what matters for routing changed (not
         # for the operator's own label patches, which would only echo).
         info = pod_info(body)
@@ -138,7 +169,9 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     @kopf.on.event(
         models.GROUP, models.VERSION, models.PLURAL, id="model_changed", registry=registry
     )
-    def model_changed(body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:
+    async def model_changed(
+        body: kopf.Body, namespace: str | None, name: str, **kwargs: Any
+    ) -> None:
         # The daemon's body is live; a poke makes it act on a spec change or a wake request
         # within one watch event rather than at the next probe. The loop's own status patches
         # come back as events too: those must not poke, or each status write costs a cycle of
@@ -183,6 +216,9 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         models.PLURAL,
         id="model",
         registry=registry,
+        # A deleted model's loop ends at its next wait (at once when idle, or once the cycle
+        # in progress ends); only one stuck beyond the backoff is cancelled, with a warning.
+        cancellation_backoff=15.0,
         cancellation_timeout=5.0,
     )
     async def model_daemon(
@@ -206,8 +242,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
                 return list(pods_by_label.get((namespace, key, value), []))
             return list(pods_by_namespace.get(namespace, []))
 
-        def emit(kind: str, reason: str, message: str) -> None:
-            kopf.event(body, type=kind, reason=reason, message=message)
+        emit = teller(body)
 
         # Probes go through a client of the model's own: its pool holds the model's few
         # engines, where one pool for thousands of engines cost httpcore a scan of every
@@ -231,9 +266,18 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             pools=runtime.pools,
         )
         runtime.loops[(namespace, name)] = loop
+
+        async def wake_on_stop() -> None:
+            # The loop waits for a poke between cycles: a stop must end that wait, or kopf
+            # cancels the daemon and warns on every deletion of a model.
+            await stopped.wait()
+            loop.memory.poke.set()
+
+        waker = asyncio.create_task(wake_on_stop(), name=f"stop-waker:{namespace}/{name}")
         try:
-            await loop.run(lambda: bool(stopped))
+            await loop.run(lambda: bool(stopped) or runtime.closing)
         finally:
+            waker.cancel()
             loop.stop()
             runtime.loops.pop((namespace, name), None)
             await http.aclose()
@@ -294,10 +338,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         # its workload at zero: give everything back as it was before Snooze.
         assert runtime.api is not None
         index: kopf.Index[str, PodInfo] = kwargs["pods_by_namespace"]
-
-        def emit(kind: str, reason: str, message: str) -> None:
-            kopf.event(body, type=kind, reason=reason, message=message)
-
+        emit = teller(body)
         await release(
             api=runtime.api,
             http=runtime.action_http,

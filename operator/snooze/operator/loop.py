@@ -20,6 +20,7 @@ from snooze.kube.api import KubeApi, models_ref
 from snooze.kube.pods import PodInfo, parse_time
 from snooze.models import (
     WAKE_REQUESTED_ANNOTATION,
+    DesiredState,
     EngineState,
     InferenceModelSpec,
     LabelSelector,
@@ -164,11 +165,14 @@ class ModelLoop:
             probe_interval=settings.probe_interval,
         )
         self._reported_error: str | None = None
+        self._no_pods = False
+        """A NoPods Event was posted and no pod has matched since."""
         self.selector: LabelSelector | None = None
         self.model_name = ""
         """The model name of the last valid spec, for neighbours to find this loop by."""
 
     async def run(self, stopped: Callable[[], bool]) -> None:
+        """Cycle until `stopped()`: checked after each cycle, so poke the memory to stop."""
         first = True
         while not stopped():
             began = time.monotonic()
@@ -185,8 +189,11 @@ class ModelLoop:
             # of requests at once; a random first wait spreads them over the interval for good.
             wait = self.settings.probe_interval * (random.random() if first else 1.0)
             first = False
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for loses a cancellation that
+            # arrives as the poke does, and a cancelled loop would then carry on.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.memory.poke.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self.memory.poke.wait()
             self.memory.poke.clear()
 
     @property
@@ -213,6 +220,7 @@ class ModelLoop:
         now = time.time()
         meta = self.body.get("metadata", {})
         generation = meta.get("generation")
+        self.memory.generation = generation
         try:
             spec = parse_spec(dict(self.body.get("spec") or {}))
         except SpecError as exc:
@@ -237,6 +245,7 @@ class ModelLoop:
 
         self.selector = spec.selector
         selected = [p for p in self.pods(spec.selector) if spec.selector.matches(p.labels)]
+        self._tell_no_pods(spec, selected)
         self.memory.forget_missing({p.name for p in selected})
         conflicts = self._conflicts_of(spec, selected)
         shared = conflicts.shared
@@ -340,6 +349,17 @@ class ModelLoop:
                 return f"waiting for {format_gib(wait.need)} on GPUPool {name}: {wait.reason}"
         return None
 
+    def _tell_no_pods(self, spec: InferenceModelSpec, selected: list[PodInfo]) -> None:
+        """A selector that matches no pod is said once (and its end), not at every probe."""
+        at_zero = self.memory.scaled_from is not None or self.memory.scale_up_time is not None
+        if not selected and not self._no_pods and not at_zero:
+            selector = spec.selector.to_label_selector()
+            self.emit("Warning", "NoPods", status.no_pods_message(selector, self.namespace))
+            self._no_pods = True
+        elif selected and self._no_pods:
+            self.emit("Normal", "PodsFound", f"{len(selected)} pod(s) match the selector now")
+            self._no_pods = False
+
     def _conflicts_of(self, spec: InferenceModelSpec, pods: list[PodInfo]) -> status.Conflicts:
         """Whether another model holds this one's model name, and which pods others select too;
         each new conflict (and each one resolved) is told once by an Event."""
@@ -405,6 +425,11 @@ class ModelLoop:
         views = []
         for pod in pods:
             engine = self.memory.engine(pod.name, now=now)
+            if engine.sleep_blocked and engine.sleep_blocked != (pod.uid, self.memory.generation):
+                # A new pod under this name, or a new spec: worth one more try.
+                engine.sleep_blocked, engine.sleep_failures = None, 0
+                engine.last_sleep_failure = None
+                engine.sleep_failure_reason = engine.sleep_failure_message = ""
             result = results.get(pod.name)
             if result is not None:
                 self._note_reachability(pod.name, engine, result)
@@ -460,6 +485,9 @@ class ModelLoop:
                     pool_evict=directive.evict,
                     pool_level=directive.level,
                     sleep_level=(engine.sleep_level or pod.sleep_level) or None,
+                    sleep_failures=engine.sleep_failures,
+                    last_sleep_failure=engine.last_sleep_failure,
+                    sleep_blocked=engine.sleep_blocked is not None,
                 )
             )
         return views
@@ -520,6 +548,10 @@ class ModelLoop:
             replicas=replicas,
             conflicts=conflicts,
             waiting_for_room=waiting,
+            selector=spec.selector.to_label_selector(),
+            namespace=self.namespace,
+            can_wake=spec.desired_state is DesiredState.AWAKE
+            or (spec.desired_state is DesiredState.AUTO and spec.wake.on_request),
         )
         new.update(self.foresight.status(spec, now))
         self._count(pods, str(new["phase"]), now)

@@ -17,6 +17,8 @@ from snooze.models import EngineState
 # mean the engine is gone, frozen or never started: its status stops saying it is awake, so
 # the gateway stops sending it requests until a probe gets an answer again.
 UNREACHABLE_AFTER = 2
+# The sleep failure that no retry can mend: the engine runs without sleep mode.
+SLEEP_MODE_DISABLED = "SleepModeDisabled"
 
 
 @dataclass(kw_only=True)
@@ -60,6 +62,14 @@ class EngineMemory:
     """Probes in a row that got no answer; at UNREACHABLE_AFTER the engine counts as unreachable."""
     probe_error: str = ""
     """What the last failed probe met (names the URL it tried)."""
+    sleep_failures: int = 0
+    """Failed sleeps in a row: each backs the next try off, as failed wakes do."""
+    last_sleep_failure: float | None = None
+    sleep_failure_reason: str = ""
+    sleep_failure_message: str = ""
+    sleep_blocked: tuple[str, int | None] | None = None
+    """(pod uid, spec generation) at which the engine was found unable to sleep at all (no
+    sleep mode): no sleep is tried again until the pod or the spec changes."""
 
     @property
     def unreachable(self) -> bool:
@@ -96,6 +106,8 @@ class ModelMemory:
     pod restarted to remedy it, so WakeFailed says what happened."""
     poke: asyncio.Event = field(default_factory=asyncio.Event)
     """Set to run the next cycle now rather than at the next probe interval."""
+    generation: int | None = None
+    """The spec generation the current cycle acts on."""
 
     def engine(self, pod: str, *, now: float) -> EngineMemory:
         if pod not in self.engines:
@@ -125,10 +137,13 @@ def rebuild(status: dict[str, Any] | None) -> ModelMemory:
     memory.scaled_at = parse_time(status.get("scaledToZeroTime"))
     memory.manual_at = parse_time(status.get("manualScaleTime"))
     memory.scale_up_time = parse_time(status.get("scaleUpTime"))
+    blocked_generation = None
     for condition in status.get("conditions") or []:
         if condition.get("type") == "WakeFailed" and condition.get("status") == "True":
             pod, _, message = str(condition.get("message") or "").partition(": ")
             memory.failure = (pod, str(condition.get("reason") or ""), message)
+        if condition.get("type") == "SleepFailed" and condition.get("status") == "True":
+            blocked_generation = condition.get("observedGeneration")
     for pod in status.get("pods") or []:
         name = pod.get("name")
         activity = parse_time(pod.get("lastActivityTime"))
@@ -139,6 +154,10 @@ def rebuild(status: dict[str, Any] | None) -> ModelMemory:
         engine.wake_failures = int(pod.get("wakeFailures") or 0)
         engine.last_failure_reason = str(pod.get("failureReason") or "")
         engine.last_failure = parse_time(pod.get("lastFailureTime"))
+        engine.sleep_failures = int(pod.get("sleepFailures") or 0)
+        engine.sleep_failure_reason = str(pod.get("sleepFailureReason") or "")
+        if engine.sleep_failure_reason == SLEEP_MODE_DISABLED and pod.get("uid"):
+            engine.sleep_blocked = (str(pod["uid"]), blocked_generation)
         since = parse_time(pod.get("since"))
         state = pod.get("state")
         if since is not None and state in {s.value for s in EngineState}:

@@ -82,4 +82,9 @@ async def release(
             )
         except KubeError as exc:
             emit("Warning", "ReleaseFailed", f"could not restore {scaled_from} replicas: {exc}")
-    log.info("released %s pods of a deleted model in %s (%s woken)", len(mine), namespace, woken)
+    emit(
+        "Normal",
+        "Released",
+        f"the model is deleted: {len(mine)} pod(s) handed back as they were before Snooze "
+        f"({woken} woken)",
+    )

@@ -8,10 +8,11 @@ from typing import Any
 
 from snooze.kube.pods import PodInfo, format_time
 from snooze.models import EngineState, Phase
-from snooze.operator.memory import ModelMemory
+from snooze.operator.memory import EngineMemory, ModelMemory
 from snooze.policy.sleep import phase
 
 JSON = dict[str, Any]
+EngineMemoryView = tuple[str, EngineMemory]
 
 # A busy engine's activity time moves at every probe; writing each move would make the
 # operator's API writes grow with traffic. Status records it at this granularity, which
@@ -81,16 +82,16 @@ def conditions(
         status = "True" if value.status else "False"
         old = before.get(value.type, {})
         since = old.get("lastTransitionTime") if old.get("status") == status else None
-        out.append(
-            {
-                "type": value.type,
-                "status": status,
-                "reason": value.reason,
-                "message": value.message,
-                "lastTransitionTime": since or format_time(now),
-                "observedGeneration": generation,
-            }
-        )
+        condition: JSON = {
+            "type": value.type,
+            "status": status,
+            "reason": value.reason,
+            "message": value.message,
+            "lastTransitionTime": since or format_time(now),
+        }
+        if generation is not None:  # metav1.Condition's is an integer, never null
+            condition["observedGeneration"] = generation
+        out.append(condition)
     return out
 
 
@@ -132,8 +133,14 @@ def build(
     replicas: int | None = None,
     conflicts: Conflicts | None = None,
     waiting_for_room: str | None = None,
+    selector: str = "",
+    namespace: str = "",
+    can_wake: bool = True,
 ) -> JSON:
-    """The whole status to write; `pods` are all the pods selected, shared ones included."""
+    """The whole status to write; `pods` are all the pods selected, shared ones included.
+    `selector` and `namespace` (the spec's, as a label selector string) explain a model that
+    selects no pod; `can_wake` says whether a request may wake it (wake.onRequest, and no
+    desiredState: Asleep)."""
     conflicts = conflicts or Conflicts()
     shared = conflicts.shared
     every = pods
@@ -151,6 +158,7 @@ def build(
 
     pod_entries = []
     failing: list[tuple[str, str, str]] = []
+    unable_to_sleep: list[EngineMemoryView] = []
     for pod in sorted(every, key=lambda p: p.name):
         engine = memory.engines.get(pod.name)
         view = operator_view(memory, pod)
@@ -173,6 +181,11 @@ def build(
             entry["wakeFailures"] = engine.wake_failures
             if state == "unreachable":
                 entry["message"] = engine.probe_error
+            if engine.sleep_failures:
+                entry["sleepFailures"] = engine.sleep_failures
+                entry["sleepFailureReason"] = engine.sleep_failure_reason
+                entry["message"] = engine.sleep_failure_message or None
+                unable_to_sleep.append((pod.name, engine))
             if engine.wake_failures:
                 entry["failureReason"] = engine.last_failure_reason
                 entry["lastFailureTime"] = _time(engine.last_failure)
@@ -190,10 +203,25 @@ def build(
             if spec_error is None
             else f"{spec_error}. Fix the spec: nothing is slept or woken until then.",
         ),
+        _ready(
+            Serving(
+                count=count,
+                ready=len(ready),
+                selected=len(pods),
+                unreachable=sum(1 for p in ready if _unreachable(memory, p)),
+                spec_error=spec_error,
+                name_taken=conflicts.name_taken,
+                can_wake=can_wake,
+                scaled_to_zero=memory.scaled_from is not None,
+                scaling_up=memory.scale_up_time is not None,
+            ),
+            selector=selector,
+            namespace=namespace,
+        ),
         ConditionValue(
-            type="Ready",
+            type="Awake",
             status=awake > 0,
-            reason="EnginesAwake" if awake else ("NoEngines" if not ready else "NoEngineAwake"),
+            reason="EnginesAwake" if awake else "NoEngineAwake",
             message=f"{awake} of {len(ready)} ready engines awake",
         ),
         ConditionValue(
@@ -203,6 +231,7 @@ def build(
             message=f"{asleep} of {len(ready)} ready engines asleep",
         ),
         _wake_failed(failing or ([memory.failure] if memory.failure else [])),
+        _sleep_failed(unable_to_sleep),
         ConditionValue(
             type="Conflict",
             status=conflicts.name_taken,
@@ -276,6 +305,86 @@ def only_activity_moved(old: JSON, new: JSON) -> bool:
     return without_activity(old) == without_activity(new)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Serving:
+    """What decides whether a model can serve: its engines, its spec, its workload."""
+
+    count: dict[EngineState, int]
+    """Ready, reachable engines by published state."""
+    ready: int
+    selected: int
+    unreachable: int
+    spec_error: str | None
+    name_taken: bool
+    can_wake: bool
+    scaled_to_zero: bool
+    scaling_up: bool
+
+
+def _ready(serving: Serving, *, selector: str, namespace: str) -> ConditionValue:
+    """Ready as Kubernetes users read it (`kubectl wait --for=condition=Ready`): the model can
+    serve a request now, from an awake engine or by waking one; a model asleep is Ready."""
+    s = serving
+    awake, asleep = s.count[EngineState.AWAKE], s.count[EngineState.ASLEEP]
+    waking, draining = s.count[EngineState.WAKING], s.count[EngineState.DRAINING]
+    cannot_wake = (
+        "nothing wakes it: wake.onRequest is false or desiredState is Asleep; set "
+        "desiredState to Auto (with wake.onRequest) or Awake"
+    )
+
+    def ready(status: bool, reason: str, message: str) -> ConditionValue:
+        return ConditionValue(type="Ready", status=status, reason=reason, message=message)
+
+    if s.spec_error is not None:
+        return ready(False, "InvalidSpec", "the spec is invalid: see the SpecValid condition")
+    if s.name_taken:
+        return ready(
+            False,
+            "ModelNameTaken",
+            "another InferenceModel holds this model name: see the Conflict condition",
+        )
+    if awake:
+        return ready(True, "EnginesAwake", f"{awake} of {s.ready} ready engines awake")
+    if s.scaled_to_zero:
+        if s.can_wake:
+            return ready(True, "ScaledToZero", "at zero replicas; a request scales it back up")
+        return ready(False, "ScaledToZero", f"at zero replicas, and {cannot_wake}")
+    if s.scaling_up:
+        return ready(True, "ScalingUp", "scaling back up; requests are held until it answers")
+    if s.selected == 0 and selector:
+        return ready(False, "NoPods", no_pods_message(selector, namespace))
+    if s.ready == 0:
+        return ready(False, "NoEngines", f"{s.selected} pod(s) selected, none Ready yet")
+    if waking:
+        return ready(True, "Waking", f"{waking} of {s.ready} ready engines waking")
+    if asleep or draining:
+        if s.can_wake:
+            return ready(
+                True,
+                "AbleToWake",
+                f"{asleep} of {s.ready} ready engines asleep, {draining} draining; a request "
+                "wakes one",
+            )
+        return ready(False, "WakeDisabled", f"asleep, and {cannot_wake}")
+    if s.count[EngineState.FAILED]:
+        return ready(False, "WakeFailed", "no engine could be woken: see the WakeFailed condition")
+    if s.unreachable:
+        return ready(
+            False,
+            "EnginesUnreachable",
+            f"{s.unreachable} of {s.ready} ready engines do not answer: see status.pods",
+        )
+    return ready(False, "NoEngineAwake", f"none of {s.ready} ready engines is awake")
+
+
+def no_pods_message(selector: str, namespace: str) -> str:
+    where = f"namespace {namespace}" if namespace else "its namespace"
+    return (
+        f"no pod in {where} matches the selector {selector}: check spec.selector against the "
+        f"pods' labels (kubectl get pods -n {namespace or 'NAMESPACE'} --show-labels)"
+    )
+
+
 def _wake_failed(failing: Sequence[tuple[str, str, str]]) -> ConditionValue:
     if not failing:
         return ConditionValue(
@@ -288,6 +397,28 @@ def _wake_failed(failing: Sequence[tuple[str, str, str]]) -> ConditionValue:
         status=True,
         reason=reason or "WakeFailed",
         message=f"{pod}{more}: {message}",
+    )
+
+
+def _sleep_failed(failing: Sequence[EngineMemoryView]) -> ConditionValue:
+    if not failing:
+        return ConditionValue(
+            type="SleepFailed", status=False, reason="NoFailures", message="no failed sleep"
+        )
+    pod, engine = failing[0]
+    more = f" (and {len(failing) - 1} more pods)" if len(failing) > 1 else ""
+    if engine.sleep_blocked is not None:
+        what = (
+            "it stays awake and keeps serving, and Snooze tries again once the pod is "
+            "replaced or the spec changes"
+        )
+    else:
+        what = "it stays awake meanwhile; Snooze tries again later"
+    return ConditionValue(
+        type="SleepFailed",
+        status=True,
+        reason=engine.sleep_failure_reason or "SleepFailed",
+        message=f"{pod}{more} cannot sleep: {what}. {engine.sleep_failure_message}".rstrip(),
     )
 
 

@@ -54,6 +54,11 @@ class EngineView:
     """The level the pool has it sleep at (2 when the pool's host memory is full)."""
     sleep_level: int | None = None
     """The level it sleeps at now, when known: its wake follows it, whatever the spec says now."""
+    sleep_failures: int = 0
+    """Failed sleeps in a row: the next try waits as a wake retry does."""
+    last_sleep_failure: float | None = None
+    sleep_blocked: bool = False
+    """The engine cannot sleep at all (no sleep mode) for this pod and spec: never try."""
 
 
 class ActionKind(StrEnum):
@@ -102,6 +107,16 @@ def retry_delay(failures: int) -> float:
     if failures <= 0:
         return 0.0
     return float(min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** (failures - 1)))
+
+
+def may_try_sleep(engine: EngineView, now: float) -> bool:
+    """Neither blocked nor backing off from a failed sleep. A failed sleep left the engine
+    awake and routable; trying again every probe would drain it again and again."""
+    if engine.sleep_blocked:
+        return False
+    if engine.last_sleep_failure is None:
+        return True
+    return now - engine.last_sleep_failure >= retry_delay(engine.sleep_failures)
 
 
 def wants_wake(engine: EngineView, model: ModelView) -> bool:
@@ -252,7 +267,8 @@ def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     # 3. Sleep what may sleep: never a busy engine in Auto, never below minAwake.
     if desired is DesiredState.ASLEEP:
         for engine in awake:
-            act(ActionKind.SLEEP, engine, "DesiredAsleep")
+            if may_try_sleep(engine, model.now):
+                act(ActionKind.SLEEP, engine, "DesiredAsleep")
     elif desired is DesiredState.AUTO:
         idle_after = spec.idle_after_seconds
         quiet = max(idle_after, REQUEST_RESOLUTION_SECONDS)
@@ -261,7 +277,13 @@ def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
             # engine's own counters say yet. (Never less than the requests' resolution, or a
             # sleep begun within it would count as before the request and be woken again.)
             return actions
-        idle = [e for e in awake if not e.busy and model.now - e.last_activity >= idle_after]
+        idle = [
+            e
+            for e in awake
+            if not e.busy
+            and model.now - e.last_activity >= idle_after
+            and may_try_sleep(e, model.now)
+        ]
         # Longest idle first, so that the engines kept for minAwake are the most recently used.
         idle.sort(key=lambda e: e.last_activity)
         # Only a wake in flight holds the floor: an engine acting under an awake label may be
@@ -331,6 +353,8 @@ def _resumes_drain(engine: EngineView, model: ModelView, *, awake_others: int) -
     carrying out (vLLM 0.32+): the request never arrived, and sending it now sleeps it once."""
     if engine.sleeping or engine.label is not EngineState.DRAINING:
         return False
+    if not may_try_sleep(engine, model.now):
+        return False  # it cannot sleep, or backs off from a failed sleep: not again now
     lost = _sent_for_this_drain(engine) and engine.sleep_running is False
     if (_sent_for_this_drain(engine) and not lost) or _wanted(engine, model):
         return False

@@ -16,6 +16,7 @@ import kmock
 
 from snooze.sandbox import api, discovery, openapi, scale, tables, validation, views
 from snooze.sandbox.api import ApiError, ApiPath
+from snooze.sandbox.auth import Tokens
 from snooze.sandbox.discovery import ResourceSpec
 from snooze.sandbox.validation import NO_CHECK, Check
 from snooze.sandbox.views import Change, Obj
@@ -52,6 +53,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     # Tests inject faults and read counters from their own thread while the loop serves.
     _guard: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     openapi: openapi.Documents = attrs.field(init=False)
+    tokens: Tokens = attrs.field(factory=Tokens, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -99,6 +101,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
 
     async def __call__(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         body = await raw.read()
+        if not self.tokens.admit(raw.headers.get("Authorization")):
+            return views.respond(api.status_body(401, "Unauthorized"), 401)
         fault = self._take_fault(raw.method, raw.path_qs)
         if fault is not None:
             return views.respond(api.status_body(fault.status, fault.message), fault.status)

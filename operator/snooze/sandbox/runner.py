@@ -165,6 +165,15 @@ class Sandbox:
             message=message or f"injected fault: HTTP {status} by the snooze sandbox",
         )
 
+    def accept_tokens(self, *tokens: str) -> None:
+        """From now on, answer 401 to requests without one of these bearer tokens (none given:
+        accept every request again, as by default)."""
+        self.emulator.tokens.accept(frozenset(tokens) if tokens else None)
+
+    def tokens_seen(self) -> dict[str, int]:
+        """Requests per bearer token sent ("" for none), counted since the start."""
+        return self.emulator.tokens.counts()
+
     def requests_count(self, method: str | None = None) -> int:
         """How many requests were answered (all, or of one HTTP method), faults included."""
         return self.emulator.requests_count(method)

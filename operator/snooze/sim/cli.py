@@ -162,7 +162,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="emit a full-size vLLM /metrics payload (histograms), for scrape benchmarks",
     )
-    add("--log-level", default="INFO", help="logging level (default: %(default)s)")
 
 
 def devices_from(args: argparse.Namespace) -> list[SimulatedDevice]:
@@ -211,7 +210,6 @@ def run(args: argparse.Namespace) -> int:
 
     from snooze.sim.host import AddressUnavailable, EngineDoesNotFit, serve_engines
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     configs = configs_from(args)
     devices = devices_from(args)
 

@@ -261,6 +261,9 @@ class SimulatorHost:
         if self._loop is None or self._thread is None:
             return
         self._run(self._pool.close())
+        # A killed engine's request handlers may still be inside a sleep or a wake: end them
+        # here, or closing the loop destroys them pending (and asyncio logs each as an error).
+        self._run(_cancel_others())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop = None
@@ -271,3 +274,11 @@ class SimulatorHost:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+async def _cancel_others() -> None:
+    """Cancel every other task of the running loop and wait until they have ended."""
+    others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)

@@ -1,0 +1,176 @@
+"""Sample the running demo into a timeline: pods, models, wakes, and what went wrong when."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from snooze.demo import timeline
+from snooze.demo.controller import ReplicaSetStandIn
+from snooze.gateway.embedded import GatewayThread
+from snooze.operator.metrics import OperatorMetrics
+
+NS = "default"
+MODELS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels"
+PODS = f"/api/v1/namespaces/{NS}/pods"
+STATE_LABEL = "snooze.dev/state"
+# Operator counters whose every increment is an incident, and what it is called then.
+INCIDENTS = {
+    "snooze_wake_failures_total": "wake failed",
+    "snooze_sleep_failures_total": "sleep failed",
+    "snooze_pod_restarts_total": "pod restarted",
+}
+
+
+def metric_total(metrics: OperatorMetrics, name: str, model: str) -> float:
+    """A sample's value summed over every label but the model (all levels, all reasons)."""
+    total = 0.0
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name == name and sample.labels.get("model") == model:
+                total += sample.value
+    return total
+
+
+def counts(metrics: OperatorMetrics) -> dict[tuple[str, str, str], float]:
+    """(counter, model, reason) -> value, for the counters in INCIDENTS."""
+    found: dict[tuple[str, str, str], float] = {}
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name in INCIDENTS:
+                key = (sample.name, sample.labels["model"], sample.labels.get("reason", ""))
+                found[key] = sample.value
+    return found
+
+
+def incidents_between(
+    before: Mapping[tuple[str, str, str], float],
+    after: Mapping[tuple[str, str, str], float],
+    *,
+    t: float,
+) -> list[timeline.Incident]:
+    """One Incident per increment of a counter from `before` to `after` (pure)."""
+    found = []
+    # Failures before remedies when both are seen at once: in INCIDENTS' order.
+    order = list(INCIDENTS)
+    for (name, model, reason), value in sorted(
+        after.items(), key=lambda item: (order.index(item[0][0]), item[0][1:])
+    ):
+        for _ in range(round(value - before.get((name, model, reason), 0.0))):
+            found.append(timeline.Incident(t=t, model=model, what=INCIDENTS[name], reason=reason))
+    return found
+
+
+class Sampler:
+    """Samples the cluster into a timeline, and turns the wake metric into wake durations."""
+
+    def __init__(
+        self,
+        *,
+        api: httpx.AsyncClient,
+        controller: ReplicaSetStandIn,
+        gateway: GatewayThread,
+        metrics: OperatorMetrics,
+        models: list[str],
+    ) -> None:
+        self.api = api
+        self.controller = controller
+        self.gateway = gateway
+        self.metrics = metrics
+        self.models = models
+        self.timeline = timeline.Timeline()
+        self._seen = set(models)
+        self._wakes_seen = 0.0  # when the last wake taken happened
+        self._counts = counts(metrics)
+        self._failed: set[str] = set()
+        """Pods whose wake failed: drawn as failed for as long as they exist."""
+
+    async def sample(self, t: float) -> timeline.Sample:
+        pods_body = (await self.api.get(PODS)).json()
+        models_body = (await self.api.get(MODELS)).json()
+        held = await self.gateway.held()
+        engines = self.controller.engines
+        pods: dict[str, timeline.PodSample] = {}
+        for pod in pods_body.get("items", []):
+            meta = pod["metadata"]
+            model = (meta.get("labels") or {}).get("app")
+            if model is None or meta.get("deletionTimestamp"):
+                continue
+            engine = engines.get(meta["name"])
+            pods[meta["name"]] = timeline.PodSample(
+                model=model,
+                state=pod_state(pod),
+                gpu_bytes=engine.gpu_memory_bytes if engine is not None else 0,
+            )
+        models: dict[str, timeline.ModelSample] = {}
+        for item in models_body.get("items", []):
+            name = item["metadata"]["name"]
+            status = item.get("status") or {}
+            models[name] = timeline.ModelSample(
+                phase=str(status.get("phase") or ""),
+                awake=int(status.get("awake") or 0),
+                asleep=int(status.get("asleep") or 0),
+                held=held.get(name, 0),
+                last_wake_time=status.get("lastWakeTime"),
+                last_wake_seconds=status.get("lastWakeSeconds"),
+            )
+        self._wakes(t)
+        incidents = self._incidents(t, pods)
+        pods = {
+            name: timeline.failed(pod) if name in self._failed else pod
+            for name, pod in pods.items()
+        }
+        self._failed &= set(pods)
+        sample = timeline.Sample(t=t, pods=pods, models=models, incidents=tuple(incidents))
+        self.timeline.add(sample)
+        return sample
+
+    def _wakes(self, t: float) -> None:
+        # The operator keeps each wake exactly (OperatorMetrics.wakes); take the new ones.
+        fresh = [w for w in self.metrics.wakes if w.at > self._wakes_seen]
+        for wake in fresh:
+            self._wakes_seen = max(self._wakes_seen, wake.at)
+            if wake.model in self._seen:
+                self.timeline.wakes.setdefault(wake.model, []).append((t, wake.seconds))
+
+    def _incidents(
+        self, t: float, pods: Mapping[str, timeline.PodSample]
+    ) -> list[timeline.Incident]:
+        now = counts(self.metrics)
+        found = [i for i in incidents_between(self._counts, now, t=t) if i.model in self._seen]
+        self._counts = now
+        for incident in found:
+            self.timeline.incidents.append(incident)
+            if incident.what == "wake failed":
+                self._failed |= self._failing_pods(incident.model, pods)
+        return found
+
+    def _failing_pods(self, model: str, pods: Mapping[str, timeline.PodSample]) -> set[str]:
+        """The model's pod that was waking: still here, or (already restarted) in the last
+        sample, which is then redrawn as failed."""
+
+        def waking(sample_pods: Mapping[str, timeline.PodSample]) -> set[str]:
+            return {n for n, p in sample_pods.items() if p.model == model and p.state == "waking"}
+
+        here = waking(pods) or {
+            n for n, p in pods.items() if p.model == model and p.state == "asleep"
+        }
+        if here:
+            return here
+        last = self.timeline.samples[-1] if self.timeline.samples else None
+        if last is not None:
+            gone = waking(last.pods)
+            self.timeline.samples[-1] = timeline.with_failed(last, gone)
+        return set()
+
+
+def pod_state(pod: Mapping[str, Any]) -> str:
+    """The pod's published state, or `loading` until it is Ready (pure)."""
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(STATE_LABEL) or "awake") if ready else "loading"

@@ -1,0 +1,33 @@
+"""Tell what the operator did: a Kubernetes Event on the model, and the same as one log line."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from snooze.operator.actions import Emit
+
+# One logger for every action, so that `--log-level` and log routing can single them out.
+log = logging.getLogger("snooze.operator.events")
+
+
+def teller(body: kopf.Body) -> Emit:
+    """An Emit for one model: each call posts an Event and logs one line naming the model.
+
+    The line reads `NAMESPACE/NAME REASON: MESSAGE`, where the message names the pod; in JSON
+    the model, namespace and reason are fields of their own. Warnings log as warnings.
+    """
+    meta: Mapping[str, Any] = body.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    where = f"{namespace}/{name}" if namespace else name
+
+    def emit(kind: str, reason: str, message: str) -> None:
+        kopf.event(body, type=kind, reason=reason, message=message)
+        level = logging.WARNING if kind == "Warning" else logging.INFO
+        extra = {"model": name, "namespace": namespace, "reason": reason}
+        log.log(level, "%s %s: %s", where, reason, message, extra=extra)
+
+    return emit

@@ -1,0 +1,100 @@
+"""What the operator's terminal says: one INFO line per action naming the model and the pod,
+warnings only for what went wrong, no API chatter, and JSON lines on request."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import Cluster, wait_for
+from processes import Process
+
+LABELS = {"app": "chat"}
+OPERATOR = ["operator", "--probe-interval", "0.2", "--drain-timeout", "2"]
+
+
+def gone(cluster: Cluster, name: str) -> bool:
+    return (
+        cluster.http.get(
+            f"/apis/snooze.dev/v1alpha1/namespaces/default/inferencemodels/{name}"
+        ).status_code
+        == 404
+    )
+
+
+def sleep_wake_delete(cluster: Cluster) -> None:
+    """A model's whole life: it sleeps when idle, wakes on request, and is deleted."""
+    cluster.create_pod("chat-0", labels=LABELS)
+    cluster.create_model("chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": "1s"}})
+    wait_for("asleep", lambda: cluster.pod_state("chat-0") == "asleep", timeout=30)
+    cluster.request_wake("chat")
+    wait_for("awake", lambda: cluster.pod_state("chat-0") == "awake", timeout=30)
+    response = cluster.http.delete(
+        "/apis/snooze.dev/v1alpha1/namespaces/default/inferencemodels/chat"
+    )
+    assert response.status_code in (200, 202), response.text
+    # The finalizer comes off once the operator handed the pods back: promptly, not after
+    # a daemon's cancellation timeout.
+    wait_for("the model gone", lambda: gone(cluster, "chat"), timeout=15)
+
+
+def test_each_action_is_one_info_line(cluster: Cluster, tmp_path: Path) -> None:
+    operator = Process(tmp_path / "operator.log", *OPERATOR)
+    try:
+        sleep_wake_delete(cluster)
+        cluster.create_model(
+            "broken", {"selector": {"matchLabels": LABELS}, "idle": {"after": "0s"}}
+        )
+        wait_for(
+            "the invalid spec told", lambda: "default/broken InvalidSpec:" in operator.output()
+        )
+    finally:
+        assert operator.stop() == 0
+    lines = operator.output().splitlines()
+
+    def line(reason: str) -> str:
+        found = [entry for entry in lines if f" default/chat {reason}: " in entry]
+        assert found, f"no {reason} line in:\n" + "\n".join(lines)
+        return found[0]
+
+    for reason in ("Draining", "Slept", "Waking", "Woke", "Released"):
+        assert " INFO snooze.operator.events: " in line(reason), line(reason)
+    for reason in ("Draining", "Slept", "Waking", "Woke"):
+        assert "chat-0" in line(reason)
+    invalid = next(entry for entry in lines if "default/broken InvalidSpec:" in entry)
+    assert " WARNING " in invalid and "spec.idle.after" in invalid
+    # A normal deletion is no warning, and nothing else went wrong.
+    warnings = [entry for entry in lines if " WARNING " in entry or " ERROR " in entry]
+    assert warnings == [invalid], "\n".join(warnings)
+    assert "Traceback" not in operator.output()
+    # API and engine requests are debug chatter.
+    assert not [entry for entry in lines if "HTTP Request:" in entry]
+
+
+def test_json_lines_carry_the_model_and_reason(cluster: Cluster, tmp_path: Path) -> None:
+    operator = Process(tmp_path / "operator.log", *OPERATOR, "--log-format", "json")
+    try:
+        sleep_wake_delete(cluster)
+    finally:
+        assert operator.stop() == 0
+    records: list[dict[str, Any]] = [json.loads(entry) for entry in operator.output().splitlines()]
+    slept = [r for r in records if r.get("reason") == "Slept"]
+    assert slept, records
+    assert slept[0]["model"] == "chat" and slept[0]["namespace"] == "default"
+    assert slept[0]["severity"] == "info" and "chat-0" in slept[0]["message"]
+    assert all(r["severity"] in ("debug", "info") for r in records), records
+
+
+def test_verbose_shows_the_api_calls(cluster: Cluster, tmp_path: Path) -> None:
+    """`-v`, `--verbose` (the older spelling) and `--log-level debug` are one flag."""
+    cluster.create_pod("chat-0", labels=LABELS)
+    cluster.create_model("chat", {"selector": {"matchLabels": LABELS}})
+    for n, flags in enumerate((["-v"], ["--verbose"], ["--log-level", "DEBUG"])):
+        operator = Process(tmp_path / f"operator-{n}.log", *OPERATOR, *flags)
+        try:
+            # The engine probes of the operator's own client, and kopf's watch streams.
+            wait_for("requests logged", lambda p=operator: "HTTP Request: GET" in p.output())
+            wait_for("kopf's debug", lambda p=operator: " DEBUG kopf" in p.output())
+        finally:
+            operator.stop()

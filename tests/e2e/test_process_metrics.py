@@ -1,0 +1,40 @@
+"""The operator and the gateway export the standard process_* series next to their own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import Cluster, wait_for
+from processes import Process, free_port
+
+PROCESS = (
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "process_start_time_seconds",
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "own"),
+    [("operator", "snooze_operator_build_info"), ("gateway", "snooze_gateway_build_info")],
+)
+def test_process_series(cluster: Cluster, tmp_path: Path, command: str, own: str) -> None:
+    port = free_port()
+    extra = ["--port", str(free_port()), "--host", "127.0.0.1"] if command == "gateway" else []
+    process = Process(tmp_path / f"{command}.log", command, "--metrics-port", str(port), *extra)
+
+    def scrape() -> str:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        except httpx.HTTPError:
+            return ""
+
+    try:
+        text = wait_for("metrics served", scrape, timeout=30)
+    finally:
+        process.stop()
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"}
+    for name in (*PROCESS, own):
+        assert name in names, name
