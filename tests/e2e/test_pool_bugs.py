@@ -2,8 +2,8 @@
 pool coordinator (PoolLoop) in front of simulated engines on one shared device, with the
 operator's own Executor doing the wakes: no Kubernetes API is needed (its patches succeed).
 
-Marked xfail (strict) until the pool is fixed: a fix makes them pass, and then fail as XPASS
-until the marker goes."""
+Each failed before its fix (bug A: a grant dropped; B: a member the operator woke counted
+asleep; C: a member whose wake ran out of memory never granted again)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import httpx
-import pytest
 from conftest import _addresses
 
 from snooze.kube.pods import PodInfo
@@ -122,7 +121,6 @@ def three_on_one_device(sim: SimulatorHost) -> dict[str, Member]:
     return {name: Member(name, engine) for name, engine in engines.items()}
 
 
-@pytest.mark.xfail(strict=True, reason="pool bug A: a grant is dropped when the pool decides again")
 def test_a_granted_wake_keeps_its_room_until_the_member_starts_waking(sim: SimulatorHost) -> None:
     members = three_on_one_device(sim)
     httpx.post(f"{members['b'].engine.url}/wake_up").raise_for_status()
@@ -146,7 +144,6 @@ def test_a_granted_wake_keeps_its_room_until_the_member_starts_waking(sim: Simul
     asyncio.run(run())
 
 
-@pytest.mark.xfail(strict=True, reason="pool bug B: a member woken by the operator counts asleep")
 def test_a_member_the_operator_woke_counts_awake_before_its_next_probe(sim: SimulatorHost) -> None:
     members = three_on_one_device(sim)
     pool = pool_of(members.values())
@@ -168,7 +165,6 @@ def test_a_member_the_operator_woke_counts_awake_before_its_next_probe(sim: Simu
     asyncio.run(run())
 
 
-@pytest.mark.xfail(strict=True, reason="pool bug C: after an out-of-memory wake, never granted")
 def test_a_member_whose_wake_ran_out_of_memory_can_wake_once_there_is_room(
     sim: SimulatorHost,
 ) -> None:

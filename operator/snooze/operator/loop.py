@@ -152,6 +152,7 @@ class ModelLoop:
             model=name,
         )
         self.executor.pool_of = lambda pod: self.pools.pool_of(namespace, pod, self.spec)[0]
+        self.executor.made_room = self._made_room
         self.scaler = Scaler(
             namespace=namespace, model=name, api=api, memory=self.memory, emit=emit, metrics=metrics
         )
@@ -200,6 +201,11 @@ class ModelLoop:
     @property
     def last_wake_seconds(self) -> float | None:
         return self.memory.last_wake_seconds
+
+    def _made_room(self, pod: PodInfo) -> None:
+        _, pool = self.pools.pool_of(self.namespace, pod, self.spec)
+        if pool is not None:
+            pool.made_room(pod.name)
 
     def engine_memory(self, pod: str) -> EngineMemory | None:
         return self.memory.engines.get(pod)
