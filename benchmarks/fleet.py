@@ -1,20 +1,22 @@
-"""Benchmark: the operator's cost and promptness as the fleet grows (`--models N`, 2 engines each).
+"""Benchmark: the operator's cost and promptness as the fleet grows (`--models N`, with
+`--engines-per-model K`, 2 by default).
 
-Three processes: the sandbox API (in this one, to count its requests), the engines
-(`fleet_engines.py`, which stamps every probe) and the operator, measured alone through /proc.
+Three or four processes: the sandbox API (in this one, to count its requests), the engines
+(`fleet_engines.py`, which stamps every probe), the operator, measured alone through /proc,
+and with `--through-gateway` the gateway, whose per-engine counters the operator reads.
 1. Pods and models are created; traffic starts (one tiny request per engine every
-   idle.after / 3, so nothing sleeps); then the operator starts; wait until every pod is
-   labelled `awake`.
+   idle.after / 3, so nothing sleeps: straight to the engines, or through the gateway by
+   model); then the operator starts; wait until every pod is labelled `awake`.
 2. Steady state, `--steady` seconds: operator CPU and memory, API writes, and from the
    engines' side the gap between two probes of the same engine.
-3. Traffic stops; each engine's last request's end is recorded, and a watch on pods sees
-   when its `snooze.dev/state` label turns `asleep` (set once the engine confirmed its sleep).
+3. Traffic stops; each engine's last request's end is recorded (by the traffic, or by the
+   gateway's per-engine counters), and a watch on pods sees when its `snooze.dev/state`
+   label turns `asleep` (set once the engine confirmed its sleep).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import contextlib
 import ipaddress
@@ -22,29 +24,26 @@ import itertools
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import httpx
 import yaml
+from fleet_load import PodStates, Traffic, cpu_seconds, memory_mb, percentiles
 from harness import CRD, NS, Bench, free_port, wait_until
 
+from snooze.operator.gateways import read_page
 from snooze.sandbox import Sandbox
 from snooze.sandbox.emulator import SandboxEmulator
 
 HERE = Path(__file__).resolve().parent
 FIRST_ENGINE = ipaddress.ip_address("127.1.0.1")
-STATE = "snooze.dev/state"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
-TICK = os.sysconf("SC_CLK_TCK")
 NAME = re.compile(r"/m\d{4}(-\d)?(?=/|$)")
 
 
@@ -61,132 +60,20 @@ class CountingEmulator(SandboxEmulator):
         return super()._take_fault(method, path_qs)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far, from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+def pod_name(engine: int, per_model: int) -> str:
+    return f"m{engine // per_model:04d}-{engine % per_model}"
 
 
-def memory_mb(pid: int) -> tuple[float, float]:
-    """(resident now, peak resident) in MB, from /proc/PID/status."""
-    values = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            values[key] = int(rest.split()[0]) / 1024
-    return values["VmRSS"], values["VmHWM"]
-
-
-def percentiles(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p99": None, "max": None}
-    ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return {
-        "p50": round(statistics.median(ordered), 3),
-        "p99": round(p99, 3),
-        "max": round(ordered[-1], 3),
-    }
-
-
-class PodStates:
-    """A watch on pods in a thread: when each pod's state label last changed, and to what."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.state: dict[str, str | None] = {}
-        self.since: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def summary(self) -> dict[str, int]:
-        return dict(collections.Counter(str(v) for v in list(self.state.values())))
-
-    def count(self, state: str) -> int:
-        return sum(1 for value in list(self.state.values()) if value == state)
-
-    def _run(self) -> None:
-        params = {"watch": "true", "timeoutSeconds": "3600"}
-        path = f"{self.url}/api/v1/namespaces/{NS}/pods"
-        with httpx.stream("GET", path, params=params, timeout=None) as stream:
-            for line in stream.iter_lines():
-                if self._stop.is_set():
-                    return
-                if not line:
-                    continue
-                meta = json.loads(line)["object"]["metadata"]
-                name = meta["name"]
-                state = (meta.get("labels") or {}).get(STATE)
-                if self.state.get(name, "-") != state:
-                    self.state[name] = state
-                    self.since[name] = time.time()
-
-
-class Traffic:
-    """One tiny completion per engine every `period` seconds, staggered, in a thread's loop."""
-
-    def __init__(self, hosts: list[str], period: float) -> None:
-        self.hosts = hosts
-        self.period = period
-        self.last_end: dict[str, float] = {}
-        self.errors = 0
-        self.sent = 0
-        self._stopping = False
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping = True
-        self._thread.join(self.period + 30)
-
-    async def _main(self) -> None:
-        connector = aiohttp.TCPConnector(limit=400)
-        timeout = aiohttp.ClientTimeout(total=5)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            count = len(self.hosts)
-            await asyncio.gather(
-                *(
-                    self._engine(session, h, self.period * i / count)
-                    for i, h in enumerate(self.hosts)
-                )
-            )
-
-    async def _engine(self, session: aiohttp.ClientSession, host: str, offset: float) -> None:
-        await asyncio.sleep(offset)
-        body = {"model": "m", "prompt": "hi", "max_tokens": 1}
-        while not self._stopping:
-            began = time.monotonic()
-            try:
-                async with session.post(f"http://{host}:8000/v1/completions", json=body) as reply:
-                    await reply.read()
-                    if reply.status == 200:
-                        self.last_end[host] = time.time()
-                    else:
-                        self.errors += 1
-            except (aiohttp.ClientError, TimeoutError):
-                self.errors += 1
-            self.sent += 1
-            await asyncio.sleep(max(0.0, self.period - (time.monotonic() - began)))
-
-
-def create_fleet(setup: Bench, models: int, idle_after: float) -> list[str]:
-    """The CRD, two Ready pods per model (podIP: an engine's address) and the models."""
+def create_fleet(setup: Bench, models: int, per_model: int, idle_after: float) -> list[str]:
+    """The CRD, `per_model` Ready pods per model (podIP: an engine's address) and the models."""
     crd = yaml.safe_load(CRD.read_text())
     setup.api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
     pods = f"/api/v1/namespaces/{NS}/pods"
-    hosts = [str(FIRST_ENGINE + i) for i in range(2 * models)]
+    hosts = [str(FIRST_ENGINE + i) for i in range(per_model * models)]
 
     def one_model(index: int) -> None:
         name = f"m{index:04d}"
-        for replica in range(2):
+        for replica in range(per_model):
             pod = f"{name}-{replica}"
             response = setup.api.post(
                 pods, json={"metadata": {"name": pod, "labels": {"app": name}}}
@@ -194,7 +81,7 @@ def create_fleet(setup: Bench, models: int, idle_after: float) -> list[str]:
             response.raise_for_status()
             status = {
                 "phase": "Running",
-                "podIP": hosts[2 * index + replica],
+                "podIP": hosts[per_model * index + replica],
                 "conditions": [{"type": "Ready", "status": "True"}],
             }
             setup.api.patch(
@@ -278,33 +165,61 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def measure(
     args: argparse.Namespace, setup: Bench, emulator: CountingEmulator, logs: Path
 ) -> dict[str, Any]:
-    n = args.models
+    n, per = args.models, args.engines_per_model
+    engines_total = n * per
     interval = args.probe_interval
     control = free_port()
     engines = spawn(
         setup, logs / "engines.log", str(HERE / "fleet_engines.py"),
-        "--host", str(FIRST_ENGINE), "--count", str(2 * n), "--control-port", str(control),
+        "--host", str(FIRST_ENGINE), "--count", str(engines_total), "--per-model", str(per),
+        "--control-port", str(control),
     )  # fmt: skip
     control_url = f"http://127.0.0.1:{control}"
     watch = PodStates(setup.sandbox.url)
     watch.start()
-    wait_until("the engines", lambda: httpx.get(control_url + "/probes").is_success, 120)
+    wait_until("the engines", lambda: httpx.get(control_url + "/probes").is_success, 300)
     began = time.monotonic()
-    hosts = create_fleet(setup, n, args.idle_after)
+    hosts = create_fleet(setup, n, per, args.idle_after)
     create_seconds = time.monotonic() - began
-    traffic = Traffic(hosts, args.idle_after / 3)
+
+    operator_args = ["--probe-interval", str(interval)]
+    gateway: subprocess.Popen[bytes] | None = None
+    if args.through_gateway:
+        port, gateway_metrics = free_port(), free_port()
+        gateway = spawn(
+            setup, logs / "gateway.log", "-m", "snooze.cli", "gateway", "--host", "127.0.0.1",
+            "--port", str(port), "--metrics-port", str(gateway_metrics),
+        )  # fmt: skip
+        gateway_url = f"http://127.0.0.1:{gateway_metrics}/metrics"
+        wait_until("the gateway's metrics", lambda: httpx.get(gateway_url).is_success, 60)
+        health = f"http://127.0.0.1:{port}/healthz"
+        wait_until("the gateway", lambda: httpx.get(health).is_success, 60)
+        operator_args += ["--gateway-metrics", gateway_url]
+        # Each model's engines get their share through the gateway, which takes turns among
+        # them; requests held while the operator starts are answered once it labels the pods.
+        targets = [
+            (f"http://127.0.0.1:{port}/v1/completions", f"m{i // per:04d}", str(i))
+            for i in range(engines_total)
+        ]
+        traffic = Traffic(targets, args.idle_after / 3, timeout=args.startup_timeout + 60)
+    else:
+        targets = [
+            (f"http://{host}:8000/v1/completions", f"m{i // per:04d}", host)
+            for i, host in enumerate(hosts)
+        ]
+        traffic = Traffic(targets, args.idle_after / 3)
     traffic.start()
 
     metrics_port = free_port()
     operator = spawn(
         setup, logs / "operator.log", "-m", "snooze.cli", "operator",
-        "--probe-interval", str(interval), "--metrics-port", str(metrics_port),
+        "--metrics-port", str(metrics_port), *operator_args,
     )  # fmt: skip
     pid = operator.pid
     cpu0 = cpu_seconds(pid)
     startup = wait_for(
         "every pod labelled awake",
-        lambda: watch.count("awake") == 2 * n,
+        lambda: watch.count("awake") == engines_total,
         args.startup_timeout,
         watch,
         operator,
@@ -314,31 +229,32 @@ def measure(
 
     progress(f"steady state: measuring for {args.steady:.0f} s")
     httpx.post(control_url + "/reset")
-    w0, c0, e0, b0, t0 = (
-        writes(emulator), cpu_seconds(pid), cpu_seconds(engines.pid), cpu_seconds(os.getpid()),
-        time.monotonic(),
-    )  # fmt: skip
+    processes = {"operator": pid, "engines": engines.pid, "bench": os.getpid()}
+    if gateway is not None:
+        processes["gateway"] = gateway.pid
+    w0, t0 = writes(emulator), time.monotonic()
+    cpu0s = {name: cpu_seconds(p) for name, p in processes.items()}
     rss_samples = []
     while time.monotonic() - t0 < args.steady:
         time.sleep(1)
         rss_samples.append(memory_mb(pid)[0])
     minutes = (time.monotonic() - t0) / 60
     w1 = writes(emulator)
-    steady_cpu = (cpu_seconds(pid) - c0) / minutes
-    engines_cpu = (cpu_seconds(engines.pid) - e0) / minutes
-    bench_cpu = (cpu_seconds(os.getpid()) - b0) / minutes
+    cpu_per_min = {name: (cpu_seconds(p) - cpu0s[name]) / minutes for name, p in processes.items()}
     stamps: dict[str, list[float]] = httpx.get(control_url + "/probes", timeout=60).json()
     gaps = [b - a for s in stamps.values() for a, b in itertools.pairwise(s)]
+    probes_per_min = sum(len(s) for s in stamps.values()) / minutes
     unprobed = sum(1 for s in stamps.values() if len(s) < 2)
 
     progress("stopping the traffic")
     traffic.stop()
     stopped = time.monotonic()
+    last_end = last_requests(traffic, hosts, per, gateway_url if gateway else None)
     c2 = cpu_seconds(pid)
     try:
         wait_for(
             "every pod labelled asleep",
-            lambda: watch.count("asleep") == 2 * n,
+            lambda: watch.count("asleep") == engines_total,
             args.idle_after + 6 * interval + 60,
             watch,
             operator,
@@ -348,11 +264,11 @@ def measure(
         progress(str(exc))
         wave_complete = False
     wave_cpu = (cpu_seconds(pid) - c2) / ((time.monotonic() - stopped) / 60)
-    latencies = []
-    for index, host in enumerate(hosts):
-        pod = f"m{index // 2:04d}-{index % 2}"
-        if host in traffic.last_end and watch.state.get(pod) == "asleep":
-            latencies.append(watch.since[pod] - traffic.last_end[host] - args.idle_after)
+    latencies = [
+        watch.since[pod] - end - args.idle_after
+        for pod, end in last_end.items()
+        if watch.state.get(pod) == "asleep"
+    ]
     _, peak = memory_mb(pid)
     operator_metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30)
     watch.stop()
@@ -362,37 +278,63 @@ def measure(
     return {
         "benchmark": "fleet",
         "models": n,
-        "engines": 2 * n,
+        "engines": engines_total,
+        "traffic_through": "gateway" if gateway else "engines",
         "probe_interval_s": interval,
         "idle_after_s": args.idle_after,
         "create_s": round(create_seconds, 1),
         "startup_s": round(startup, 1),
         "startup_cpu_s": round(startup_cpu, 1),
         "probe_gap_s": percentiles(gaps),
-        "probe_cycle_s": percentiles([g - interval for g in gaps]),
+        "probes_per_min": round(probes_per_min),
         "engines_unprobed": unprobed,
-        "operator_cpu_s_per_min": round(steady_cpu, 2),
-        "operator_cores": round(steady_cpu / 60, 3),
+        "operator_cpu_s_per_min": round(cpu_per_min["operator"], 2),
+        "operator_cores": round(cpu_per_min["operator"] / 60, 3),
         "operator_cpu_s_per_min_sleep_wave": round(wave_cpu, 2),
         "operator_rss_mb": round(max(rss_samples), 1),
         "operator_peak_rss_mb": round(peak, 1),
         "api_writes_per_min": round((w1.total() - w0.total()) / minutes, 1),
         "api_writes_per_min_by_path": {k: round(v / minutes, 1) for k, v in (w1 - w0).items()},
         "idle_to_asleep_beyond_idle_after_s": percentiles(latencies),
+        "idle_to_asleep_beyond_idle_after_intervals_p99": None
+        if not latencies
+        else round(percentiles(latencies)["p99"] / interval, 2),  # type: ignore[operator]
         "asleep_measured": len(latencies),
         "sleep_wave_complete": wave_complete,
         "traffic_requests": traffic.sent,
         "traffic_errors": traffic.errors,
-        "engines_process_cpu_s_per_min": round(engines_cpu, 1),
-        "bench_process_cpu_s_per_min": round(bench_cpu, 1),
+        "traffic_failures": dict(traffic.failures),
+        "traffic_retried_503": dict(traffic.retried),
+        "cpu_s_per_min_by_process": {k: round(v, 1) for k, v in cpu_per_min.items()},
         "operator_metrics_bytes": len(operator_metrics.content),
         "loadavg_1m_at_end": float(Path("/proc/loadavg").read_text().split()[0]),
     }
 
 
+def last_requests(
+    traffic: Traffic, hosts: list[str], per: int, gateway_metrics: str | None
+) -> dict[str, float]:
+    """When each pod's engine last ended a request: as the traffic saw it (straight to the
+    engines), or as the gateway's per-engine counters say (through the gateway)."""
+    if gateway_metrics is None:
+        return {
+            pod_name(i, per): traffic.last_end[host]
+            for i, host in enumerate(hosts)
+            if host in traffic.last_end
+        }
+    page = read_page(httpx.get(gateway_metrics, timeout=30).text)
+    return {pod: t.last for (_, pod), t in page.items() if t.last is not None}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=10)
+    parser.add_argument("--engines-per-model", type=int, default=2)
+    parser.add_argument(
+        "--through-gateway",
+        action="store_true",
+        help="send the traffic through a gateway whose counters the operator reads",
+    )
     parser.add_argument("--probe-interval", type=float, default=10.0)
     parser.add_argument("--idle-after", type=float, default=45.0, help="seconds")
     parser.add_argument("--steady", type=float, default=60.0, help="seconds measured")

@@ -36,15 +36,24 @@ def stamping(stamps: list[float]) -> Middleware:
     return stamp
 
 
-async def serve(first: str, count: int, control_port: int, sleep_seconds: float) -> None:
+async def serve(
+    first: str, count: int, per_model: int, control_port: int, sleep_seconds: float
+) -> None:
     probes: dict[str, list[float]] = {}
     runners: list[web.AppRunner] = []
 
-    async def start(host: str) -> None:
+    async def start(index: int, host: str) -> None:
+        # Engine i serves model m{i // per_model:04d}, the InferenceModel that selects its pod.
+        model = f"m{index // per_model:04d}"
         config = EngineConfig(
-            model="m", host=host, port=8000, token_seconds=0.0, sleep_seconds=sleep_seconds
+            model=model, host=host, port=8000, token_seconds=0.0, sleep_seconds=sleep_seconds
         )
-        app = build_app(SimulatedEngine(config))
+        engine = SimulatedEngine(config)
+        # Each engine has a device of its own: it always has room to load, as vLLM would.
+        if not engine.try_to_load():
+            raise SystemExit(f"engine {host} could not load: {engine.start_refusal}")
+        await engine.load_model()
+        app = build_app(engine)
         app.middlewares.append(stamping(probes.setdefault(host, [])))
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.1)
         await runner.setup()
@@ -53,7 +62,8 @@ async def serve(first: str, count: int, control_port: int, sleep_seconds: float)
 
     hosts = [str(ipaddress.ip_address(first) + i) for i in range(count)]
     for begin in range(0, count, BATCH):
-        await asyncio.gather(*(start(h) for h in hosts[begin : begin + BATCH]))
+        batch = range(begin, min(begin + BATCH, count))
+        await asyncio.gather(*(start(i, hosts[i]) for i in batch))
 
     async def get_probes(_: web.Request) -> web.Response:
         return web.json_response(probes)
@@ -76,11 +86,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="127.1.0.1", help="first engine address")
     parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--per-model", type=int, default=2, help="engines of each model")
     parser.add_argument("--control-port", type=int, required=True)
     parser.add_argument("--sleep-seconds", type=float, default=0.1)
     args = parser.parse_args()
     raise_fd_limit()
-    asyncio.run(serve(args.host, args.count, args.control_port, args.sleep_seconds))
+    asyncio.run(serve(args.host, args.count, args.per_model, args.control_port, args.sleep_seconds))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ replicas merged, and a scrape where a replica does not answer."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,9 +21,9 @@ def test_a_request_is_in_flight_while_sent_and_counted_with_its_end_once_answere
     metrics = GatewayMetrics()
     with metrics.sending("team-a", "chat-0", wall=lambda: 1234.5):
         page = read_page(generate_latest(metrics.registry).decode())
-        assert page[("team-a", "chat-0")] == Traffic(sent=0, in_flight=1, last=None)
+        assert page[("team-a", "chat-0")] == Traffic(sent=0, in_flight=1, last=None, at=0.0)
     page = read_page(generate_latest(metrics.registry).decode())
-    assert page[("team-a", "chat-0")] == Traffic(sent=1, in_flight=0, last=1234.5)
+    assert page[("team-a", "chat-0")] == Traffic(sent=1, in_flight=0, last=1234.5, at=0.0)
 
 
 def test_a_request_that_never_reached_the_engine_is_not_counted() -> None:
@@ -30,7 +31,7 @@ def test_a_request_that_never_reached_the_engine_is_not_counted() -> None:
     with metrics.sending("team-a", "chat-0") as sending:
         sending.not_sent()
     page = read_page(generate_latest(metrics.registry).decode())
-    assert page[("team-a", "chat-0")] == Traffic(sent=0, in_flight=0, last=None)
+    assert page[("team-a", "chat-0")] == Traffic(sent=0, in_flight=0, last=None, at=0.0)
 
 
 def test_a_deleted_pods_series_leave_the_page() -> None:
@@ -48,15 +49,15 @@ def test_a_malformed_page_is_refused() -> None:
 
 
 def test_replicas_add_their_counts_and_the_latest_end_wins() -> None:
-    one = {("ns", "p"): Traffic(sent=3, in_flight=1, last=100.0)}
+    one = {("ns", "p"): Traffic(sent=3, in_flight=1, last=100.0, at=10.0)}
     two = {
-        ("ns", "p"): Traffic(sent=4, in_flight=0, last=None),
-        ("ns", "q"): Traffic(sent=1, in_flight=0, last=90.0),
+        ("ns", "p"): Traffic(sent=4, in_flight=0, last=None, at=10.0),
+        ("ns", "q"): Traffic(sent=1, in_flight=0, last=90.0, at=10.0),
     }
-    three = {("ns", "p"): Traffic(sent=0, in_flight=2, last=120.0)}
+    three = {("ns", "p"): Traffic(sent=0, in_flight=2, last=120.0, at=10.0)}
     assert merge([one, two, three]) == {
-        ("ns", "p"): Traffic(sent=7, in_flight=3, last=120.0),
-        ("ns", "q"): Traffic(sent=1, in_flight=0, last=90.0),
+        ("ns", "p"): Traffic(sent=7, in_flight=3, last=120.0, at=10.0),
+        ("ns", "q"): Traffic(sent=1, in_flight=0, last=90.0, at=10.0),
     }
 
 
@@ -85,9 +86,11 @@ def test_every_replica_answering_makes_an_unseen_pod_a_quiet_one() -> None:
         pass
     with replica(first.registry) as one, replica(second.registry) as two:
         traffic = GatewayTraffic(api=None, urls=[one, two], interval=1)
+        before = time.time()
         scrape(traffic)
-    assert traffic.traffic("ns", "p") == Traffic(sent=2, in_flight=0, last=60.0)
-    assert traffic.traffic("ns", "other") == Traffic(sent=0, in_flight=0, last=None)
+    assert before <= traffic.at <= time.time()
+    assert traffic.traffic("ns", "p") == Traffic(sent=2, in_flight=0, last=60.0, at=traffic.at)
+    assert traffic.traffic("ns", "other") == Traffic(sent=0, in_flight=0, last=None, at=traffic.at)
 
 
 def test_a_replica_that_does_not_answer_makes_the_traffic_unknown() -> None:

@@ -9,7 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from snooze.models import EngineState
-from snooze.policy.probing import ProbeFacts, Seen, Traffic, probe_due, seen
+from snooze.policy.probing import (
+    Ledger,
+    Pending,
+    Probed,
+    ProbeFacts,
+    Seen,
+    Traffic,
+    probe_due,
+    seen,
+)
 
 NOW = 1_000_000.0
 INTERVAL, DRIFT, IDLE = 10.0, 60.0, 600.0
@@ -105,116 +114,191 @@ def test_nothing_goes_unprobed_longer_than_the_drift_interval(f: ProbeFacts) -> 
         assert due(f)
 
 
+def probed(in_flight: int = 0, total: float | None = 0, at: float = NOW) -> Probed:
+    return Probed(in_flight=in_flight, total=total, at=at)
+
+
 def judged(
     *,
-    in_flight: int | None = 0,
-    finished: float | None = 0,
+    probe: Probed | None = None,
+    previous_total: float | None = 0,
     traffic: Traffic | None = None,
-    sent_since: float | None = 0,
+    ledger: Ledger | None = None,
     direct_before: bool = False,
     last_activity: float = NOW - 100,
 ) -> Seen:
     return seen(
         now=NOW,
         last_activity=last_activity,
-        probe_in_flight=in_flight,
-        probe_finished=finished,
+        probe=probe,
+        previous_total=previous_total,
         traffic=traffic,
-        traffic_sent_since=sent_since,
+        ledger=ledger,
         direct_before=direct_before,
     )
 
 
-QUIET = Traffic(sent=0, in_flight=0, last=None)
+def counts(sent: float, in_flight: int = 0, last: float | None = None, at: float = NOW) -> Traffic:
+    return Traffic(sent=sent, in_flight=in_flight, last=last, at=at)
 
 
 def test_without_the_gateways_counters_all_activity_is_the_engines_own() -> None:
-    busy = judged(in_flight=2)
-    assert busy == Seen(busy=True, direct_activity=True, last_activity=NOW)
-    done = judged(finished=3)
-    assert done == Seen(busy=False, direct_activity=True, last_activity=NOW)
-    idle = judged()
-    assert idle == Seen(busy=False, direct_activity=False, last_activity=NOW - 100)
+    busy = judged(probe=probed(in_flight=2))
+    assert busy == Seen(busy=True, direct_activity=True, last_activity=NOW, ledger=None)
+    done = judged(probe=probed(total=3))
+    assert done == Seen(busy=False, direct_activity=True, last_activity=NOW, ledger=None)
+    idle = judged(probe=probed())
+    assert idle == Seen(busy=False, direct_activity=False, last_activity=NOW - 100, ledger=None)
 
 
 def test_not_probed_and_no_counters_keeps_what_was_known() -> None:
-    kept = judged(in_flight=None, finished=None, direct_before=True)
-    assert kept == Seen(busy=True, direct_activity=True, last_activity=NOW - 100)
-
-
-def test_requests_the_gateway_sent_are_dated_by_the_gateway_and_need_no_probe() -> None:
-    through = Traffic(sent=50, in_flight=0, last=NOW - 7)
-    result = judged(finished=5, traffic=through, sent_since=5)
-    assert result == Seen(busy=False, direct_activity=False, last_activity=NOW - 7)
+    kept = judged(direct_before=True)
+    assert kept == Seen(busy=True, direct_activity=True, last_activity=NOW - 100, ledger=None)
 
 
 def test_the_gateways_counters_date_activity_between_probes() -> None:
     # Not probed this cycle: the gateway alone says the engine served until 3 s ago.
+    quiet = judged(traffic=counts(9, last=NOW - 3))
+    assert (quiet.busy, quiet.direct_activity, quiet.last_activity) == (False, False, NOW - 3)
+    streaming = judged(traffic=counts(9, in_flight=1))
+    assert (streaming.busy, streaming.last_activity) == (True, NOW)
+
+
+def test_a_gateway_clock_ahead_never_dates_activity_in_the_future() -> None:
+    assert judged(traffic=counts(9, last=NOW + 50)).last_activity == NOW
+
+
+def test_what_the_gateway_sent_is_dated_by_the_gateway() -> None:
+    base = Ledger(engine_total=100, gateway_sent=40)
+    # 5 finished since the baseline, 5 sent by the gateway since: all explained.
     result = judged(
-        in_flight=None, finished=None, traffic=Traffic(sent=9, in_flight=0, last=NOW - 3)
+        probe=probed(total=105, at=NOW),
+        previous_total=100,
+        traffic=counts(45, last=NOW - 7, at=NOW - 1),
+        ledger=base,
     )
-    assert result == Seen(busy=False, direct_activity=False, last_activity=NOW - 3)
-    streaming = judged(
-        in_flight=None, finished=None, traffic=Traffic(sent=9, in_flight=1, last=None)
+    assert (result.busy, result.direct_activity, result.last_activity) == (False, False, NOW - 7)
+
+
+def test_a_request_the_last_scrape_has_not_seen_yet_is_activity_now() -> None:
+    # The engine finished one more than the (older) scrape accounts for: maybe the gateway's,
+    # maybe not; for the sleep decision it is activity now, but not yet judged direct.
+    base = Ledger(engine_total=100, gateway_sent=40)
+    result = judged(
+        probe=probed(total=106),
+        previous_total=100,
+        traffic=counts(45, last=NOW - 7, at=NOW - 1),
+        ledger=base,
     )
-    assert streaming == Seen(busy=True, direct_activity=False, last_activity=NOW)
+    assert result.last_activity == NOW and not result.direct_activity
+    assert result.ledger == Ledger(
+        engine_total=100,
+        gateway_sent=40,
+        pending=Pending(engine_total=106, probed_at=NOW, gateway_sent=45),
+    )
+    # The next scrape, after the probe, saw the gateway's sixth request: not direct.
+    later = seen(
+        now=NOW + 10,
+        last_activity=result.last_activity,
+        probe=None,
+        previous_total=106,
+        traffic=counts(46, last=NOW - 0.5, at=NOW + 2),
+        ledger=result.ledger,
+        direct_before=False,
+    )
+    assert not later.direct_activity
+    assert later.ledger == Ledger(engine_total=106, gateway_sent=45)
 
 
-def test_more_requests_in_the_engine_than_the_gateway_sent_is_direct_traffic() -> None:
-    result = judged(in_flight=3, traffic=Traffic(sent=4, in_flight=1, last=NOW - 50), sent_since=0)
-    assert result == Seen(busy=True, direct_activity=True, last_activity=NOW)
+def test_requests_the_gateway_never_sent_are_direct_traffic() -> None:
+    pending = Pending(engine_total=110, probed_at=NOW - 5, gateway_sent=42)
+    ledger = Ledger(engine_total=100, gateway_sent=40, pending=pending)
+    # 10 finished over the span, the gateway sent 3 over a span that covers it (plus 1 in flight).
+    result = judged(traffic=counts(43, in_flight=1, at=NOW - 4), ledger=ledger)
+    assert result.direct_activity and result.busy
+    assert result.ledger == Ledger(engine_total=110, gateway_sent=42)
 
 
-def test_more_requests_finished_than_the_gateway_accounts_for_is_direct_traffic() -> None:
-    through = Traffic(sent=10, in_flight=1, last=NOW - 50)
-    # 2 sent and ended, 1 in flight at the scrape (may have ended since): 3 explained, 4 seen.
-    assert judged(finished=4, traffic=through, sent_since=2).direct_activity
-    assert not judged(finished=3, traffic=through, sent_since=2).direct_activity
+def test_a_pending_probe_waits_for_a_scrape_taken_after_it() -> None:
+    pending = Pending(engine_total=110, probed_at=NOW - 5, gateway_sent=42)
+    ledger = Ledger(engine_total=100, gateway_sent=40, pending=pending)
+    result = judged(traffic=counts(43, at=NOW - 6), ledger=ledger, direct_before=True)
+    assert result.direct_activity  # not judged: what was known stays
+    assert result.ledger == ledger
 
 
-def test_a_probe_that_shows_nothing_unexplained_ends_direct_activity() -> None:
-    result = judged(traffic=QUIET, direct_before=True)
-    assert result == Seen(busy=False, direct_activity=False, last_activity=NOW - 100)
+def test_a_counter_that_goes_back_starts_the_ledger_over() -> None:
+    pending = Pending(engine_total=3, probed_at=NOW - 5, gateway_sent=42)
+    ledger = Ledger(engine_total=100, gateway_sent=40, pending=pending)  # the engine restarted
+    result = judged(probe=probed(total=4), previous_total=3, traffic=counts(50), ledger=ledger)
+    assert result.ledger == Ledger(engine_total=4, gateway_sent=50)
 
 
-def test_between_probes_direct_activity_is_remembered() -> None:
-    result = judged(in_flight=None, finished=None, traffic=QUIET, direct_before=True)
-    assert result.direct_activity
+def test_more_requests_in_the_engine_than_the_gateway_has_in_flight_keep_it_busy() -> None:
+    result = judged(probe=probed(in_flight=3), traffic=counts(4, in_flight=1, last=NOW - 50))
+    assert result.busy and result.last_activity == NOW
 
 
 TRAFFIC = st.builds(
     Traffic,
     sent=st.floats(0, 1e6),
     in_flight=st.integers(0, 100),
-    last=st.none() | st.floats(NOW - 1000, NOW),
+    last=st.none() | st.floats(NOW - 1000, NOW + 1000),
+    at=st.floats(NOW - 100, NOW + 100),
+)
+PROBED = st.builds(
+    Probed,
+    in_flight=st.integers(0, 100),
+    total=st.none() | st.floats(0, 1e6),
+    at=st.floats(NOW, NOW + 5),
+)
+LEDGER = st.none() | st.builds(
+    Ledger,
+    engine_total=st.floats(0, 1e6),
+    gateway_sent=st.floats(0, 1e6),
+    pending=st.none()
+    | st.builds(
+        Pending,
+        engine_total=st.floats(0, 1e6),
+        probed_at=st.floats(NOW - 100, NOW),
+        gateway_sent=st.floats(0, 1e6),
+    ),
 )
 
 
 @given(
-    st.none() | st.integers(0, 100),
-    st.floats(0, 100),
+    st.none() | PROBED,
+    st.none() | st.floats(0, 1e6),
     st.none() | TRAFFIC,
-    st.floats(0, 100),
+    LEDGER,
     st.booleans(),
     st.floats(NOW - 1000, NOW),
 )
-def test_activity_is_never_forgotten_and_busy_is_never_missed(
-    in_flight: int | None,
-    finished: float,
+def test_activity_is_never_forgotten_and_a_busy_engine_is_never_idle(
+    probe: Probed | None,
+    previous_total: float | None,
     traffic: Traffic | None,
-    sent_since: float,
+    ledger: Ledger | None,
     direct_before: bool,
     last_activity: float,
 ) -> None:
     result = judged(
-        in_flight=in_flight,
-        finished=None if in_flight is None else finished,
+        probe=probe,
+        previous_total=previous_total,
         traffic=traffic,
-        sent_since=sent_since,
+        ledger=ledger,
         direct_before=direct_before,
         last_activity=last_activity,
     )
     assert last_activity <= result.last_activity <= NOW
-    if in_flight or (traffic is not None and traffic.in_flight):
-        assert result.busy  # a request in the engine or on its way: never idle
+    if (probe is not None and probe.in_flight) or (traffic is not None and traffic.in_flight):
+        assert result.busy and result.last_activity == NOW
+    if (
+        probe is not None
+        and probe.total is not None
+        and previous_total is not None
+        and probe.total > previous_total
+        and (traffic is None or ledger is None)
+    ):
+        # Requests finished since the last probe, that nothing accounts for: activity now.
         assert result.last_activity == NOW

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import urllib.parse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from snooze.operator.actions import Settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -114,33 +119,11 @@ def run(args: argparse.Namespace) -> int:
     import random
 
     from snooze.kube import credentials
-    from snooze.operator.actions import Settings
     from snooze.operator.handlers import Runtime
     from snooze.operator.runner import serve
 
-    for flag, value in (
-        ("--probe-interval", args.probe_interval),
-        ("--drift-interval", args.drift_interval),
-        ("--status-interval", args.status_interval),
-    ):
-        if value <= 0:
-            raise SystemExit(f"snooze operator: {flag} must be greater than zero")
-    if args.gateway_service is not None and args.gateway_service.count("/") != 1:
-        raise SystemExit(
-            "snooze operator: --gateway-service is NAMESPACE/NAME, such as "
-            "snooze/snooze-gateway-metrics"
-        )
-    if args.peering_lifetime < 2:
-        raise SystemExit("snooze operator: --peering-lifetime must be at least 2 seconds")
+    settings = settings_from(args)
     credentials.use_or_exit("snooze operator", args.kubeconfig, args.context)
-    settings = Settings(
-        probe_interval=args.probe_interval,
-        drain_timeout=args.drain_timeout,
-        peering_lifetime=args.peering_lifetime,
-        status_interval=args.status_interval,
-        drift_interval=args.drift_interval,
-        crd_poll_interval=min(5.0, args.probe_interval),
-    )
     # kopf pauses every replica that sees a live peer of the same priority: equal priorities
     # would leave the cluster unserved, so each replica draws its own.
     priority = args.priority
@@ -172,3 +155,40 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """The operator's settings from its flags; SystemExit naming the flag that is wrong."""
+    from snooze.operator.actions import Settings
+
+    for flag, value in (
+        ("--probe-interval", args.probe_interval),
+        ("--drift-interval", args.drift_interval),
+        ("--status-interval", args.status_interval),
+    ):
+        if value <= 0:
+            raise SystemExit(f"snooze operator: {flag} must be greater than zero")
+    if args.gateway_service is not None and args.gateway_service.count("/") != 1:
+        raise SystemExit(
+            "snooze operator: --gateway-service is NAMESPACE/NAME, such as "
+            "snooze/snooze-gateway-metrics"
+        )
+    for url in args.gateway_metrics or ():
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SystemExit(
+                f"snooze operator: --gateway-metrics {url!r} is not an http(s) URL; give a"
+                " gateway replica's metrics URL, such as http://10.0.0.7:9091/metrics"
+            )
+    if args.peering_lifetime < 2:
+        raise SystemExit("snooze operator: --peering-lifetime must be at least 2 seconds")
+    return Settings(
+        probe_interval=args.probe_interval,
+        drain_timeout=args.drain_timeout,
+        peering_lifetime=args.peering_lifetime,
+        status_interval=args.status_interval,
+        drift_interval=args.drift_interval,
+        crd_poll_interval=min(5.0, args.probe_interval),
+        gateway_service=args.gateway_service,
+        gateway_metrics=tuple(args.gateway_metrics or ()),
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterable
 
 import aiohttp
@@ -22,8 +23,9 @@ LAST = "snooze_gateway_pod_last_request_timestamp_seconds"
 FAMILIES = frozenset({SENT, IN_FLIGHT, LAST})
 
 
-def read_page(text: str) -> dict[tuple[str, str], Traffic]:
-    """Pure: one replica's page, as (namespace, pod) -> Traffic; ValueError if malformed."""
+def read_page(text: str, at: float = 0.0) -> dict[tuple[str, str], Traffic]:
+    """Pure: one replica's page, scraped from `at` on, as (namespace, pod) -> Traffic;
+    ValueError if malformed."""
     sent: dict[tuple[str, str], float] = {}
     flight: dict[tuple[str, str], float] = {}
     last: dict[tuple[str, str], float] = {}
@@ -32,7 +34,10 @@ def read_page(text: str) -> dict[tuple[str, str], Traffic]:
         {SENT: sent, IN_FLIGHT: flight, LAST: last}[name][key] = value
     return {
         key: Traffic(
-            sent=sent.get(key, 0.0), in_flight=round(flight.get(key, 0.0)), last=last.get(key)
+            sent=sent.get(key, 0.0),
+            in_flight=round(flight.get(key, 0.0)),
+            last=last.get(key),
+            at=at,
         )
         for key in sent.keys() | flight.keys() | last.keys()
     }
@@ -52,6 +57,7 @@ def merge(pages: Iterable[dict[tuple[str, str], Traffic]]) -> dict[tuple[str, st
                 sent=known.sent + traffic.sent,
                 in_flight=known.in_flight + traffic.in_flight,
                 last=max(lasts) if lasts else None,
+                at=min(known.at, traffic.at),
             )
     return merged
 
@@ -77,6 +83,8 @@ class GatewayTraffic:
         self.pods: dict[tuple[str, str], Traffic] = {}
         self.complete = False
         """Every replica answered the last scrape: a pod missing from it had no traffic."""
+        self.at = 0.0
+        """When the last scrape began: its counters are at least this recent."""
 
     @property
     def enabled(self) -> bool:
@@ -87,7 +95,8 @@ class GatewayTraffic:
         given, or a replica did not answer), so that probes alone judge the engine."""
         if not self.complete:
             return None
-        return self.pods.get((namespace, pod), Traffic(sent=0.0, in_flight=0, last=None))
+        quiet = Traffic(sent=0.0, in_flight=0, last=None, at=self.at)
+        return self.pods.get((namespace, pod), quiet)
 
     async def run(self) -> None:
         """Scrape until cancelled."""
@@ -101,19 +110,21 @@ class GatewayTraffic:
 
     async def scrape(self, session: aiohttp.ClientSession) -> None:
         urls = list(self.urls) + await self._discovered()
-        pages = await asyncio.gather(*(self._page(session, url) for url in urls))
+        began = time.time()
+        pages = await asyncio.gather(*(self._page(session, url, began) for url in urls))
         answered = [page for page in pages if page is not None]
         self.pods = merge(answered)
+        self.at = began
         self.complete = bool(urls) and len(answered) == len(urls)
 
     async def _page(
-        self, session: aiohttp.ClientSession, url: str
+        self, session: aiohttp.ClientSession, url: str, began: float
     ) -> dict[tuple[str, str], Traffic] | None:
         query = [("name[]", name) for name in sorted(FAMILIES)]
         try:
             async with session.get(url, params=query) as response:
                 response.raise_for_status()
-                return read_page(await response.text())
+                return read_page(await response.text(), began)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             log.debug("gateway replica %s did not answer: %s", url, exc)
             return None

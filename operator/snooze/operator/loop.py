@@ -432,6 +432,7 @@ class ModelLoop:
             )
         )
         results = {p.pod: p for p in probes}
+        probed_at = time.time()  # the answers are no older than this
         views = []
         for pod in pods:
             engine = self.memory.engine(pod.name, now=now)
@@ -450,33 +451,27 @@ class ModelLoop:
                 engine.answered = True
                 engine.last_activity = max(engine.last_activity, now)
             answered = result is not None and result.sleeping is not None
-            finished = None
-            if answered and result is not None:
-                finished = (
-                    0.0
-                    if engine.success_total is None or result.success_total is None
-                    else max(result.success_total - engine.success_total, 0.0)
-                )
             traffic = self.traffic(self.namespace, pod.name)
             activity = probing.seen(
                 now=now,
                 last_activity=engine.last_activity,
-                probe_in_flight=result.in_flight if answered and result is not None else None,
-                probe_finished=finished,
+                probe=probing.Probed(
+                    in_flight=result.in_flight, total=result.success_total, at=probed_at
+                )
+                if answered and result is not None
+                else None,
+                previous_total=engine.success_total,
                 traffic=traffic,
-                traffic_sent_since=None
-                if traffic is None or engine.traffic_sent is None
-                else traffic.sent - engine.traffic_sent,
+                ledger=engine.ledger,
                 direct_before=engine.direct_activity,
             )
             engine.busy, engine.direct_activity = activity.busy, activity.direct_activity
+            engine.ledger = activity.ledger
             if activity.last_activity > engine.last_activity:
                 engine.last_activity = activity.last_activity
                 self.memory.last_activity = max(
                     self.memory.last_activity or 0, activity.last_activity
                 )
-            if answered:
-                engine.traffic_sent = None if traffic is None else traffic.sent
             if answered and result is not None:
                 engine.success_total = result.success_total
                 engine.gpu_share = result.gpu_share or engine.gpu_share

@@ -12,6 +12,7 @@ from typing import Any
 
 from snooze.kube.pods import parse_time
 from snooze.models import EngineState
+from snooze.policy.probing import Ledger
 
 # One failed probe can be a hiccup (a busy node, a GC pause); two in a row, an interval apart,
 # mean the engine is gone, frozen or never started: its status stops saying it is awake, so
@@ -51,8 +52,8 @@ class EngineMemory:
     """When it was last probed (None: never, or an action since wants it confirmed)."""
     direct_activity: bool = False
     """Its last probe found activity that the gateway's counters do not account for."""
-    traffic_sent: float | None = None
-    """The gateway's count of requests sent to it, at its last probe (None: not known)."""
+    ledger: Ledger | None = None
+    """Its finished requests against those the gateway sent it (policy/probing.py)."""
     sleep_level: int | None = None
     """The level it sleeps at, as it last said (vllm:engine_sleep_state) or as the operator
     put it to sleep."""

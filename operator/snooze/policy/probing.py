@@ -71,6 +71,34 @@ class Traffic:
     """Requests on their way to it or being answered now."""
     last: float | None
     """When the last of them ended."""
+    at: float
+    """When the scrape that saw these began (the counters are at least this recent)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pending:
+    """A probe's count of finished requests, waiting for a scrape of the gateway taken after it."""
+
+    engine_total: float
+    probed_at: float
+    gateway_sent: float
+    """What the gateway had sent by a scrape taken before the probe."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ledger:
+    """An engine's finished requests against those the gateway sent it.
+
+    The engine is probed and the gateway scraped at different moments, so the two counters
+    are compared only over spans the gateway's covers whole: from a scrape before one probe
+    to a scrape after the next. Requests that ended in between are then counted on both
+    sides, and only requests the gateway never sent can make the engine's side larger.
+    """
+
+    engine_total: float
+    gateway_sent: float
+    """The gateway's count at a scrape before the probe that counted `engine_total`."""
+    pending: Pending | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,51 +108,108 @@ class Seen:
     busy: bool
     direct_activity: bool
     last_activity: float
+    ledger: Ledger | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probed:
+    """What this cycle's probe of an engine said of its requests."""
+
+    in_flight: int
+    total: float | None
+    """Its success counter (requests finished), None if it publishes none."""
+    at: float
+    """When its answer came (the counts are no older than this)."""
 
 
 def seen(
     *,
     now: float,
     last_activity: float,
-    probe_in_flight: int | None,
-    probe_finished: float | None,
+    probe: Probed | None,
+    previous_total: float | None,
     traffic: Traffic | None,
-    traffic_sent_since: float | None,
+    ledger: Ledger | None,
     direct_before: bool,
 ) -> Seen:
-    """Pure: what an engine has been doing, from this cycle's probe (None: not probed) and the
-    gateway's counters (None: unknown).
+    """Pure: what an engine has been doing, from this cycle's probe (None: not probed), its
+    previous success count, and the gateway's counters (None: unknown).
 
-    `probe_finished` is how many requests the engine finished since its previous probe, and
-    `traffic_sent_since` how many the gateway sent it and saw end over the same span. Activity
-    the gateway accounts for is dated by the gateway (the end of its last request); activity
-    it does not (more requests in the engine than the gateway has in flight, or more finished
-    than it sent) is traffic straight to the engine, dated now and followed by probes.
+    For the sleep decision, any request the engine ran or finished that the gateway's last
+    scrape does not account for counts as activity now: an engine is never slept on a probe
+    that saw it serve. Activity the gateway accounts for is dated by the gateway (the end of
+    its last request). Whether that activity was traffic straight to the engine, which only
+    probes can follow (so it is probed every interval), is judged by the ledger once a scrape
+    covers the probe: more requests finished than the gateway sent over the same span.
     """
-    probed = probe_in_flight is not None
+    finished = (
+        0.0
+        if probe is None or probe.total is None or previous_total is None
+        else max(probe.total - previous_total, 0.0)
+    )
     if traffic is None:
-        if not probed:
+        if probe is None:
             return Seen(
-                busy=direct_before, direct_activity=direct_before, last_activity=last_activity
+                busy=direct_before,
+                direct_activity=direct_before,
+                last_activity=last_activity,
+                ledger=None,
             )
-        active = bool(probe_in_flight) or bool(probe_finished)
+        active = bool(probe.in_flight) or bool(finished)
         return Seen(
-            busy=bool(probe_in_flight),
+            busy=bool(probe.in_flight),
             direct_activity=active,
             last_activity=now if active else last_activity,
+            ledger=None,
         )
-    direct = direct_before
-    if probed:
-        unexplained_busy = (probe_in_flight or 0) > traffic.in_flight
-        # What the gateway had in flight when scraped may have ended by the time of the probe.
-        unexplained_done = (probe_finished or 0) > (traffic_sent_since or 0) + traffic.in_flight
-        direct = unexplained_busy or unexplained_done
+
     # Never later than now: a gateway replica whose clock runs ahead must not delay sleeps.
     latest = max(last_activity, min(traffic.last or last_activity, now))
-    if traffic.in_flight > 0 or (probed and direct):
+    busy = traffic.in_flight > 0
+    if traffic.in_flight > 0:
         latest = now
-    return Seen(
-        busy=traffic.in_flight > 0 or (probed and bool(probe_in_flight)),
-        direct_activity=direct,
-        last_activity=latest,
-    )
+    if probe is not None:
+        busy = busy or probe.in_flight > 0
+        if ledger is not None and probe.total is not None:
+            finished = probe.total - ledger.engine_total
+            explained = traffic.sent - ledger.gateway_sent + traffic.in_flight
+        else:
+            explained = 0
+        if probe.in_flight > traffic.in_flight or finished > explained:
+            latest = now  # not (yet) accounted for by the gateway: activity now, to be safe
+
+    direct = direct_before
+    ledger, judged = _account(ledger, probe, traffic)
+    if judged is not None:
+        direct = judged
+    return Seen(busy=busy, direct_activity=direct, last_activity=latest, ledger=ledger)
+
+
+def _account(
+    ledger: Ledger | None, probe: Probed | None, traffic: Traffic
+) -> tuple[Ledger | None, bool | None]:
+    """The ledger after this cycle, and its judgment if a pending probe could be judged:
+    True if the engine finished requests the gateway did not send."""
+    judged: bool | None = None
+    if ledger is not None and ledger.pending is not None and traffic.at > ledger.pending.probed_at:
+        pending = ledger.pending
+        finished = pending.engine_total - ledger.engine_total
+        sent = traffic.sent - ledger.gateway_sent
+        if finished < 0 or sent < 0:
+            ledger = None  # a counter went back (an engine or a gateway restarted): start over
+        else:
+            judged = finished > sent + traffic.in_flight
+            ledger = Ledger(engine_total=pending.engine_total, gateway_sent=pending.gateway_sent)
+    if probe is None or probe.total is None or traffic.at > probe.at:
+        return ledger, judged
+    if ledger is None:
+        # The scrape came before this probe: a baseline for the span to the next probe.
+        return Ledger(engine_total=probe.total, gateway_sent=traffic.sent), judged
+    if ledger.pending is None:
+        pending = Pending(
+            engine_total=probe.total, probed_at=probe.at, gateway_sent=traffic.sent
+        )
+        return Ledger(
+            engine_total=ledger.engine_total, gateway_sent=ledger.gateway_sent, pending=pending
+        ), judged
+    return ledger, judged

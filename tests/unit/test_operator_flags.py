@@ -1,0 +1,65 @@
+"""Every flag of `snooze operator` reaches the operator's settings, and a wrong one is refused
+with a line naming it."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from snooze.operator.actions import Settings
+from snooze.operator.cli import add_arguments, settings_from
+
+
+def parsed(*argv: str) -> Settings:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return settings_from(parser.parse_args(list(argv)))
+
+
+def test_every_flag_reaches_the_settings() -> None:
+    settings = parsed(
+        "--probe-interval", "3", "--drain-timeout", "7", "--drift-interval", "90",
+        "--status-interval", "30", "--peering-lifetime", "20",
+        "--gateway-service", "snooze/snooze-gateway-metrics",
+        "--gateway-metrics", "http://10.0.0.7:9091/metrics",
+        "--gateway-metrics", "https://[fd00::7]:9091/metrics",
+    )  # fmt: skip
+    assert settings.probe_interval == 3
+    assert settings.drain_timeout == 7
+    assert settings.drift_interval == 90
+    assert settings.status_interval == 30
+    assert settings.peering_lifetime == 20
+    assert settings.gateway_service == "snooze/snooze-gateway-metrics"
+    assert settings.gateway_metrics == (
+        "http://10.0.0.7:9091/metrics",
+        "https://[fd00::7]:9091/metrics",
+    )
+
+
+def test_the_defaults_read_no_gateway() -> None:
+    settings = parsed()
+    assert settings.gateway_service is None and settings.gateway_metrics == ()
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--gateway-service", "snooze-gateway-metrics"], "--gateway-service is NAMESPACE/NAME"),
+        (["--gateway-metrics", "10.0.0.7:9091/metrics"], "--gateway-metrics '10.0.0.7:9091"),
+        (["--gateway-metrics", "ftp://gw/metrics"], "is not an http(s) URL"),
+        (["--drift-interval", "0"], "--drift-interval must be greater than zero"),
+        (["--status-interval", "-1"], "--status-interval must be greater than zero"),
+    ],
+)
+def test_a_wrong_flag_is_refused_by_name(argv: list[str], named: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "snooze.cli", "operator", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert named in result.stderr, result.stderr
