@@ -14,6 +14,7 @@ import httpx
 import pytest
 from conftest import _addresses
 
+from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi, Ref
 from snooze.kube.pods import PodInfo
 from snooze.models import STATE_LABEL
@@ -36,20 +37,17 @@ class RecordingApi:
         return {}
 
 
-class ProbeGate(httpx.AsyncBaseTransport):
+class GatedProber(Prober):
     """Runs `first` before the probe of the engine at `host` goes out."""
 
     def __init__(self, host: str, first: Any) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
+        super().__init__()
         self.host, self.first = host, first
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.host == self.host and request.url.path == "/metrics":
+    async def _get(self, base_url: str, path: str, query: list[tuple[str, str]] | None) -> str:
+        if httpx.URL(base_url).host == self.host and path == "/metrics":
             await self.first()
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+        return await super()._get(base_url, path, query)
 
 
 @pytest.mark.parametrize("step", ["sleep", "wake"])
@@ -108,14 +106,16 @@ def test_a_step_that_ends_while_the_cycle_probes_is_left_to_end(
             assert task is not None
             await task
 
-        async with httpx.AsyncClient(transport=ProbeGate(other.config.host, end_the_step)) as http:
+        prober = GatedProber(other.config.host, end_the_step)
+        async with httpx.AsyncClient() as http:
             loop = ModelLoop(
                 namespace="default",
                 name="chat",
                 body=body,
                 pods=lambda _: pods,
                 api=cast(KubeApi, api),
-                http=http,
+                prober=prober,
+                action_http=http,
                 settings=Settings(probe_interval=2),
                 emit=lambda kind, reason, message: events.append((kind, reason, message)),
                 metrics=OperatorMetrics(),
@@ -132,6 +132,7 @@ def test_a_step_that_ends_while_the_cycle_probes_is_left_to_end(
             for engine in loop.memory.engines.values():
                 if engine.task is not None:
                     await engine.task
+        await prober.aclose()
 
     asyncio.run(main())
     labels = [
