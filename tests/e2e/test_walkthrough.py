@@ -76,7 +76,10 @@ STEPS = [
         4,
         "snooze gateway --kubeconfig /tmp/snooze-kubeconfig --port 8080",
         forever=True,
-        shows=(r"gateway listening on 0\.0\.0\.0:8080",),
+        shows=(
+            r"gateway listening on 0\.0\.0\.0:8080",
+            r"InferenceModels are served once their CRD is installed \(kubectl apply -f crds/\)",
+        ),
     ),
     Step(5, "export KUBECONFIG=/tmp/snooze-kubeconfig KUBECACHEDIR=$(mktemp -d)"),
     Step(
@@ -363,6 +366,11 @@ def test_the_readme_walkthrough_runs_as_printed(machine: Machine, tmp_path: Path
         ]
         remaining = iter(seen)
         assert all(line in remaining for line in watch_sample(readme)), seen
+        # Terminals 2 and 4 saw the CRD come; the gateway, sandbox and engines warned of nothing.
+        assert "the InferenceModel CRD is installed" in terminal(4).output()
+        for quiet in (1, 3, 4):
+            said = terminal(quiet).output()
+            assert not re.search(r" (WARNING|ERROR) ", said), f"terminal {quiet}:\n{said}"
         # Terminal 2 said each step of both pods.
         operator = terminal(2).output()
         assert "the InferenceModel CRD is installed" in operator
