@@ -125,3 +125,54 @@ def test_the_runbook_address_follows_the_value() -> None:
     assert urls == [f"https://docs.example.org/snooze#{rule['alert'].lower()}" for rule in rules()]
     default = render({"prometheusRule": {"enabled": True}}).one("PrometheusRule")
     assert default["spec"]["groups"] == load_yaml(RULES)["groups"]
+
+
+def described_commands() -> list[tuple[str, dict[str, str]]]:
+    """Each kubectl command in an alert's description as the rule tests expect it rendered,
+    with the alert's labels."""
+    found = []
+    for path in RULE_TESTS:
+        for test in load_yaml(path)["tests"]:
+            for case in test["alert_rule_test"]:
+                for alert in case["exp_alerts"]:
+                    description = alert["exp_annotations"]["description"]
+                    for command in re.findall(r"`(kubectl [^`]+)`", description):
+                        found.append((command, alert["exp_labels"]))
+    return found
+
+
+@pytest.mark.needs("kubectl")
+def test_the_commands_alerts_give_work_as_rendered(tmp_path: Path) -> None:
+    import os
+    import shlex
+
+    import httpx
+
+    from snooze.sandbox import Sandbox
+
+    commands = described_commands()
+    assert {c for c, _ in commands} == {"kubectl describe im chat -n default"}
+    assert len(commands) == 5  # wake failures (2), held timeouts, stuck waking, stuck draining
+    crd = load_yaml(CHART.parents[1] / "crds" / "inferencemodels.snooze.dev.yaml")
+    with Sandbox() as sandbox:
+        kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBECACHEDIR": str(tmp_path)}
+        api = sandbox.url + "/apis"
+        httpx.post(f"{api}/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
+        for namespace, model in {(labels["namespace"], labels["model"]) for _, labels in commands}:
+            created = httpx.post(
+                f"{api}/snooze.dev/v1alpha1/namespaces/{namespace}/inferencemodels",
+                json={
+                    "apiVersion": "snooze.dev/v1alpha1",
+                    "kind": "InferenceModel",
+                    "metadata": {"name": model, "namespace": namespace},
+                    "spec": {"selector": {"matchLabels": {"app": model}}},
+                },
+            )
+            created.raise_for_status()
+        for command, labels in commands:
+            shown = subprocess.run(
+                shlex.split(command), env=env, capture_output=True, text=True, timeout=60
+            )
+            assert shown.returncode == 0, f"{command}: {shown.stderr}"
+            assert re.search(rf"Name:\s+{labels['model']}\n", shown.stdout), shown.stdout

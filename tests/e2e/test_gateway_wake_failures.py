@@ -4,7 +4,12 @@ hybrid-model KV-cache crash), or the Kubernetes API will not take the wake reque
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,8 +34,9 @@ def body(model: str, **extra: Any) -> dict[str, Any]:
     return {"model": model, "messages": MESSAGES, "max_tokens": 2, **extra}
 
 
+@pytest.mark.needs("kubectl")
 def test_a_known_wake_failure_answers_held_requests_at_once(
-    cluster: Cluster, operator: OperatorThread, gateway: GatewayThread
+    cluster: Cluster, operator: OperatorThread, gateway: GatewayThread, tmp_path: Path
 ) -> None:
     """The wake crashes, the operator reports it (wake.onFailure: Report) and never retries
     the hybrid crash: every held request gets 503 with the reason, long before the wake
@@ -53,6 +59,20 @@ def test_a_known_wake_failure_answers_held_requests_at_once(
         assert error["code"] == "wake_failed"
         assert "HybridKVCacheReinit" in error["message"]
         assert "crashy-0" in error["message"]  # the condition's message names the pod
+    # The command it says shows more works as printed, and shows the failure.
+    command = re.search(r"`(kubectl [^`]+)`", error["message"])
+    assert command, error["message"]
+    kubeconfig = cluster.sandbox.write_kubeconfig(tmp_path / "kubeconfig")
+    shown = subprocess.run(
+        [*shlex.split(command.group(1)), "--kubeconfig", str(kubeconfig)],
+        env={**os.environ, "KUBECACHEDIR": str(tmp_path / "cache")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "HybridKVCacheReinit" in shown.stdout
+    assert ".. " not in error["message"]
     final = json.loads(events[-1].removeprefix("data: "))
     assert final["error"]["code"] == "wake_failed"
     assert cluster.pod_state("crashy-0") == "failed"

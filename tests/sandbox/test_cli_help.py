@@ -63,4 +63,5 @@ def test_help_suggests_commands_that_work(served: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "chat-0" in result.stdout  # kubectl get pods
+    assert "inferencemodel.snooze.dev/chat created" in result.stdout
     assert "KIND:       InferenceModel" in result.stdout  # kubectl explain

@@ -68,3 +68,24 @@ def test_the_simulator_logs_json_lines() -> None:
         process.terminate()
         process.wait(10)
     assert record["severity"] == "info" and "serving 1 engine" in record["message"]
+
+
+def test_the_readme_names_every_option_of_the_demo() -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    out = subprocess.run(
+        [sys.executable, "-m", "snooze.cli", "demo", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    usage = out[: out.index("\n\n")]
+    # `[--hybrid-wake-crash | --no-hybrid-wake-crash]`: the README names the one that changes
+    # the default.
+    options = set(re.findall(r"(?<![\w-])(--[a-z-]+|-v)\b", usage)) - {"-h", "--hybrid-wake-crash"}
+    assert "--duration" in options and "--no-hybrid-wake-crash" in options
+    paragraph = readme[readme.index("`snooze demo --help` lists its options") :]
+    paragraph = paragraph[: paragraph.index("\n\n")]
+    assert [o for o in sorted(options) if f"`{o}`" not in paragraph] == []

@@ -168,3 +168,31 @@ def test_known_failure(
     assert (failure is not None) is known
     if failure is not None:
         assert (failure.reason, failure.message) == ("EngineError", "p0: boom")
+
+
+@pytest.mark.parametrize("outcome", ["timeout", "failed"])
+def test_a_failed_wait_says_which_kubectl_command_shows_why(outcome: str) -> None:
+    """`kubectl describe im NAME -n NS` (`inferencemodel` alone is ambiguous where the Gateway
+    API Inference Extension is installed); the namespace only with --expose-model-status."""
+    from snooze.gateway.hold import Outcome, Waited
+    from snooze.gateway.inference import _failure
+
+    model = model_from(
+        {
+            "metadata": {"namespace": "team-a", "name": "chat-im"},
+            "spec": {"modelName": "chat", "selector": {"matchLabels": {"app": "m"}}},
+            "status": {"modelName": "chat"},
+        }
+    )
+    waited = (
+        Waited(outcome=Outcome.TIMEOUT)
+        if outcome == "timeout"
+        else Waited(outcome=Outcome.FAILED, failure=failing_model().wake_failure)
+    )
+    assert outcome == "timeout" or waited.failure is not None
+    _, named, _ = _failure(model, waited, 1, name_it=True)
+    assert "`kubectl describe im chat-im -n team-a`" in named
+    _, anonymous, _ = _failure(model, waited, 1, name_it=False)
+    assert "`kubectl describe im` in the model's namespace" in anonymous
+    assert "team-a" not in anonymous and "chat-im" not in anonymous
+    assert "inferencemodel " not in named + anonymous

@@ -1,9 +1,12 @@
-"""Every kubectl command in the docs names Snooze's InferenceModel unambiguously: the Gateway
-API Inference Extension defines a kind InferenceModel (plural inferencemodels) too."""
+"""Every kubectl command in the docs, in the CLI's help, in the chart's notes and alerts, and in
+the messages the code writes names Snooze's InferenceModel unambiguously: the Gateway API
+Inference Extension defines a kind InferenceModel (plural inferencemodels) too."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +46,37 @@ def test_the_check_catches_what_it_should() -> None:
         "kubectl get im,pods",
     ):
         assert not AMBIGUOUS.search(good), good
+
+
+def kubectl_in_text(text: str) -> list[str]:
+    """kubectl commands anywhere in a text: up to a quote, a backquote or the line's end."""
+    return [m.group(0) for m in re.finditer(r"kubectl [^`\"'\n]+", text)]
+
+
+@pytest.mark.parametrize("command", ["sandbox", "demo", "operator", "gateway", "sim", "crd"])
+def test_the_help_names_our_inferencemodels_unambiguously(command: str) -> None:
+    help_text = subprocess.run(
+        [sys.executable, "-m", "snooze.cli", command, "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert [c for c in kubectl_in_text(help_text) if AMBIGUOUS.search(c)] == []
+
+
+SOURCES = [
+    *sorted((ROOT / "operator" / "snooze").rglob("*.py")),
+    *sorted((ROOT / "charts" / "snooze" / "templates").iterdir()),
+    ROOT / "charts" / "snooze" / "rules" / "snooze.rules.yaml",
+]
+
+
+def test_messages_and_chart_texts_name_our_inferencemodels_unambiguously() -> None:
+    commands = {
+        path.relative_to(ROOT).as_posix(): kubectl_in_text(path.read_text()) for path in SOURCES
+    }
+    assert commands["charts/snooze/templates/NOTES.txt"]
+    ambiguous = {p: [c for c in found if AMBIGUOUS.search(c)] for p, found in commands.items()}
+    assert {p: found for p, found in ambiguous.items() if found} == {}, (
+        "use `im` or `inferencemodels.snooze.dev`"
+    )

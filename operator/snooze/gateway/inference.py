@@ -195,7 +195,9 @@ class Inference:
             retry = self._retry_after(model, waited.asked_at)
         elif waited.not_asked is not None:
             retry = math.ceil(waited.not_asked.retry_after)
-        status, message, code = _failure(model, waited, retry)
+        status, message, code = _failure(
+            model, waited, retry, name_it=self.settings.expose_model_status
+        )
         if response is None:
             headers = {"Retry-After": str(retry)} if status == 503 else None
             return error_response(status, message, code=code, headers=headers)
@@ -318,24 +320,33 @@ def _unserved(name: str, claim: Claim) -> web.Response:
     return error_response(503, message, code=code, headers={"Retry-After": "2"})
 
 
-def _failure(model: Model, waited: Waited, retry: int) -> tuple[int, str, str]:
+def where_to_look(model: Model, *, name_it: bool) -> str:
+    """The command that shows why a model did not wake. Its namespace and name only where the
+    gateway may tell them (--expose-model-status): namespaces belong to tenants."""
+    if name_it:
+        return f"`kubectl describe im {model.name} -n {model.namespace}`"
+    return "`kubectl describe im` in the model's namespace"
+
+
+def _failure(model: Model, waited: Waited, retry: int, *, name_it: bool) -> tuple[int, str, str]:
     """Status, message and code for a held request whose wait ended without an awake pod."""
     outcome = waited.outcome
+    look = where_to_look(model, name_it=name_it)
     if outcome is Outcome.TIMEOUT:
         limit = model.hold_limit_name() if model.spec else "wake timeout"
         return (
             504,
-            f"model {model.model_name!r} did not wake within its {limit}; "
-            "kubectl describe inferencemodel shows why",
+            f"model {model.model_name!r} did not wake within its {limit}; {look} shows why",
             "wake_timeout",
         )
     if outcome is Outcome.FAILED and waited.failure is not None:
         failure = waited.failure
+        said = failure.message.rstrip(".")
         return (
             503,
-            f"model {model.model_name!r} failed to wake ({failure.reason}): {failure.message}. "
+            f"model {model.model_name!r} failed to wake ({failure.reason}): {said}. "
             "The operator reported it and will not retry this wake (wake.onFailure: Report); "
-            f"kubectl describe inferencemodel shows more. Retry in {retry}s",
+            f"{look} shows more. Retry in {retry}s",
             "wake_failed",
         )
     if outcome is Outcome.NOT_ASKED and waited.not_asked is not None:

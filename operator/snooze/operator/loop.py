@@ -400,11 +400,16 @@ class ModelLoop:
     async def _observe(
         self, spec: InferenceModelSpec, pods: list[PodInfo], now: float
     ) -> list[sleep_policy.EngineView]:
+        # Who is acting, once: a step that ends while the probes below are out must not make
+        # its engine look idle with the answer it gave before that step (a finished sleep
+        # would look like a drain cut off, and be sent again).
+        acting = {p.name for p in pods if self.memory.engine(p.name, now=now).acting}
         targets = [
             p
             for p in pods
             if p.ready
-            and not (engine := self.memory.engine(p.name, now=now)).acting
+            and p.name not in acting
+            and (engine := self.memory.engine(p.name, now=now)) is not None
             and probing.probe_due(
                 probing.ProbeFacts(
                     last_probe=engine.last_probe,
@@ -493,7 +498,7 @@ class ModelLoop:
                     sleeping=engine.sleeping if pod.ready else None,
                     busy=engine.busy,
                     last_activity=engine.last_activity,
-                    action_running=engine.acting,
+                    action_running=pod.name in acting,
                     sleep_started=pod.sleep_started,
                     sleep_sent=pod.sleep_sent,
                     sleep_running=None

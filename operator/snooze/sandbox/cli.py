@@ -12,8 +12,10 @@ Then, in another terminal, from a clone of the repository:
   export KUBECONFIG=FILE KUBECACHEDIR=$(mktemp -d)
   kubectl apply -f crds/
   kubectl apply -f examples/sandbox/pods.yaml
+  kubectl apply -f examples/sandbox/chat.yaml
   kubectl get pods
-  kubectl explain inferencemodel.spec
+  kubectl get im
+  kubectl explain im.spec
 
 Writes are validated, and `kubectl explain` answered, from the sandbox's OpenAPI documents.
 A fresh KUBECACHEDIR keeps what kubectl cached of an earlier sandbox at the same address

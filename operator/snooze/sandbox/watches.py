@@ -110,5 +110,9 @@ class Watches:
                 if event is not None:
                     await response.write(json.dumps(render(event)).encode() + b"\n")
             return response
+        except ConnectionResetError:
+            # The client left (`kubectl wait` does once its condition holds) and this change
+            # was the first to find out: the watch simply ends, as an API server's does.
+            return response
         finally:
             self._watchers.discard(queue)

@@ -1,0 +1,145 @@
+"""A step that ends while a model's cycle probes its other engines: the cycle must judge every
+engine as it was when the cycle began, not mix an engine's finished step with a probe older
+than that step. Two engines of one model sleep (or wake) together, as in the sandbox
+walkthrough; one step ends while the cycle probes the other engine, and the pod index still
+shows the step's label and marks (it lags behind the operator's own writes)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, cast
+
+import httpx
+import pytest
+from conftest import _addresses
+
+from snooze.engine.probe import Prober
+from snooze.kube.api import KubeApi, Ref
+from snooze.kube.pods import PodInfo
+from snooze.models import STATE_LABEL
+from snooze.operator.actions import Settings
+from snooze.operator.loop import ModelLoop
+from snooze.operator.metrics import OperatorMetrics
+from snooze.sim import EngineConfig, SimulatorHost
+
+LABELS = {"app.kubernetes.io/name": "chat"}
+
+
+class RecordingApi:
+    """The Kubernetes API as the loop sees it: every patch recorded, none refused."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    async def patch(self, ref: Ref, name: str, body: dict[str, Any], *, sub: str = "") -> Any:
+        self.patches.append((name, body))
+        return {}
+
+
+class GatedProber(Prober):
+    """Runs `first` before the probe of the engine at `host` goes out."""
+
+    def __init__(self, host: str, first: Any) -> None:
+        super().__init__()
+        self.host, self.first = host, first
+
+    async def _get(self, base_url: str, path: str, query: list[tuple[str, str]] | None) -> str:
+        if httpx.URL(base_url).host == self.host and path == "/metrics":
+            await self.first()
+        return await super()._get(base_url, path, query)
+
+
+@pytest.mark.parametrize("step", ["sleep", "wake"])
+def test_a_step_that_ends_while_the_cycle_probes_is_left_to_end(
+    sim: SimulatorHost, step: str
+) -> None:
+    """Before the fix, the ended sleep was taken for a drain cut off and sent again (a second
+    Draining and Slept, the pod draining a moment), and the ended wake for a waking label
+    left over, relabelled asleep (the gateway stopped routing to an awake engine)."""
+    other = sim.add(EngineConfig(model="chat", host=next(_addresses), port=8000))
+    ending = sim.add(
+        EngineConfig(model="chat", host=next(_addresses), port=8000, sleep_seconds=0.01)
+    )
+    if step == "sleep":
+        httpx.post(f"http://{ending.config.host}:8000/sleep?level=1&mode=wait").raise_for_status()
+    now = time.time()
+    # As the pod index still shows chat-1: the step's label (and a drain's marks), though the
+    # operator has since written the outcome (the watch event is on its way).
+    marks = {"sleep_started": now - 6, "sleep_sent": now - 5.9} if step == "sleep" else {}
+    pods = [
+        PodInfo(
+            namespace="default",
+            name="chat-0",
+            uid="u0",
+            labels={**LABELS, STATE_LABEL: "awake"},
+            ip=other.config.host,
+            ready=True,
+        ),
+        PodInfo(
+            namespace="default",
+            name="chat-1",
+            uid="u1",
+            labels={**LABELS, STATE_LABEL: "draining" if step == "sleep" else "waking"},
+            ip=ending.config.host,
+            ready=True,
+            **marks,
+        ),
+    ]
+    body = {
+        "metadata": {"name": "chat", "namespace": "default", "generation": 1},
+        "spec": {"selector": {"matchLabels": LABELS}, "idle": {"after": "1h"}},
+    }
+    events: list[tuple[str, str, str]] = []
+    api = RecordingApi()
+
+    async def main() -> None:
+        finish = asyncio.Event()
+        loop: ModelLoop
+
+        async def rest_of_the_step() -> None:
+            await finish.wait()  # chat-1's last label and its Event
+
+        async def end_the_step() -> None:
+            finish.set()
+            task = loop.memory.engines["chat-1"].task
+            assert task is not None
+            await task
+
+        prober = GatedProber(other.config.host, end_the_step)
+        async with httpx.AsyncClient() as http:
+            loop = ModelLoop(
+                namespace="default",
+                name="chat",
+                body=body,
+                pods=lambda _: pods,
+                api=cast(KubeApi, api),
+                prober=prober,
+                action_http=http,
+                settings=Settings(probe_interval=2),
+                emit=lambda kind, reason, message: events.append((kind, reason, message)),
+                metrics=OperatorMetrics(),
+            )
+            # chat-0 is due a probe; chat-1 was last probed before its step began.
+            for name in ("chat-0", "chat-1"):
+                engine = loop.memory.engine(name, now=now)
+                engine.answered, engine.sleeps_in_flight = True, 0
+                engine.sleeping = name == "chat-1" and step == "wake"
+                engine.last_probe = None if name == "chat-0" else now - 6
+            chat1 = loop.memory.engines["chat-1"]
+            chat1.action, chat1.task = step, asyncio.create_task(rest_of_the_step())
+            await loop.cycle()
+            for engine in loop.memory.engines.values():
+                if engine.task is not None:
+                    await engine.task
+        await prober.aclose()
+
+    asyncio.run(main())
+    labels = [
+        (name, body["metadata"]["labels"][STATE_LABEL])
+        for name, body in api.patches
+        if "labels" in body.get("metadata", {})
+    ]
+    assert [label for label in labels if label[0] == "chat-1"] == [], (labels, events)
+    assert events == []
+    assert ending.is_sleeping is (step == "sleep")
