@@ -58,6 +58,15 @@ class Wake:
     seconds: float
 
 
+@dataclass(frozen=True, kw_only=True)
+class PoolWait:
+    at: float
+    namespace: str
+    pool: str
+    model: str
+    seconds: float
+
+
 class _ModelsByPhase(Collector):
     """`snooze_models{phase}`: how many models are in each phase, counted at scrape time."""
 
@@ -204,6 +213,8 @@ class OperatorMetrics:
         self.wakes: deque[Wake] = deque(maxlen=10_000)
         """The latest wakes, each exact (a histogram keeps only buckets): for reports such as
         the demo's summary. Bounded, so it costs nothing in a long-running operator."""
+        self.pool_waits: deque[PoolWait] = deque(maxlen=10_000)
+        """The latest waits for room on a pool, each exact, as `wakes`."""
 
     def start_model(self, namespace: str, model: str, level: str) -> None:
         """Create a model's series at zero, so that rate() and increase() see its first event
@@ -221,6 +232,13 @@ class OperatorMetrics:
         """One finished wake: into the histogram, and into `wakes` for exact reports."""
         self.wake_duration.labels(namespace, model, level).observe(seconds)
         self.wakes.append(Wake(at=time.time(), namespace=namespace, model=model, seconds=seconds))
+
+    def observe_pool_wait(self, namespace: str, pool: str, model: str, seconds: float) -> None:
+        """One wake granted room on its pool after `seconds`: the histogram, and `pool_waits`."""
+        self.pool_wait.labels(namespace, pool).observe(seconds)
+        self.pool_waits.append(
+            PoolWait(at=time.time(), namespace=namespace, pool=pool, model=model, seconds=seconds)
+        )
 
     def set_engine_states(
         self, namespace: str, model: str, states: Mapping[str, str | None]

@@ -321,7 +321,7 @@ class PoolLoop:
         for pod in decision.grant:
             asked = self.asks.pop(pod, None)
             if asked is not None:
-                self.metrics.pool_wait.labels(self.namespace, self.name).observe(now - asked[1])
+                self.metrics.observe_pool_wait(self.namespace, self.name, asked[0], now - asked[1])
         changed = {
             pod
             for pod in sources
