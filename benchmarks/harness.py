@@ -123,8 +123,12 @@ class Bench:
         )
         self.spawn("-c", code, "--host", "127.0.0.1", "--port", str(port), "--expose-model-status")
         self.gateway_url = f"http://127.0.0.1:{port}"
+        # A minute: a run on a loaded machine (two cores shared with other work, load average
+        # 4) once gave up after the default thirty seconds.
         wait_until(
-            "the gateway", lambda: httpx.get(self.gateway_url + "/readyz").status_code == 200
+            "the gateway",
+            lambda: httpx.get(self.gateway_url + "/readyz").status_code == 200,
+            timeout=60,
         )
         return self.gateway_url
 

@@ -173,6 +173,7 @@ def prometheus(tmp_path: Path, config: dict[str, Any]) -> Iterator[httpx.Client]
     )
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
     try:
+        wait_until_ready(client, process)
         yield client
     finally:
         client.close()
@@ -183,6 +184,20 @@ def prometheus(tmp_path: Path, config: dict[str, Any]) -> Iterator[httpx.Client]
             process.kill()
             process.wait(5)
         log.close()
+
+
+def wait_until_ready(client: httpx.Client, process: subprocess.Popen[bytes]) -> None:
+    """Prometheus answers 503 to queries until its storage is open; wait for /-/ready."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "Prometheus exited while starting"
+        try:
+            if client.get("/-/ready").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("Prometheus was not ready within 60 s")
 
 
 def query(client: httpx.Client, expr: str) -> list[dict[str, str]]:

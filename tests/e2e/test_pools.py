@@ -226,6 +226,13 @@ def test_a_wake_waits_while_every_member_is_busy_and_says_so(
         # Neither stream was cut short: each got all its tokens.
         assert [len(s.result(30).split()) for s in streams] == [300, 300]
     assert wake_ooms(pool) == 0
+    # Every sleep here made room (idle.after is Never), and only sleeps count as evictions: a
+    # member chosen on an old probe and found busy was spared, and is not counted.
+    slept = sum(e.op_durations["sleep"].count for e in pool.engines.values())
+    counted = operator.metrics.pool_evictions.labels("default", "gpu-0", "wake")._value.get()
+    counted += operator.metrics.pool_evictions.labels("default", "gpu-0", "start")._value.get()
+    assert counted == slept
+    wait_for("the status counts them too", lambda: pool_status(cluster).get("evictions") == slept)
 
 
 def test_the_operator_stopped_mid_swap_converges_without_overcommitting(

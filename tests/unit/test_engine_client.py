@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_asgi_app
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from snooze.engine.activity import PROBE_METRICS
 from snooze.engine.client import (
-    ACTIVITY_METRICS,
     ActivitySnapshot,
     EngineClient,
     SleepState,
@@ -444,7 +444,8 @@ async def test_activity_asks_for_the_filtered_families() -> None:
     async with engine.client() as client:
         snapshot = await client.activity()
     assert snapshot.success_total == 16.0
-    assert engine.requests[0].url.params.get_list("name[]") == list(ACTIVITY_METRICS)
+    # Not the engine's CacheConfig (static, and costly to read): only the probe's families.
+    assert engine.requests[0].url.params.get_list("name[]") == list(PROBE_METRICS)
 
 
 def vllm_like_registry(*, running: float, success: int) -> CollectorRegistry:
@@ -481,7 +482,7 @@ async def test_activity_against_prometheus_clients_own_app() -> None:
             running=2, waiting=1, success_total=8.0, sleep_state=SleepState.AWAKE
         )
         assert len(requests) == 1  # the filter worked: no fallback scrape
-        filtered = await shared.get(URL + "/metrics", params={"name[]": list(ACTIVITY_METRICS)})
+        filtered = await shared.get(URL + "/metrics", params={"name[]": list(PROBE_METRICS)})
         assert "e2e_request_latency" not in filtered.text
         family = await shared.get(URL + "/metrics", params={"name[]": "vllm:request_success"})
         assert family.text == ""
@@ -564,3 +565,45 @@ async def test_an_empty_transport_message_still_names_the_failure() -> None:
     async with engine.client() as client:
         with pytest.raises(EngineUnreachableError, match="ConnectError"):
             await client.health()
+
+
+# --- the operator's prober ----------------------------------------------------------------------
+
+
+def test_the_fast_reader_agrees_with_prometheus_clients_parser() -> None:
+    # The probe's own line reader, against the reference parser, on every family it reads
+    # (a label with an escaped quote, a data-parallel engine's two label sets, NaN).
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from snooze.engine.activity import samples
+
+    text = (
+        "# HELP vllm:num_requests_running x\n# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{model_name="a \\"b\\"",engine="0"} 2.0\n'
+        'vllm:num_requests_running{model_name="a \\"b\\"",engine="1"} 1.0\n'
+        'vllm:num_requests_waiting{engine="0"} NaN\n'
+        'vllm:request_success_total{finished_reason="stop",engine="0"} 7.0\n'
+        'vllm:engine_sleep_state{sleep_state="awake",engine="0"} 1.0\n'
+        'vllm:sleep_mode_operations_in_flight{operation="sleep"} 0.0\n'
+        "vllm:other 5\n"
+    )
+    ours = [(name, value) for name, _, value in samples(text)]
+    reference = [
+        (s.name, s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name != "vllm:other"
+    ]
+    assert len(ours) == len(reference)
+    for (a, x), (b, y) in zip(ours, reference, strict=True):
+        assert a == b and (x == y or (x != x and y != y))  # NaN == NaN here
+
+
+@pytest.mark.parametrize(
+    "text", ["vllm:num_requests_running\n", 'vllm:num_requests_running{a="b" \n']
+)
+def test_the_fast_reader_refuses_a_broken_line(text: str) -> None:
+    from snooze.engine.activity import parse_activity
+
+    with pytest.raises(ValueError):
+        parse_activity(text)

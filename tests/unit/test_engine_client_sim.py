@@ -258,3 +258,23 @@ async def test_one_pool_many_engines(http: httpx.AsyncClient) -> None:
         await asyncio.gather(*(c.sleep(1) for c in clients[::2]))
         asleep = await asyncio.gather(*(c.is_sleeping() for c in clients))
         assert asleep == [n % 2 == 0 for n in range(len(clients))]
+
+
+async def test_the_prober_reads_what_the_engine_says() -> None:
+    from snooze.engine.probe import Prober
+
+    prober = Prober(limit=4, timeout=2.0)
+    try:
+        async with serve_engines([config("127.0.0.41")]) as (engine,):
+            first = await prober.activity(engine.url)  # the share too, asked for once
+            assert first.gpu_memory_utilization is not None
+            assert first.sleep_state is SleepState.AWAKE and first.in_flight == 0
+            await engine.sleep(2, "wait")
+            later = await prober.activity(engine.url, share_known=True)
+            assert later.gpu_memory_utilization is None  # not asked for again
+            assert later.sleep_level == 2
+            assert await prober.is_sleeping(engine.url) is True
+        with pytest.raises(EngineUnreachableError, match="cannot connect"):
+            await prober.activity("http://127.0.0.41:1")
+    finally:
+        await prober.aclose()

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
+from snooze.engine.activity import (
+    ACTIVITY_METRICS,
+    PROBE_METRICS,
+    RUNNING,
+    WAITING,
+    ActivitySnapshot,
+    SleepState,
+    parse_activity,
+)
 from snooze.engine.errors import (
     EngineError,
     EngineHTTPError,
@@ -33,142 +38,28 @@ __all__ = [
     "parse_activity",
 ]
 
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-# prometheus_client's `name[]` filter matches sample names, not family names: a counter is
-# found by `vllm:request_success_total`, while `vllm:request_success` returns nothing.
-SUCCESS = "vllm:request_success_total"
-SLEEP_STATE = "vllm:engine_sleep_state"
-# A gauge fixed at 1 whose labels are the engine's CacheConfig: `gpu_memory_utilization` is
-# the share of the device the engine takes awake (what a GPU pool needs to know).
-CACHE_CONFIG = "vllm:cache_config_info"
-# vLLM 0.32+: sleeps and wakes the API server is carrying out now (label `operation`).
-OPERATIONS = "vllm:sleep_mode_operations_in_flight"
-ACTIVITY_METRICS = (RUNNING, WAITING, SUCCESS, SLEEP_STATE, CACHE_CONFIG, OPERATIONS)
-
 SLEEP_MODES = ("abort", "wait", "keep")
 # The named steps of a wake (see EngineClient.wake).
 WEIGHTS, RELOAD, KV_CACHE = "weights", "reload_weights", "kv_cache"
 
 
-class SleepState(enum.StrEnum):
-    """The values of the `sleep_state` label of `vllm:engine_sleep_state` (vLLM 0.11.1+)."""
-
-    AWAKE = "awake"
-    WEIGHTS_OFFLOADED = "weights_offloaded"  # level 1
-    DISCARD_ALL = "discard_all"  # level 2
-
-
-_DEPTH = {SleepState.AWAKE: 0, SleepState.WEIGHTS_OFFLOADED: 1, SleepState.DISCARD_ALL: 2}
-
-
-@dataclass(frozen=True)
-class ActivitySnapshot:
-    """What one scrape of an engine's `/metrics` says about its work."""
-
-    running: int
-    """Requests being processed (`vllm:num_requests_running`, summed over engines)."""
-    waiting: int
-    """Requests queued (`vllm:num_requests_waiting`, summed over engines)."""
-    success_total: float
-    """Requests finished so far, every `finished_reason` summed; idle while it stays put."""
-    sleep_state: SleepState | None
-    """The engine's sleep state, or None when the engine does not publish it (before 0.11.1)."""
-    gpu_memory_utilization: float | None = None
-    """The engine's share of its device's memory (its --gpu-memory-utilization), if published."""
-    sleeps_in_flight: int | None = None
-    """Sleeps the engine is carrying out now (vLLM 0.32+); None when it does not say."""
-
-    @property
-    def sleep_level(self) -> int | None:
-        """The level it sleeps at (1 weights offloaded, 2 discarded), 0 awake, None unknown."""
-        return None if self.sleep_state is None else _DEPTH[self.sleep_state]
-
-    @property
-    def in_flight(self) -> int:
-        """Requests the engine holds now: running plus waiting."""
-        return self.running + self.waiting
-
-
-def parse_activity(text: str) -> ActivitySnapshot | None:
-    """Return the activity in a Prometheus text payload, or None if it has no request gauges.
-
-    Pure. Samples are summed over label sets because a data-parallel engine publishes one per
-    `engine` label. When those disagree on the sleep state, the deepest one wins: an engine
-    that is partly asleep cannot serve.
-    """
-    running = waiting = 0.0
-    success = 0.0
-    seen_gauge = False
-    state: SleepState | None = None
-    share: float | None = None
-    sleeps: float | None = None
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == RUNNING:
-                running += sample.value
-                seen_gauge = True
-            elif sample.name == WAITING:
-                waiting += sample.value
-                seen_gauge = True
-            elif sample.name == SUCCESS:
-                success += sample.value
-            elif sample.name == OPERATIONS and sample.labels.get("operation") == "sleep":
-                sleeps = (sleeps or 0.0) + sample.value
-            elif sample.name == CACHE_CONFIG:
-                share = _float(sample.labels.get("gpu_memory_utilization")) or share
-            elif sample.name == SLEEP_STATE and sample.value == 1:
-                try:
-                    candidate = SleepState(sample.labels.get("sleep_state", ""))
-                except ValueError:
-                    continue  # a state a later vLLM may add; ignore rather than fail the probe
-                if state is None or _DEPTH[candidate] > _DEPTH[state]:
-                    state = candidate
-    if not seen_gauge:
-        return None
-    return ActivitySnapshot(
-        running=round(running),
-        waiting=round(waiting),
-        success_total=success,
-        sleep_state=state,
-        gpu_memory_utilization=share,
-        sleeps_in_flight=None if sleeps is None else round(sleeps),
-    )
-
-
-def _float(text: str | None) -> float | None:
-    try:
-        value = float(text) if text is not None else None
-    except ValueError:
-        return None
-    return value if value is not None and 0 < value <= 1 else None
-
-
 def new_http_client(
-    *,
-    transport: httpx.AsyncBaseTransport | None = None,
-    max_connections: int = 64,
-    slots: asyncio.Semaphore | None = None,
-    ssl_context: ssl.SSLContext | None = None,
+    *, transport: httpx.AsyncBaseTransport | None = None, max_connections: int = 64
 ) -> httpx.AsyncClient:
-    """Return an `httpx.AsyncClient` for `EngineClient`s to share.
+    """Return an `httpx.AsyncClient` for `EngineClient`s to share (the operator's sleeps and
+    wakes; its probes go through engine/probe.py's Prober, which costs half the CPU).
 
-    The operator gives each model one, over its few engines, all sharing one `slots` bound
-    and one `ssl_context`: a single pool for thousands of engines made httpcore scan every
-    connection on every request. `max_connections` (or `slots`) bounds the requests in
-    flight; more wait their turn in `BoundedTransport`. Connections are not kept
-    alive: an engine is probed again only after the probe interval, by when vLLM's uvicorn
-    has closed an idle connection (after 5 s), so keeping one buys nothing; and httpcore
-    checks every pooled connection (a syscall each) on every request, which made a pool of
-    idle sockets the operator's main CPU cost at scale.
+    `max_connections` bounds the requests in flight; more wait their turn in
+    `BoundedTransport`, in O(1), not in httpcore's pool, whose matching of queued requests to
+    connections is quadratic. Connections are not kept alive: an engine is called again only
+    after seconds, by when vLLM's uvicorn has closed an idle connection (after 5 s).
     """
     # httpcore's own limit is looser than ours: a finished connection still counts there until
     # it is closed, and a request queued inside httpcore is what costs the quadratic matching.
     limits = httpx.Limits(max_connections=4 * max_connections, max_keepalive_connections=0)
-    verify: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
-    inner = transport or httpx.AsyncHTTPTransport(limits=limits, verify=verify)
+    inner = transport or httpx.AsyncHTTPTransport(limits=limits)
     return httpx.AsyncClient(
-        transport=BoundedTransport(inner, max_connections, slots=slots),
+        transport=BoundedTransport(inner, max_connections),
         limits=limits,
         trust_env=False,
     )
@@ -325,7 +216,7 @@ class EngineClient:
         One small filtered scrape per probe, so that thousands of engines stay cheap to watch.
         """
         if self._metrics_filter_works:
-            snapshot = await self._scrape({"name[]": list(ACTIVITY_METRICS)})
+            snapshot = await self._scrape({"name[]": list(PROBE_METRICS)})
             if snapshot is not None:
                 return snapshot
         snapshot = await self._scrape(None)

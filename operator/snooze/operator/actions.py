@@ -112,6 +112,8 @@ class Executor:
         self.emit = emit
         self.pool_of: Callable[[PodInfo], str | None] = lambda _: None
         """The GPU pool a pod is a member of (set by the model's loop)."""
+        self.made_room: Callable[[PodInfo], None] = lambda _: None
+        """Told when a member's sleep to make room on its pool begins (set by the loop)."""
 
     def start(self, action: Action, pod: PodInfo, spec: InferenceModelSpec) -> None:
         engine = self.memory.engine(pod.name, now=time.time())
@@ -250,6 +252,8 @@ class Executor:
             engine.last_activity = self.memory.last_activity = time.time()
             log.info("%s/%s: busy, so not put to sleep to make room", self.namespace, pod.name)
             return
+        if action.reason == "MakeRoom":
+            self.made_room(pod)
         started = time.time()
         # Label first, so that the gateway stops routing here before the drain begins. Any
         # wake progress left from before belongs to an older sleep.
@@ -333,6 +337,7 @@ class Executor:
             pod, EngineState.ASLEEP, engine, annotations={SLEEP_LEVEL_ANNOTATION: str(level)}
         )
         engine.sleep_level = level
+        engine.sleeping = True  # what the next probe would say: a GPU pool counts on it now
         self.memory.last_sleep_time = finished
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Asleep").inc()
         self.metrics.sleep_duration.labels(self.namespace, self.model, str(level)).observe(
@@ -410,6 +415,7 @@ class Executor:
         self.memory.failure = None
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Awake").inc()
         engine.sleep_level = 0
+        engine.sleeping = False  # its pool counts its footprint from now, not from a probe
         self.metrics.observe_wake(self.namespace, self.model, str(level), seconds)
         self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({_why(action)})")
 

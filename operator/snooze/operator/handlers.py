@@ -13,6 +13,7 @@ import kopf
 
 from snooze import gpupool, models
 from snooze.engine.client import new_http_client
+from snooze.engine.probe import Prober
 from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo, pod_info
@@ -36,10 +37,8 @@ class Runtime:
     settings: Settings
     metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
     api: KubeApi | None = None
-    probe_slots: Any = None
-    """Probes in flight across every model's client: one bound for the operator."""
-    ssl_context: Any = None
-    """One TLS context for every client: building one per client is costly."""
+    prober: Prober | None = None
+    """Every model's probes, over one aiohttp session with one bound for the operator."""
     action_http: Any = None
     """For sleeps and wakes, which take seconds to minutes: kept apart so that a wave of
     them never holds up the probes' slots."""
@@ -91,8 +90,11 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, runtime.settings)
         runtime.api = KubeApi.from_environment()
-        runtime.probe_slots = asyncio.Semaphore(64)
-        runtime.ssl_context = ssl.create_default_context()
+        runtime.prober = Prober(
+            limit=64,
+            timeout=runtime.settings.probe_timeout,
+            ssl_context=ssl.create_default_context(),
+        )
         runtime.action_http = new_http_client(max_connections=256)
         runtime.closing = False
         if not await crd_served(runtime.api):
@@ -114,6 +116,8 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             await runtime.api.aclose()
         if runtime.action_http is not None:
             await runtime.action_http.aclose()
+        if runtime.prober is not None:
+            await runtime.prober.aclose()
 
     @kopf.index("pods", id="pods_by_namespace", registry=registry)
     def pods_by_namespace(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, PodInfo]:
@@ -244,17 +248,14 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
 
         emit = teller(body)
 
-        # Probes go through a client of the model's own: its pool holds the model's few
-        # engines, where one pool for thousands of engines cost httpcore a scan of every
-        # connection per request and wedged the operator at a thousand models.
-        http = new_http_client(slots=runtime.probe_slots, ssl_context=runtime.ssl_context)
+        assert runtime.prober is not None
         loop = ModelLoop(
             namespace=namespace,
             name=name,
             body=body,
             pods=pods,
             api=runtime.api,
-            http=http,
+            prober=runtime.prober,
             action_http=runtime.action_http,
             settings=runtime.settings,
             emit=emit,
@@ -280,7 +281,6 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             waker.cancel()
             loop.stop()
             runtime.loops.pop((namespace, name), None)
-            await http.aclose()
 
     @kopf.on.event(
         models.GROUP, models.VERSION, gpupool.PLURAL, id="pool_changed", registry=registry

@@ -14,8 +14,9 @@ from typing import Any
 
 import httpx
 
-from snooze.engine.client import EngineClient, SleepState
+from snooze.engine.client import SleepState
 from snooze.engine.errors import EngineError
+from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi, models_ref
 from snooze.kube.pods import PodInfo, parse_time
 from snooze.models import (
@@ -57,16 +58,16 @@ class Probe:
     """Why the probe got no answer (names the URL), when it got none."""
 
 
-async def probe(client: EngineClient, pod: str) -> Probe:
+async def probe(prober: Prober, url: str, pod: str, *, share_known: bool) -> Probe:
     """A filtered `/metrics` scrape; `/is_sleeping` too when the engine does not publish
     `vllm:engine_sleep_state` (before vLLM 0.11.1). One request per probe rather than two:
     at a thousand models, HTTP requests are most of the operator's CPU."""
     try:
-        activity = await client.activity()
+        activity = await prober.activity(url, share_known=share_known)
         if activity.sleep_state is not None:
             sleeping = activity.sleep_state is not SleepState.AWAKE
         else:
-            sleeping = await client.is_sleeping()
+            sleeping = await prober.is_sleeping(url)
     except EngineError as exc:
         log.debug("probe of %s failed: %s", pod, exc)
         return Probe(pod=pod, sleeping=None, error=str(exc))
@@ -105,8 +106,8 @@ class ModelLoop:
         body: Mapping[str, Any],
         pods: Callable[[LabelSelector], Iterable[PodInfo]],
         api: KubeApi,
-        http: httpx.AsyncClient,
-        action_http: httpx.AsyncClient | None = None,
+        prober: Prober,
+        action_http: httpx.AsyncClient,
         settings: Settings,
         emit: Emit,
         metrics: OperatorMetrics,
@@ -133,7 +134,7 @@ class ModelLoop:
         self.body = body  # kopf's live view: it follows the resource as it changes
         self.pods = pods
         self.api = api
-        self.http = http
+        self.prober = prober
         self.settings = settings
         self.emit = emit
         self.memory: ModelMemory = rebuild(dict(body.get("status") or {}))
@@ -143,7 +144,7 @@ class ModelLoop:
         self.executor = Executor(
             namespace=namespace,
             api=api,
-            http=action_http or http,
+            http=action_http,
             memory=self.memory,
             settings=settings,
             emit=emit,
@@ -151,6 +152,7 @@ class ModelLoop:
             model=name,
         )
         self.executor.pool_of = lambda pod: self.pools.pool_of(namespace, pod, self.spec)[0]
+        self.executor.made_room = self._made_room
         self.scaler = Scaler(
             namespace=namespace, model=name, api=api, memory=self.memory, emit=emit, metrics=metrics
         )
@@ -199,6 +201,11 @@ class ModelLoop:
     @property
     def last_wake_seconds(self) -> float | None:
         return self.memory.last_wake_seconds
+
+    def _made_room(self, pod: PodInfo) -> None:
+        _, pool = self.pools.pool_of(self.namespace, pod, self.spec)
+        if pool is not None:
+            pool.made_room(pod.name)
 
     def engine_memory(self, pod: str) -> EngineMemory | None:
         return self.memory.engines.get(pod)
@@ -413,10 +420,10 @@ class ModelLoop:
         probes = await asyncio.gather(
             *(
                 probe(
-                    EngineClient(
-                        engine_url(spec, p), client=self.http, timeout=self.settings.probe_timeout
-                    ),
+                    self.prober,
+                    engine_url(spec, p),
                     p.name,
+                    share_known=self.memory.engine(p.name, now=now).gpu_share is not None,
                 )
                 for p in targets
             )

@@ -141,6 +141,8 @@ class PoolLoop:
         """Pod -> (its model, when it first asked for room)."""
         self.decision: PoolDecision | None = None
         self._evicted: set[str] = set()
+        """Members told (by Event) to make room, while the decision stands."""
+        self._granted: set[str] = set()
         self._written: JSON = dict(body.get("status") or {})
         self._evictions = int(self._written.get("evictions") or 0)
         self._told: str | None = None
@@ -168,6 +170,14 @@ class PoolLoop:
             self.asks[pod] = (model, now)
         if wanted != before:
             self.poke()
+
+    def made_room(self, pod: str) -> None:
+        """A member's sleep to make room has begun: counted as an eviction now (one chosen on
+        an old probe and found busy is spared, and is no eviction)."""
+        for_what = (self.decision.evict.get(pod, "") if self.decision is not None else "") or ""
+        reason = "start" if for_what.startswith("starting ") else "wake"
+        self._evictions += 1
+        self.metrics.pool_evictions.labels(self.namespace, self.name, reason).inc()
 
     def waiting_for(self, pods: Iterable[str]) -> Waiting | None:
         decision = self.decision
@@ -269,6 +279,16 @@ class PoolLoop:
         )
         level: int = model_spec.sleep.level if model_spec is not None else 1
         state = _state(pod, engine)
+        if (
+            state is MemberState.UNKNOWN
+            and engine is not None
+            and engine.last_failure_reason == "OutOfMemory"
+            and engine.sleeping
+            and not engine.acting
+        ):
+            # Its wake ran out of memory and it sleeps: part of it may still be mapped, so it
+            # counts at its whole footprint; its next wake then needs no more room than that.
+            state, residue = MemberState.ASLEEP, footprint
         if state is MemberState.ASLEEP and engine is not None and engine.sleep_level:
             level = engine.sleep_level
         awake_since = None if engine is None else engine.state_since.get(EngineState.AWAKE.value)
@@ -300,28 +320,20 @@ class PoolLoop:
             if pod in self._evicted:
                 continue
             self._evicted.add(pod)
-            self._evictions += 1
-            reason = "start" if model.startswith("starting ") else "wake"
-            self.metrics.pool_evictions.labels(self.namespace, self.name, reason).inc()
             owner = sources[pod].name if pod in sources else "?"
             log.info(
                 "pool %s/%s: %s (%s) sleeps to make room for %s",
-                self.namespace,
-                self.name,
-                pod,
-                owner,
-                model,
+                *(self.namespace, self.name, pod, owner, model),
             )
-            self.emit(
-                "Normal",
-                "MakingRoom",
-                f"{pod} ({owner}) sleeps to make room for {model}",
-            )
+            self.emit("Normal", "MakingRoom", f"{pod} ({owner}) sleeps to make room for {model}")
         self._evicted &= set(decision.evict)
-        for pod in decision.grant:
-            asked = self.asks.pop(pod, None)
+        # A grant stands, and its ask keeps its place in the queue, until the member's own loop
+        # starts the wake and withdraws the ask: a later ask must not take its room meanwhile.
+        for pod in decision.grant - self._granted:
+            asked = self.asks.get(pod)
             if asked is not None:
                 self.metrics.observe_pool_wait(self.namespace, self.name, asked[0], now - asked[1])
+        self._granted = set(decision.grant)
         changed = {
             pod
             for pod in sources

@@ -1,0 +1,55 @@
+"""A seeded request trace for many models: skewed popularity (Zipf) and bursts (on/off periods)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Request:
+    at: float
+    """Seconds from the start of the trace."""
+    model: int
+    """The model's popularity rank: 0 is the most requested."""
+    tokens: int
+    """max_tokens of the request (the engine generates exactly this many)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceShape:
+    models: int
+    seconds: float
+    zipf: float = 1.0
+    """Exponent of the popularity: model i gets bursts in proportion to 1 / (i + 1) ** zipf."""
+    bursts_per_hour: float = 60.0
+    """Bursts of all models together, on average."""
+    burst_seconds: float = 120.0
+    """Mean length of an on period (exponential)."""
+    request_gap: float = 5.0
+    """Mean time between two requests inside a burst (exponential: Poisson arrivals)."""
+    mean_tokens: int = 128
+
+
+def generate(shape: TraceShape, seed: int) -> list[Request]:
+    """Each model alternates off and on periods and is requested only while on. Off periods
+    are exponential with a mean of one over the model's share of `bursts_per_hour` (so the
+    popular ones are off briefly, and with on periods between them a model starts somewhat
+    fewer bursts than its share); a burst's first request comes at its start."""
+    rng = random.Random(seed)
+    weights = [1.0 / (i + 1) ** shape.zipf for i in range(shape.models)]
+    total = sum(weights)
+    requests: list[Request] = []
+    for model, weight in enumerate(weights):
+        bursts_per_second = shape.bursts_per_hour / 3600 * weight / total
+        at = rng.expovariate(bursts_per_second)
+        while at < shape.seconds:
+            end = min(at + rng.expovariate(1 / shape.burst_seconds), shape.seconds)
+            sent = at
+            while sent < end:
+                tokens = rng.randint(16, 2 * shape.mean_tokens - 16)
+                requests.append(Request(at=sent, model=model, tokens=tokens))
+                sent += rng.expovariate(1 / shape.request_gap)
+            at = end + rng.expovariate(bursts_per_second)
+    requests.sort(key=lambda r: (r.at, r.model))
+    return requests

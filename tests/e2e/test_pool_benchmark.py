@@ -1,0 +1,42 @@
+"""benchmarks/pools.py runs as benchmarks/README.md prints it, here with tiny settings (three
+models on one pool where two fit, two minutes of trace at twenty times speed), and its last
+line is a JSON report whose figures add up and agree with its per-request log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_pools_benchmark_reports_figures_that_add_up(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "pools.py", "--models", "3", "--pools", "1", "--minutes", "2",
+        "--time-scale", "20", "--bursts-per-hour", "600", "--logs", str(tmp_path),
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+
+    requests = report["requests"]
+    assert requests["sent"] == 54  # the seeded trace: the same requests on every run
+    assert requests["answered"] + requests["failed"] == requests["sent"]
+    assert requests["baseline_answered"] == requests["sent"]
+    assert report["gpus"] == {"pools": 1, "one_per_model": 3}
+    by_state = report["added_seconds_by_state_at_send"]
+    assert sum(s["requests"] for s in by_state.values()) == requests["answered"]
+    # Two of the three fit: the one left asleep at the start is woken for its requests.
+    assert report["per_hour"]["wakes"] > 0
+    assert report["wake_ooms"]["trace"] == 0
+    assert report["start_refusals"]["trace"] == 0
+    assert report["target"]["models_per_gpu_at_least_4"] is False
+
+    logged = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert len(logged) == requests["sent"]
+    assert sum(1 for r in logged if not r["error"]) == requests["answered"]
+    assert (tmp_path / "events.jsonl").read_text()
