@@ -160,6 +160,25 @@ class OperatorMetrics:
             ["namespace", "pool", "state"],
             registry=r,
         )
+        self.pool_awake_members = Gauge(
+            "snooze_pool_awake_members",
+            "A GPU pool's members awake now (as its coordinator counts them).",
+            ["namespace", "pool"],
+            registry=r,
+        )
+        self.pool_waiting_wakes = Gauge(
+            "snooze_pool_waiting_wakes",
+            "Wakes of a GPU pool's members waiting for room on it.",
+            ["namespace", "pool"],
+            registry=r,
+        )
+        self.pool_overcommitted = Gauge(
+            "snooze_pool_overcommitted",
+            "1 while a GPU pool's Overcommitted condition is True: its members' footprints "
+            "cannot be met even with all but one asleep.",
+            ["namespace", "pool"],
+            registry=r,
+        )
         self.pool_evictions = Counter(
             "snooze_pool_evictions_total",
             "Pool members put to sleep to make room: for a wake, or for a member starting.",
@@ -275,10 +294,20 @@ class OperatorMetrics:
         for state, value in (("awake", awake), ("asleep", asleep), ("free", free)):
             self.pool_memory.labels(namespace, pool, state).set(value)
 
+    def set_pool_members(
+        self, namespace: str, pool: str, *, awake: int, waiting: int, overcommitted: bool
+    ) -> None:
+        self.pool_awake_members.labels(namespace, pool).set(awake)
+        self.pool_waiting_wakes.labels(namespace, pool).set(waiting)
+        self.pool_overcommitted.labels(namespace, pool).set(1 if overcommitted else 0)
+
     def forget_pool(self, namespace: str, pool: str) -> None:
         for state in ("awake", "asleep", "free"):
             with contextlib.suppress(KeyError):
                 self.pool_memory.remove(namespace, pool, state)
+        for gauge in (self.pool_awake_members, self.pool_waiting_wakes, self.pool_overcommitted):
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, pool)
 
     def forget_model(self, namespace: str, model: str) -> None:
         self.set_engine_states(namespace, model, {})

@@ -369,6 +369,14 @@ class PoolLoop:
             self.namespace, self.name, awake=awake, asleep=asleep, free=max(free, 0)
         )
         problem = overcommitted(memory, members)
+        awake_members = sum(1 for m in members if m.state is MemberState.AWAKE)
+        self.metrics.set_pool_members(
+            self.namespace,
+            self.name,
+            awake=awake_members,
+            waiting=len(decision.waiting),
+            overcommitted=problem is not None,
+        )
         claim = spec.resource_claim_name
         holder = self.hub.claims(self.namespace).get(claim) if claim else None
         claim_clash = holder is not None and holder != self.name
@@ -402,7 +410,7 @@ class PoolLoop:
             "asleepBytes": asleep,
             "freeBytes": free,
             "used": f"{format_gib(decision.used)}/{format_gib(memory)}",
-            "awake": sum(1 for m in members if m.state is MemberState.AWAKE),
+            "awake": awake_members,
             "members": [
                 {
                     "pod": m.pod,
