@@ -21,8 +21,9 @@ def test_time_scale_shortens_latencies_and_timers() -> None:
         if a.pool is not None:  # only the pool puts its members to sleep
             assert a.spec["idle"]["after"] == b.spec["idle"]["after"] == "Never"
             # The container starts later than the pool can make room for it, at every scale.
-            for m in (a, b):
-                reaction = m.engine["sleep_seconds"] + scenario.POOL_REACTION_SECONDS
+            for m, scale in ((a, 1.0), (b, 0.25)):
+                probes = scenario.POOL_REACTION_PROBES * scenario.probe_interval(scale)
+                reaction = m.engine["sleep_seconds"] + probes
                 assert m.container_start_seconds >= reaction - 0.001  # rounded to ms
             assert b.container_start_seconds < a.container_start_seconds
         else:

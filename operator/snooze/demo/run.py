@@ -198,7 +198,7 @@ class Demo:
             ).start()
             stack.callback(controller.stop)
             settings = Settings(
-                probe_interval=max(0.2, o.scale),
+                probe_interval=scenarios.probe_interval(o.scale),
                 drain_timeout=max(1.0, 5.0 * o.scale),
                 drain_poll=0.05,
                 probe_timeout=2.0,

@@ -27,13 +27,23 @@ ASLEEP_GIB = 1.0
 # The pool scene: four models of 30 GiB on one GPU of 70 GiB, two awake at most. A member's
 # container starts (image, Python, CUDA) before vLLM checks the device's free memory; that is
 # the time the pool has to put an awake member to sleep for it (a real start takes tens of
-# seconds, a level-1 sleep of 29 GiB about 4 s): the demo's is just longer than that sleep.
+# seconds, a level-1 sleep of 29 GiB about 4 s): the demo's is longer than that sleep plus the
+# operator's reaction.
 POOL = "gpu-0"
 POOL_MEMORY_GIB = 70.0
 POOL_CONTAINER_START_SECONDS = 7.0
-POOL_REACTION_SECONDS = 3.0
-"""Time left for the operator to see the new pod and choose whom to evict: it does not shrink
-with --time-scale, so a compressed run keeps the container start above sleep plus this."""
+POOL_REACTION_PROBES = 6
+"""Probe intervals left for the operator to see the new pod and choose whom to evict (it
+takes about four): a member's container start stays above that plus its sleep at every
+--time-scale, since the demo's probe interval has a floor (run.py's Settings)."""
+PROBE_INTERVAL_FLOOR = 0.2
+
+
+def probe_interval(scale: float) -> float:
+    """The operator's probe interval in a demo at `scale` (pure)."""
+    return max(PROBE_INTERVAL_FLOOR, scale)
+
+
 POOL_MIN_RESIDENCY_SECONDS = 5.0
 POOL_MEMBERS = ("translate", "sql", "legal", "support")
 POOL_LATE = ("legal", "support")
@@ -273,7 +283,7 @@ def build(
             container_start_seconds=round(
                 max(
                     POOL_CONTAINER_START_SECONDS * scale,
-                    engine(pooled)["sleep_seconds"] + POOL_REACTION_SECONDS,
+                    engine(pooled)["sleep_seconds"] + POOL_REACTION_PROBES * probe_interval(scale),
                 ),
                 3,
             ),
