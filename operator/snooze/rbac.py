@@ -83,6 +83,17 @@ OPERATOR: tuple[Permission, ...] = (
     ),
 )
 
+# Only with --gateway-service, in the gateway's namespace.
+GATEWAY_DISCOVERY: tuple[Permission, ...] = (
+    Permission(
+        group="discovery.k8s.io",
+        resource="endpointslices",
+        verbs=("list",),
+        why="find the gateway's replicas behind its metrics Service, to read their per-engine "
+        "counters instead of probing engines whose requests all pass through the gateway",
+    ),
+)
+
 GATEWAY: tuple[Permission, ...] = (
     Permission(
         group=models.GROUP,

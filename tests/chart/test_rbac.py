@@ -16,6 +16,7 @@ from snooze.rbac import Permission
 RULE_LISTS: dict[str, tuple[Permission, ...]] = {
     "snooze.rules.operator": rbac.OPERATOR,
     "snooze.rules.gateway": rbac.GATEWAY,
+    "snooze.rules.gatewayDiscovery": rbac.GATEWAY_DISCOVERY,
     "snooze.rules.peering.cluster": tuple(
         p for p in rbac.PEERING if p.resource == "clusterkopfpeerings"
     ),
@@ -121,6 +122,10 @@ def test_roles_are_built_only_from_the_rule_lists(
     of the checked lists and nothing else; peering rules only when peering is on."""
     text = (TEMPLATES / template).read_text()
     sections = _rule_sections(TEMPLATES / template)
+    if own == "snooze.rules.operator":
+        # The third: a Role in the release's namespace, for the gateway's EndpointSlices.
+        *sections, discovery = sections
+        assert re.findall(r'include "([^"]+)"', discovery) == ["snooze.rules.gatewayDiscovery"]
     assert len(sections) == 2, f"{template}: one ClusterRole and one Role rule block"
     for section in sections:
         includes = re.findall(r'include "([^"]+)"', section)

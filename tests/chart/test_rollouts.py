@@ -53,3 +53,30 @@ def test_termination_grace_covers_the_gateways_shutdown_grace() -> None:
         spec = render(values).one("Deployment", "-gateway")["spec"]["template"]["spec"]
         assert f"--shutdown-grace-seconds={grace}" in spec["containers"][0]["args"]
         assert spec["terminationGracePeriodSeconds"] == grace + 10
+
+
+def test_the_operator_reads_the_gateways_counters_through_its_metrics_service() -> None:
+    """The operator's --gateway-service names the gateway's metrics Service, whose port is
+    named `metrics`, in the release namespace, where a Role lets the operator's service
+    account list the Service's EndpointSlices."""
+    rendering = render()
+    operator = rendering.one("Deployment", "-operator")
+    pod = operator["spec"]["template"]["spec"]
+    [given] = [a for a in pod["containers"][0]["args"] if a.startswith("--gateway-service=")]
+    namespace, name = given.removeprefix("--gateway-service=").split("/")
+    service = rendering.one("Service", "-gateway-metrics")
+    assert (service["metadata"]["namespace"], service["metadata"]["name"]) == (namespace, name)
+    assert [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+    assert selects(
+        {"spec": {"selector": {"matchLabels": service["spec"]["selector"]}}},
+        rendering.one("Deployment", "-gateway"),
+    )
+    binding = rendering.one("RoleBinding", "-operator-gateway")
+    role = rendering.one("Role", "-operator-gateway")
+    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"] == namespace
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    [subject] = binding["subjects"]
+    assert subject["name"] == pod["serviceAccountName"]
+    assert role["rules"] == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]}
+    ]

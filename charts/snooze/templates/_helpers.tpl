@@ -143,6 +143,14 @@ Plain YAML only inside these blocks: no template actions, no wildcards.
   verbs: ["list", "watch"]
 {{- end }}
 
+{{- define "snooze.rules.gatewayDiscovery" -}}
+# find the gateway's replicas behind its metrics Service, to read their per-engine counters
+# instead of probing engines whose requests all pass through the gateway
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list"]
+{{- end }}
+
 {{- define "snooze.rules.peering.cluster" -}}
 # kopf peering, cluster-wide: see the other operator replicas and keep this one's entry alive,
 # so that only the highest-priority replica acts

@@ -71,9 +71,9 @@ def label(labels: str, key: str) -> str | None:
     return None if match is None else match.group(1)
 
 
-def samples(text: str) -> list[tuple[str, str, float]]:
-    """The (name, label text, value) of each sample of the wanted families in a Prometheus
-    text payload; raises ValueError on a malformed line.
+def samples(text: str, wanted: frozenset[str] = _WANTED) -> list[tuple[str, str, float]]:
+    """The (name, label text, value) of each sample named in `wanted` (by default the probe's)
+    in a Prometheus text payload; raises ValueError on a malformed line.
 
     A probe reads a few lines every few seconds from thousands of engines: this reads only
     what it needs, about ten times faster than prometheus_client's general parser.
@@ -93,7 +93,7 @@ def samples(text: str) -> list[tuple[str, str, float]]:
             if space == -1:
                 raise ValueError(f"no value: {line[:80]!r}")
             name, labels, rest = line[:space], "", line[space:]
-        if name not in _WANTED:
+        if name not in wanted:
             continue
         words = rest.split()
         if not words:

@@ -249,7 +249,10 @@ class Inference:
                 path=_allowed_path(request),
                 query=request.query,
             )
-            with self.router.track(pod):
+            with (
+                self.router.track(pod),
+                self.metrics.sending(pod.namespace, pod.name) as sending,
+            ):
                 try:
                     return await proxy.forward(
                         self.session(),
@@ -262,6 +265,7 @@ class Inference:
                         bounds=self.bounds,
                     )
                 except proxy.ConnectFailed as exc:
+                    sending.not_sent()
                     log.warning("%s; trying another pod", exc)
                     tried.add(pod.name)
                     self.router.unreachable(pod)

@@ -7,6 +7,7 @@ code, and a rejection reason from a closed set; never a request id or an error m
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -52,6 +53,16 @@ _MODEL_REASONS: tuple[RejectReason, ...] = (
 REQUEST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # A hold: from a model that woke at once (10 ms) to a cold start's 10 min timeout.
 HOLD_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600.0)
+
+
+class Sending:
+    """One request on its way to an engine (see GatewayMetrics.sending)."""
+
+    sent = True
+
+    def not_sent(self) -> None:
+        """It never reached the engine (the connection failed): not counted as served."""
+        self.sent = False
 
 
 class GatewayMetrics:
@@ -111,6 +122,26 @@ class GatewayMetrics:
             ["namespace", "model", "reason"],
             registry=r,
         )
+        # Per pod, for the operator (operator/gateways.py): which engines served requests and
+        # when, so that it need not probe an engine whose traffic all comes through here.
+        self.pod_requests = Counter(
+            "snooze_gateway_pod_requests",
+            "Requests sent to each engine (pod) and answered, or failed after being sent.",
+            ["namespace", "pod"],
+            registry=r,
+        )
+        self.pod_in_flight = Gauge(
+            "snooze_gateway_pod_requests_in_flight",
+            "Requests being sent to, or answered by, each engine (pod) now.",
+            ["namespace", "pod"],
+            registry=r,
+        )
+        self.pod_last_request = Gauge(
+            "snooze_gateway_pod_last_request_timestamp_seconds",
+            "When the last request to each engine (pod) ended, in seconds since the epoch.",
+            ["namespace", "pod"],
+            registry=r,
+        )
         self.build_info = Info("snooze_gateway_build", "The gateway's version.", registry=r)
         self.build_info.info({"version": __version__})
         # Rejections without a model exist from the start, so `rate()` has a zero to start from.
@@ -157,6 +188,30 @@ class GatewayMetrics:
     def wake_requested(self, namespace: str, model: str) -> None:
         """The gateway asked the operator to wake a model."""
         self.wake_requests.labels(*self._labels(namespace, model)).inc()
+
+    @contextmanager
+    def sending(
+        self, namespace: str, pod: str, *, wall: Callable[[], float] = time.time
+    ) -> Iterator[Sending]:
+        """A request being sent to an engine and answered: in flight while inside, then done,
+        with its end time (also when it failed once sent; not if it could not be sent:
+        `Sending.not_sent()`)."""
+        flight = self.pod_in_flight.labels(namespace, pod)
+        flight.inc()
+        sending = Sending()
+        try:
+            yield sending
+        finally:
+            flight.dec()
+            if sending.sent:
+                self.pod_requests.labels(namespace, pod).inc()
+                self.pod_last_request.labels(namespace, pod).set(wall())
+
+    def pod_gone(self, namespace: str, pod: str) -> None:
+        """Drop a deleted pod's series: the page keeps only pods that exist."""
+        for metric in (self.pod_requests, self.pod_in_flight, self.pod_last_request):
+            with contextlib.suppress(KeyError):
+                metric.remove(namespace, pod)
 
     def rejected(
         self, reason: RejectReason, *, namespace: str | None = None, model: str | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,9 +57,16 @@ class Registry:
     It is fed only by the watchers (one loop), so it needs no locks.
     """
 
-    def __init__(self, *, scopes: Iterable[str | None]) -> None:
+    def __init__(
+        self,
+        *,
+        scopes: Iterable[str | None],
+        on_pod_gone: Callable[[str, str], None] = lambda namespace, name: None,
+    ) -> None:
         self.models: dict[Key, Model] = {}
         self.pods: dict[Key, PodInfo] = {}
+        self._on_pod_gone = on_pod_gone
+        """Told of each pod that is gone (deleted, or missing from a fresh list)."""
         # Each (kind, namespace scope) must be listed once before the gateway is ready.
         self._unlisted = {(kind, scope) for kind in (MODELS, PODS) for scope in scopes}
         self._changed = asyncio.Event()
@@ -71,10 +78,15 @@ class Registry:
     def replace(self, kind: str, scope: str | None, items: Iterable[Mapping[str, Any]]) -> None:
         """A fresh list of `kind` in `scope` (None: all namespaces) replaces what was known."""
         store: dict[Key, Any] = self.models if kind == MODELS else self.pods
-        for key in [k for k in store if scope is None or k[0] == scope]:
+        before = [k for k in store if scope is None or k[0] == scope]
+        for key in before:
             del store[key]
         for item in items:
             self._put(kind, item)
+        if kind == PODS:
+            for key in before:
+                if key not in store:
+                    self._on_pod_gone(*key)
         self._unlisted.discard((kind, scope))
         self._notify()
 
@@ -83,7 +95,9 @@ class Registry:
         if event_type == "DELETED":
             meta = obj.get("metadata") or {}
             store: dict[Key, Any] = self.models if kind == MODELS else self.pods
-            store.pop((str(meta.get("namespace", "")), str(meta.get("name", ""))), None)
+            key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+            if store.pop(key, None) is not None and kind == PODS:
+                self._on_pod_gone(*key)
         elif event_type in ("ADDED", "MODIFIED"):
             self._put(kind, obj)
         self._notify()

@@ -45,7 +45,7 @@ class Gateway:
         self.metrics = metrics or GatewayMetrics()
         scopes: list[str | None] = list(settings.namespaces) or [None]
         self.scopes = scopes
-        self.registry = Registry(scopes=scopes)
+        self.registry = Registry(scopes=scopes, on_pod_gone=self.metrics.pod_gone)
         self.wakes = WakeRequests(
             api=api,
             registry=self.registry,

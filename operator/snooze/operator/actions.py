@@ -52,6 +52,11 @@ class Settings:
     min_sleep_timeout: float = 60.0
     """The least time a /sleep may take before it counts as failed (freeing tens of GiB takes
     seconds; the model's wake.timeout applies when longer)."""
+    gateway_metrics: tuple[str, ...] = ()
+    """Metrics URLs of the gateway's replicas, whose per-engine counters spare probes."""
+    gateway_service: str | None = None
+    """The gateway's metrics Service (`namespace/name`): its replicas found from its
+    EndpointSlices, every probe interval."""
     drift_interval: float = 60.0
     """The longest an engine goes unprobed when no decision depends on it (asleep, or known
     active from the gateway's counters): to notice what nobody told the operator."""

@@ -39,6 +39,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="longest wait for in-flight requests before sleeping (default: 60)",
     )
     parser.add_argument(
+        "--gateway-service",
+        metavar="NAMESPACE/NAME",
+        default=None,
+        help="the gateway's metrics Service: its replicas' per-engine counters (found from its "
+        "EndpointSlices) tell which engines serve requests, so that those are probed only near "
+        "their idle deadline (the chart sets it)",
+    )
+    parser.add_argument(
+        "--gateway-metrics",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="a gateway replica's metrics URL, as --gateway-service finds them (repeatable)",
+    )
+    parser.add_argument(
         "--drift-interval",
         type=float,
         default=60.0,
@@ -110,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
     ):
         if value <= 0:
             raise SystemExit(f"snooze operator: {flag} must be greater than zero")
+    if args.gateway_service is not None and args.gateway_service.count("/") != 1:
+        raise SystemExit(
+            "snooze operator: --gateway-service is NAMESPACE/NAME, such as "
+            "snooze/snooze-gateway-metrics"
+        )
     if args.peering_lifetime < 2:
         raise SystemExit("snooze operator: --peering-lifetime must be at least 2 seconds")
     credentials.use_or_exit("snooze operator", args.kubeconfig, args.context)

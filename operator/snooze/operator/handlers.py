@@ -20,6 +20,8 @@ from snooze.kube.pods import PodInfo, pod_info
 from snooze.operator.actions import Settings
 from snooze.operator.discovery import crd_served, restart_when_served
 from snooze.operator.events import teller
+from snooze.operator.gateways import GatewayTraffic
+from snooze.operator.gateways import stop as stop_task
 from snooze.operator.loop import ModelLoop, Neighbours
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
@@ -37,6 +39,9 @@ class Runtime:
     settings: Settings
     metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
     api: KubeApi | None = None
+    gateways: GatewayTraffic | None = None
+    """The gateway's per-engine counters, scraped every probe interval (if it is given)."""
+    gateway_task: asyncio.Task[None] | None = None
     prober: Prober | None = None
     """Every model's probes, over one aiohttp session with one bound for the operator."""
     action_http: Any = None
@@ -96,6 +101,14 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             ssl_context=ssl.create_default_context(),
         )
         runtime.action_http = new_http_client(max_connections=256)
+        runtime.gateways = GatewayTraffic(
+            api=runtime.api,
+            urls=runtime.settings.gateway_metrics,
+            service=runtime.settings.gateway_service,
+            interval=runtime.settings.probe_interval,
+            timeout=runtime.settings.probe_timeout,
+        )
+        runtime.gateway_task = asyncio.create_task(runtime.gateways.run(), name="gateway-traffic")
         runtime.closing = False
         if not await crd_served(runtime.api):
             runtime.crd_watch = asyncio.create_task(
@@ -118,6 +131,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             await runtime.action_http.aclose()
         if runtime.prober is not None:
             await runtime.prober.aclose()
+        await stop_task(runtime.gateway_task)
 
     @kopf.index("pods", id="pods_by_namespace", registry=registry)
     def pods_by_namespace(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, PodInfo]:
@@ -265,6 +279,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
                 selectors=lambda ns: list(selectors.get(ns, [])),
             ),
             pools=runtime.pools,
+            traffic=runtime.gateways.traffic if runtime.gateways is not None else _no_traffic,
         )
         runtime.loops[(namespace, name)] = loop
 
@@ -372,3 +387,7 @@ def claim_of(body: Mapping[str, Any]) -> tuple[str, Claim] | None:
         holds=status.get("modelName") == model_name and not conflicted,
     )
     return model_name, claim
+
+
+def _no_traffic(namespace: str, pod: str) -> None:
+    return None

@@ -113,10 +113,13 @@ class ModelLoop:
         metrics: OperatorMetrics,
         neighbours: Neighbours = NO_NEIGHBOURS,
         pools: PoolHub | None = None,
+        traffic: Callable[[str, str], probing.Traffic | None] = lambda namespace, pod: None,
     ) -> None:
         self.namespace = namespace
         self.neighbours = neighbours
         self.pools = pools or PoolHub()
+        self.traffic = traffic
+        """An engine's requests through the gateway (operator/gateways.py), None if unknown."""
         self.spec: InferenceModelSpec | None = None
         """The last valid spec (for the GPU pool this model's engines are members of)."""
         self.selected: list[PodInfo] = []
@@ -446,18 +449,35 @@ class ModelLoop:
                 # moment it is ready.
                 engine.answered = True
                 engine.last_activity = max(engine.last_activity, now)
-            if result is not None and result.sleeping is not None:
-                moved = (
-                    engine.success_total is not None
-                    and result.success_total is not None
-                    and result.success_total != engine.success_total
+            answered = result is not None and result.sleeping is not None
+            finished = None
+            if answered and result is not None:
+                finished = (
+                    0.0
+                    if engine.success_total is None or result.success_total is None
+                    else max(result.success_total - engine.success_total, 0.0)
                 )
-                engine.busy = result.in_flight > 0
-                # Until the gateway's counters say otherwise, all activity is the engine's own.
-                engine.direct_activity = engine.busy or moved
-                if engine.busy or moved:
-                    engine.last_activity = now
-                    self.memory.last_activity = now
+            traffic = self.traffic(self.namespace, pod.name)
+            activity = probing.seen(
+                now=now,
+                last_activity=engine.last_activity,
+                probe_in_flight=result.in_flight if answered and result is not None else None,
+                probe_finished=finished,
+                traffic=traffic,
+                traffic_sent_since=None
+                if traffic is None or engine.traffic_sent is None
+                else traffic.sent - engine.traffic_sent,
+                direct_before=engine.direct_activity,
+            )
+            engine.busy, engine.direct_activity = activity.busy, activity.direct_activity
+            if activity.last_activity > engine.last_activity:
+                engine.last_activity = activity.last_activity
+                self.memory.last_activity = max(
+                    self.memory.last_activity or 0, activity.last_activity
+                )
+            if answered:
+                engine.traffic_sent = None if traffic is None else traffic.sent
+            if answered and result is not None:
                 engine.success_total = result.success_total
                 engine.gpu_share = result.gpu_share or engine.gpu_share
                 engine.sleeps_in_flight = result.sleeps_in_flight

@@ -51,6 +51,8 @@ class EngineMemory:
     """When it was last probed (None: never, or an action since wants it confirmed)."""
     direct_activity: bool = False
     """Its last probe found activity that the gateway's counters do not account for."""
+    traffic_sent: float | None = None
+    """The gateway's count of requests sent to it, at its last probe (None: not known)."""
     sleep_level: int | None = None
     """The level it sleeps at, as it last said (vllm:engine_sleep_state) or as the operator
     put it to sleep."""

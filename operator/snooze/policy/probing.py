@@ -59,3 +59,72 @@ def probe_due(
     if facts.direct_activity:
         return True  # only probes can time the end of traffic that bypasses the gateway
     return facts.last_activity + idle_after - now <= interval
+
+
+@dataclass(frozen=True, kw_only=True)
+class Traffic:
+    """One engine's requests through the gateway (all its replicas), as last scraped."""
+
+    sent: float
+    """Requests sent to it and ended, so far."""
+    in_flight: int
+    """Requests on their way to it or being answered now."""
+    last: float | None
+    """When the last of them ended."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Seen:
+    """An engine's activity from its probe and the gateway's counters together."""
+
+    busy: bool
+    direct_activity: bool
+    last_activity: float
+
+
+def seen(
+    *,
+    now: float,
+    last_activity: float,
+    probe_in_flight: int | None,
+    probe_finished: float | None,
+    traffic: Traffic | None,
+    traffic_sent_since: float | None,
+    direct_before: bool,
+) -> Seen:
+    """Pure: what an engine has been doing, from this cycle's probe (None: not probed) and the
+    gateway's counters (None: unknown).
+
+    `probe_finished` is how many requests the engine finished since its previous probe, and
+    `traffic_sent_since` how many the gateway sent it and saw end over the same span. Activity
+    the gateway accounts for is dated by the gateway (the end of its last request); activity
+    it does not (more requests in the engine than the gateway has in flight, or more finished
+    than it sent) is traffic straight to the engine, dated now and followed by probes.
+    """
+    probed = probe_in_flight is not None
+    if traffic is None:
+        if not probed:
+            return Seen(
+                busy=direct_before, direct_activity=direct_before, last_activity=last_activity
+            )
+        active = bool(probe_in_flight) or bool(probe_finished)
+        return Seen(
+            busy=bool(probe_in_flight),
+            direct_activity=active,
+            last_activity=now if active else last_activity,
+        )
+    direct = direct_before
+    if probed:
+        unexplained_busy = (probe_in_flight or 0) > traffic.in_flight
+        # What the gateway had in flight when scraped may have ended by the time of the probe.
+        unexplained_done = (probe_finished or 0) > (traffic_sent_since or 0) + traffic.in_flight
+        direct = unexplained_busy or unexplained_done
+    # Never later than now: a gateway replica whose clock runs ahead must not delay sleeps.
+    latest = max(last_activity, min(traffic.last or last_activity, now))
+    if traffic.in_flight > 0 or (probed and direct):
+        latest = now
+    return Seen(
+        busy=traffic.in_flight > 0 or (probed and bool(probe_in_flight)),
+        direct_activity=direct,
+        last_activity=latest,
+    )

@@ -1,0 +1,152 @@
+"""What the gateway's replicas say of each engine's traffic: one scrape of each replica per
+probe interval tells the operator which engines served requests and when, so that it need
+not probe an engine whose requests all come through the gateway (policy/probing.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+
+import aiohttp
+
+from snooze.engine.activity import label, samples
+from snooze.kube.api import KubeApi, KubeError, Ref
+from snooze.policy.probing import Traffic
+
+log = logging.getLogger(__name__)
+SENT = "snooze_gateway_pod_requests_total"
+IN_FLIGHT = "snooze_gateway_pod_requests_in_flight"
+LAST = "snooze_gateway_pod_last_request_timestamp_seconds"
+FAMILIES = frozenset({SENT, IN_FLIGHT, LAST})
+
+
+def read_page(text: str) -> dict[tuple[str, str], Traffic]:
+    """Pure: one replica's page, as (namespace, pod) -> Traffic; ValueError if malformed."""
+    sent: dict[tuple[str, str], float] = {}
+    flight: dict[tuple[str, str], float] = {}
+    last: dict[tuple[str, str], float] = {}
+    for name, labels, value in samples(text, FAMILIES):
+        key = (label(labels, "namespace") or "", label(labels, "pod") or "")
+        {SENT: sent, IN_FLIGHT: flight, LAST: last}[name][key] = value
+    return {
+        key: Traffic(
+            sent=sent.get(key, 0.0), in_flight=round(flight.get(key, 0.0)), last=last.get(key)
+        )
+        for key in sent.keys() | flight.keys() | last.keys()
+    }
+
+
+def merge(pages: Iterable[dict[tuple[str, str], Traffic]]) -> dict[tuple[str, str], Traffic]:
+    """Pure: every replica's view of a pod, together (counts summed, the latest end)."""
+    merged: dict[tuple[str, str], Traffic] = {}
+    for page in pages:
+        for key, traffic in page.items():
+            known = merged.get(key)
+            if known is None:
+                merged[key] = traffic
+                continue
+            lasts = [t for t in (known.last, traffic.last) if t is not None]
+            merged[key] = Traffic(
+                sent=known.sent + traffic.sent,
+                in_flight=known.in_flight + traffic.in_flight,
+                last=max(lasts) if lasts else None,
+            )
+    return merged
+
+
+class GatewayTraffic:
+    """Scrapes the gateway's replicas every `interval`: the URLs given, or the endpoints of its
+    metrics Service (`namespace/name`, from its EndpointSlices)."""
+
+    def __init__(
+        self,
+        *,
+        api: KubeApi | None,
+        urls: Iterable[str] = (),
+        service: str | None = None,
+        interval: float,
+        timeout: float = 5.0,
+    ) -> None:
+        self.api = api
+        self.urls = tuple(urls)
+        self.service = service
+        self.interval = interval
+        self.timeout = timeout
+        self.pods: dict[tuple[str, str], Traffic] = {}
+        self.complete = False
+        """Every replica answered the last scrape: a pod missing from it had no traffic."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.urls or self.service)
+
+    def traffic(self, namespace: str, pod: str) -> Traffic | None:
+        """A pod's traffic through the gateway; None when it cannot be known (no gateway
+        given, or a replica did not answer), so that probes alone judge the engine."""
+        if not self.complete:
+            return None
+        return self.pods.get((namespace, pod), Traffic(sent=0.0, in_flight=0, last=None))
+
+    async def run(self) -> None:
+        """Scrape until cancelled."""
+        if not self.enabled:
+            return
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                await self.scrape(session)
+                await asyncio.sleep(self.interval)
+
+    async def scrape(self, session: aiohttp.ClientSession) -> None:
+        urls = list(self.urls) + await self._discovered()
+        pages = await asyncio.gather(*(self._page(session, url) for url in urls))
+        answered = [page for page in pages if page is not None]
+        self.pods = merge(answered)
+        self.complete = bool(urls) and len(answered) == len(urls)
+
+    async def _page(
+        self, session: aiohttp.ClientSession, url: str
+    ) -> dict[tuple[str, str], Traffic] | None:
+        query = [("name[]", name) for name in sorted(FAMILIES)]
+        try:
+            async with session.get(url, params=query) as response:
+                response.raise_for_status()
+                return read_page(await response.text())
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.debug("gateway replica %s did not answer: %s", url, exc)
+            return None
+
+    async def _discovered(self) -> list[str]:
+        if self.service is None or self.api is None:
+            return []
+        namespace, _, name = self.service.partition("/")
+        ref = Ref(f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices")
+        try:
+            listing = await self.api.list(ref, label_selector=f"kubernetes.io/service-name={name}")
+        except KubeError as exc:
+            log.warning("cannot list the gateway's endpoints (%s): %s", self.service, exc)
+            return []
+        urls = []
+        for slice_ in listing.get("items") or []:
+            ports = slice_.get("ports") or []
+            port = next(
+                (p for p in ports if p.get("name") == "metrics"), ports[0] if ports else None
+            )
+            if port is None or not port.get("port"):
+                continue
+            for endpoint in slice_.get("endpoints") or []:
+                if (endpoint.get("conditions") or {}).get("ready") is False:
+                    continue
+                for address in endpoint.get("addresses") or []:
+                    host = f"[{address}]" if ":" in address else address
+                    urls.append(f"http://{host}:{port['port']}/metrics")
+        return urls
+
+
+async def stop(task: asyncio.Task[None] | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
