@@ -20,6 +20,7 @@ PATH = CHART / "dashboards" / "snooze.json"
 VARIABLES = {
     "$namespace": "default",
     "$model": "chat",
+    "$pool": "gpu-0",
     "$__rate_interval": "1m",
     "$__range": "5m",
     "$__interval": "30s",
@@ -93,13 +94,13 @@ def test_pretty_printed_with_a_stable_uid() -> None:
     assert board["title"] == "Snooze"
 
 
-def test_variables_datasource_namespace_and_model() -> None:
+def test_variables_datasource_namespace_model_and_pool() -> None:
     variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
-    assert set(variables) == {"datasource", "namespace", "model"}
+    assert set(variables) == {"datasource", "namespace", "model", "pool"}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
     names = exported_names()
-    for name in ("namespace", "model"):
+    for name in ("namespace", "model", "pool"):
         variable = variables[name]
         assert variable["type"] == "query" and variable["datasource"]["uid"] == "${datasource}"
         match = LABEL_VALUES.match(variable["query"]["query"])
@@ -115,6 +116,7 @@ def test_variables_datasource_namespace_and_model() -> None:
 def _labels_of(metric: str) -> set[str]:
     operator = OperatorMetrics()
     operator.set_engine_states("ns", "m", {"pod": "awake"})
+    operator.set_pool_memory("ns", "gpu", awake=1, asleep=0, free=1)
     for family in operator.registry.collect():
         for sample in family.samples:
             if sample.name == metric:
@@ -154,6 +156,14 @@ def test_the_issue_s_panels_are_there() -> None:
         "sum(increase(snooze_asleep_seconds_total{",
         "snooze_gateway_requests_total",
         "snooze_gateway_rejected_requests_total",
+        # GPU pools: memory used (awake and asleep) and free, awake members, waiting wakes,
+        # evictions, the wait for room and wakes out of memory.
+        "sum by (pool, state) (snooze_pool_memory_bytes{",
+        "snooze_pool_awake_members",
+        "snooze_pool_waiting_wakes",
+        "rate(snooze_pool_evictions_total{",
+        "rate(snooze_pool_wait_seconds_bucket{",
+        "snooze_pool_oom_total",
     ]:
         assert needle in exprs, needle
 
@@ -163,6 +173,9 @@ def test_every_query_parses_and_uses_exported_metrics(title: str, expr: str) -> 
     used = metric_names(expr)
     assert used, f"{title}: no metric in {expr}"
     assert used <= exported_names(), f"{title}: {used - exported_names()} are exported by neither"
-    # Per-model panels follow the variables (snooze_models has no such labels).
-    if used != {"snooze_models"}:
+    # Per-model panels follow the variables (snooze_models has no such labels), per-pool
+    # panels the namespace and pool ones.
+    if all(name.startswith("snooze_pool_") for name in used):
+        assert 'namespace=~"$namespace"' in expr and 'pool=~"$pool"' in expr, title
+    elif used != {"snooze_models"}:
         assert 'namespace=~"$namespace"' in expr and 'model=~"$model"' in expr, title

@@ -23,6 +23,8 @@ ALERTS = {
     "SnoozeHeldRequestsTimingOut",
     "SnoozeModelStuckWaking",
     "SnoozeModelStuckDraining",
+    "SnoozePoolWakesOutOfMemory",
+    "SnoozePoolOvercommitted",
     "SnoozeOperatorDown",
     "SnoozeGatewayDown",
 }
@@ -57,7 +59,9 @@ def test_the_alerts_are_the_issue_s_and_each_is_labelled_and_explained() -> None
         name = rule["alert"]
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
         assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, name
-        if "absent(" not in rule["expr"]:
+        if "snooze_pool_" in rule["expr"]:
+            assert "$labels.pool" in rule["annotations"]["description"], name
+        elif "absent(" not in rule["expr"]:
             # absent() carries no labels: only per-model alerts can name the model.
             assert "$labels.model" in rule["annotations"]["description"], name
 

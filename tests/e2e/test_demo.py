@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import struct
 import subprocess
@@ -65,14 +66,20 @@ def test_the_crash_is_remedied(summary: dict[str, Any]) -> None:
     assert patched["wakes"] >= 1 and patched["restarts"] == 0
 
 
-def test_a_clean_run_ends_cleanly(run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
-    """No traceback and no task left pending, on the terminal or in the log."""
+def test_a_clean_run_ends_cleanly(
+    run: tuple[subprocess.CompletedProcess[str], Path], summary: dict[str, Any]
+) -> None:
+    """No traceback and no task left pending, on the terminal or in the log. The one error
+    allowed is a pool member's engine refusing to start for want of free memory (vLLM's
+    ValueError), and only when the summary reports it: on a loaded machine the operator may
+    react after the container's start."""
     result, out = run
-    for where, text in (
-        ("stdout", result.stdout),
-        ("stderr", result.stderr),
-        ("demo.log", (out / "demo.log").read_text()),
-    ):
+    [pool] = summary["pools"]
+    refusal = re.compile(r" ERROR snooze\.sim\.engine: \S+: ValueError: Free memory on device ")
+    log = (out / "demo.log").read_text()
+    if pool["device_start_refusals"]:
+        log = "\n".join(line for line in log.splitlines() if not refusal.search(line))
+    for where, text in (("stdout", result.stdout), ("stderr", result.stderr), ("demo.log", log)):
         for sign in ("Traceback", "Task was destroyed", " ERROR "):
             assert sign not in text, f"{sign!r} in {where}:\n{text[-3000:]}"
 
@@ -163,3 +170,98 @@ def test_the_dashboard_is_plotted_from_prometheus(tmp_path: Path) -> None:
     assert [p["title"] for p in counts] == panels
     assert [p["title"] for p in counts if p["series"] == 0 or p["points"] == 0] == []
     assert f"dashboard: {tmp_path / 'dashboard.png'}" in result.stdout
+
+
+def test_the_pool_makes_room_and_the_held_request_is_answered(summary: dict[str, Any]) -> None:
+    """Four models of 30 GiB on one simulated GPU of 70 GiB: a request for a sleeping member
+    is held while the least recently used awake one sleeps, then answered; never three awake,
+    never a wake out of memory."""
+    [pool] = summary["pools"]
+    members = set(pool["members"])
+    assert members == {"translate", "sql", "legal", "support"}
+    for_wakes = [s for s in summary["swaps"] if not s["making_room_for"].startswith("starting ")]
+    assert for_wakes, summary["swaps"]
+    for swap in for_wakes:
+        assert swap["model"] in members and swap["making_room_for"] in members - {swap["model"]}
+    answered_after_a_swap = [
+        r
+        for r in summary["requests"]
+        for s in for_wakes
+        if r["model"] == s["making_room_for"]
+        and r["status"] == 200
+        and r["held"] > 0
+        and r["sent"] <= s["t"] <= r["answered"]
+    ]
+    assert answered_after_a_swap, "no held request answered after its member's room was made"
+    assert pool["most_awake"] == 2  # the simulated GPU's own count, sampled through the run
+    assert pool["peak_used_gib"] <= pool["memory_gib"]
+    assert pool["ooms"] == pool["device_wake_ooms"] == 0
+    assert pool["wake_waits"] and all(w > 0 for w in pool["wake_waits"])
+
+
+def test_the_pool_summary_agrees_with_the_metrics_and_the_events(
+    run: tuple[subprocess.CompletedProcess[str], Path], summary: dict[str, Any]
+) -> None:
+    """The evictions the operator counted (snooze_pool_evictions_total, by reason) are those its
+    MakingRoom Events announced, and the terminal prints the same figures as summary.json."""
+    result, _ = run
+    [pool] = summary["pools"]
+    events = [e for e in summary["events"] if e["reason"] == "MakingRoom"]
+    for_starts = [e for e in events if " for starting " in e["message"]]
+    # An eviction counts once its sleep begins; one chosen and then spared (busy) does not.
+    assert 1 <= pool["swaps"] <= len(events) - len(for_starts)
+    assert pool["start_evictions"] <= len(for_starts)
+    assert len(summary["swaps"]) <= len(events)  # the last Events may come after the last sample
+    lines = result.stdout.splitlines()
+    assert (
+        "GPUPool gpu-0: 4 models (translate, sql, legal, support) of 30 GiB each on one GPU of "
+        "70 GiB: 1 GPU where one GPU per model takes 4"
+    ) in lines
+    waits = len(pool["wake_waits"])
+    assert any(
+        line.startswith(f"  swaps: {pool['swaps']} members put to sleep to make room for a wake")
+        and f"over {waits} wakes" in line
+        for line in lines
+    ), result.stdout[-3000:]
+    assert any(
+        line.startswith(f"  at most {pool['most_awake']} awake at once")
+        and "wakes out of memory: 0 (snooze_pool_oom_total), 0 (the simulated GPU's count)" in line
+        for line in lines
+    )
+
+
+def test_the_pool_shows_where_a_person_looks(
+    run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    """The live view says who sleeps for whom, who waits for room and why, and the pool's
+    memory; the timeline has the pool's row."""
+    result, _ = run
+    out = result.stdout
+    assert "deployed legal (its InferenceModel and Deployment) on GPUPool gpu-0" in out
+    assert re.search(r"gpu-0: \S+ \((translate|sql|legal|support)\) sleeps to make room for", out)
+    assert re.search(r"held \d+; waiting for 29GiB on GPUPool gpu-0: ", out)
+    assert re.search(r"\| GPUPool gpu-0: \d+ of 70 GiB used, awake: ", out)
+
+
+def test_the_summary_compares_a_fixed_ttl(
+    run: tuple[subprocess.CompletedProcess[str], Path], summary: dict[str, Any]
+) -> None:
+    """What a fixed TTL would have cost on the run's own traffic (whatif's replay), beside what
+    Snooze did, model by model: the held counts are the run's own."""
+    result, _ = run
+    rows = {r["model"]: r for r in summary["fixed_ttl"]}
+    assert set(rows) == {m["model"] for m in summary["models"]}
+    for model, row in rows.items():
+        asked = [r for r in summary["requests"] if r["model"] == model]
+        assert row["requests"] == len(asked)
+        assert row["snooze_held"] == sum(1 for r in asked if r["held"] > 0)
+        assert row["ttl_gpu_hours"] > 0 and row["snooze_gpu_hours"] > 0
+        assert 0 <= row["ttl_held"] <= row["requests"]
+    # On GPUs of their own the pool's members never sleep (idle.after: Never): nothing held,
+    # awake all along; on the shared GPU they took turns.
+    for model in ("translate", "sql", "legal", "support"):
+        assert rows[model]["policy"] == "always-on" and rows[model]["ttl_held"] == 0
+        assert rows[model]["snooze_gpu_hours"] < rows[model]["ttl_gpu_hours"]
+    assert "What a fixed TTL would have cost on this run's own traffic" in result.stdout
+    assert "GPUs held all along: 10 with a fixed TTL" in result.stdout
+    assert "7 with Snooze (a pool's members share one)" in result.stdout

@@ -25,6 +25,7 @@ import yaml
 from conftest import Cluster, OperatorThread, wait_for
 from gateway_fixtures import GatewayThread, routable_pods
 from prometheus_client import CollectorRegistry, start_http_server
+from test_pools import Kubelet
 
 from snooze.operator.metrics import OperatorMetrics
 
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "charts" / "snooze" / "dashboards" / "snooze.json"
 RULES = ROOT / "charts" / "snooze" / "rules" / "snooze.rules.yaml"
 PROMETHEUS = shutil.which("prometheus")
+GPUPOOLS = "/apis/snooze.dev/v1alpha1/namespaces/default/gpupools"
 pytestmark = pytest.mark.needs("prometheus")
 NS = "default"
 # Jobs named as the chart's ServiceMonitor names them (after the metrics Services of a release
@@ -177,12 +179,13 @@ def panel_targets() -> list[tuple[str, str]]:
 
 
 def grafana(expr: str) -> str:
-    """The query as Grafana sends it with both models picked (a multi-value regex)."""
+    """The query as Grafana sends it with both models picked (a multi-value regex) and the pool."""
     for name, value in [
         ("$__rate_interval", "1m"),
         ("$__range", "5m"),
         ("$namespace", NS),
         ("$model", "(chat|hybrid)"),
+        ("$pool", "gpu-p"),
     ]:
         expr = expr.replace(name, value)
     return expr
@@ -248,6 +251,11 @@ def test_dashboard_queries_return_data_and_rules_evaluate(
     assert ask("hybrid") == 504
     scraped(prom, 'snooze_wake_failures_total{model="hybrid",reason="HybridKVCacheReinit"}')
     scraped(prom, 'snooze_gateway_rejected_requests_total{model="hybrid",reason="timeout"}')
+
+    # A GPU pool of 40 GiB for two members of 30 GiB: the second one's start puts the first to
+    # sleep, and a request for the first is held while the second sleeps for it (a wake's
+    # eviction), then answered.
+    shared = swap_on_a_pool(cluster, prom, ask)
     http.close()
     pool.shutdown()
 
@@ -263,6 +271,7 @@ def test_dashboard_queries_return_data_and_rules_evaluate(
         "histogram_quantile(0.5, sum by (le) ("
         "rate(snooze_gateway_hold_duration_seconds_bucket[1m])))",
         f'sum(increase(snooze_asleep_seconds_total{{namespace="{NS}"}}[5m]))',
+        "histogram_quantile(0.99, sum by (le) (rate(snooze_pool_wait_seconds_bucket[1m])))",
     ]:
         # Not just series: these figures are real (a quantile of nothing would be NaN).
         value = prom.value(expr)
@@ -298,3 +307,44 @@ def test_dashboard_queries_return_data_and_rules_evaluate(
     assert alerts["SnoozeHeldRequestsTimingOut"] == {"hybrid"}
     # Both processes are up under chart-style job names: the Down alerts stay quiet.
     assert "SnoozeOperatorDown" not in alerts and "SnoozeGatewayDown" not in alerts
+    # The pool fits and no wake ran out of memory (the device's own count agrees).
+    assert "SnoozePoolWakesOutOfMemory" not in alerts and "SnoozePoolOvercommitted" not in alerts
+    assert sum(e.memory.oom_total["wake"] for e in shared.engines.values()) == 0
+
+
+def swap_on_a_pool(cluster: Cluster, prom: Prometheus, ask: Callable[[str], int]) -> Kubelet:
+    """Two members that cannot both be awake on one pool, swapped by a held request; the pool's
+    series in Prometheus say so: memory by state, awake members, evictions of both reasons."""
+    device = cluster.sim.add_device(name="gpu-p", memory_gib=40)
+    body = {"metadata": {"name": "gpu-p"}, "spec": {"memory": "40Gi", "minResidency": "1s"}}
+    cluster.http.post(GPUPOOLS, json=body).raise_for_status()
+    for name in ("pa", "pb"):
+        cluster.create_model(
+            name,
+            {
+                "selector": {"matchLabels": {"app": name}},
+                "idle": {"after": "Never"},
+                "pool": {"name": "gpu-p", "memory": "30Gi", "asleepMemory": "1Gi"},
+                "wake": {"timeout": "30s"},
+            },
+        )
+    kubelet = Kubelet(cluster, device)
+    kubelet.start("pa")
+    scraped(prom, 'snooze_pool_awake_members{pool="gpu-p"}', lambda v: v == 1)
+    kubelet.start("pb")  # loads once the pool has put pa to sleep for it
+    scraped(prom, 'snooze_pool_evictions_total{pool="gpu-p",reason="start"}', lambda v: v == 1)
+    wait_for("pa asleep", lambda: kubelet.engines["pa"].is_sleeping)
+    assert ask("pa") == 200  # held while pb sleeps for it
+    assert kubelet.engines["pb"].is_sleeping and not kubelet.engines["pa"].is_sleeping
+    scraped(prom, 'snooze_pool_evictions_total{pool="gpu-p",reason="wake"}', lambda v: v == 1)
+    scraped(prom, 'snooze_pool_wait_seconds_count{pool="gpu-p"}', lambda v: v >= 1)
+    # One awake (30 GiB) and one asleep (1 GiB) of 40: what the device itself says.
+    gib = 2**30
+    memory = 'snooze_pool_memory_bytes{pool="gpu-p",state="%s"}'
+    scraped(prom, memory % "awake", lambda v: v == 30 * gib)
+    scraped(prom, memory % "asleep", lambda v: v == 1 * gib)
+    scraped(prom, memory % "free", lambda v: v == 9 * gib <= device.free_bytes)
+    scraped(prom, 'snooze_pool_awake_members{pool="gpu-p"}', lambda v: v == 1)
+    scraped(prom, 'snooze_pool_waiting_wakes{pool="gpu-p"}', lambda v: v == 0)
+    scraped(prom, 'snooze_pool_overcommitted{pool="gpu-p"}', lambda v: v == 0)
+    return kubelet

@@ -255,8 +255,8 @@ def test_the_dra_example_as_the_readme_runs_it(node: Node, monkeypatch: pytest.M
         wait_for("the wake waiting", lambda: node.pool("shared-h100").get("waiting") == 1)
         assert node.ok(GET_USED) == '76GiB/79GiB used, 1 waiting: ["qwen2-5-coder-7b"]\n'
         message = (
-            "waiting for 30GiB on GPUPool shared-h100: every awake member that could make room"
-            " is 2 kept awake by their models (minAwake, desiredState)"
+            "waiting for 30GiB on GPUPool shared-h100: no awake member can make room:"
+            " 2 kept awake by their models (minAwake, desiredState)"
         )
         wait_for("WaitingForRoom", lambda: message in node.ok(GET_WAITING))
         rows = {line.split()[0]: line for line in node.ok(GET_WAITING).splitlines()[1:]}

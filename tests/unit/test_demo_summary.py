@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from snooze.demo import scenario, summary
+from snooze.demo.picture import deletions
 from snooze.demo.sampler import incidents_between, pod_state
-from snooze.demo.timeline import Incident, PodSample, Sample, Timeline, _deletions, with_failed
+from snooze.demo.timeline import Incident, PodSample, Sample, Timeline, with_failed
 from snooze.demo.traffic import Record
 from snooze.durations import parse_duration
 
@@ -17,9 +18,18 @@ def test_time_scale_shortens_latencies_and_timers() -> None:
     for a, b in zip(full.models, quick.models, strict=True):
         for key in ("sleep_seconds", "wake_seconds", "reload_seconds", "startup_seconds"):
             assert b.engine[key] == pytest.approx(a.engine[key] / 4, abs=0.002), (a.name, key)
-        assert parse_duration(b.spec["idle"]["after"]) == pytest.approx(
-            parse_duration(a.spec["idle"]["after"]) / 4
-        )
+        if a.pool is not None:  # only the pool puts its members to sleep
+            assert a.spec["idle"]["after"] == b.spec["idle"]["after"] == "Never"
+            # The container starts later than the pool can make room for it, at every scale.
+            for m, scale in ((a, 1.0), (b, 0.25)):
+                probes = scenario.POOL_REACTION_PROBES * scenario.probe_interval(scale)
+                reaction = m.engine["sleep_seconds"] + probes
+                assert m.container_start_seconds >= reaction - 0.001  # rounded to ms
+            assert b.container_start_seconds < a.container_start_seconds
+        else:
+            assert parse_duration(b.spec["idle"]["after"]) == pytest.approx(
+                parse_duration(a.spec["idle"]["after"]) / 4
+            )
         assert b.engine["gpu_memory_gib"] == a.engine["gpu_memory_gib"]  # sizes do not scale
 
 
@@ -139,8 +149,8 @@ def test_summary_rows_add_up() -> None:
 
 def test_deletions_mark_where_a_pod_ended() -> None:
     spans = [(0.0, 1.0, "awake"), (1.0, 2.0, "absent"), (2.0, 3.0, "absent")]
-    assert _deletions(spans) == [1.0]
-    assert _deletions([(0.0, 1.0, "absent"), (1.0, 2.0, "awake")]) == []
+    assert deletions(spans) == [1.0]
+    assert deletions([(0.0, 1.0, "absent"), (1.0, 2.0, "awake")]) == []
 
 
 def test_each_counter_increment_is_an_incident() -> None:

@@ -10,7 +10,7 @@ from snooze.models import InferenceModelSpec, parse_spec
 from snooze.operator.memory import EngineMemory
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
-from snooze.policy.pool import MemberState
+from snooze.policy.pool import MemberState, PoolDecision
 
 GIB = 2**30
 
@@ -100,3 +100,22 @@ def test_the_footprint_falls_back_to_the_engine_then_the_pod_args() -> None:
     source.engines["said-0"] = EngineMemory(last_activity=0.0, sleeping=False, gpu_share=0.5)
     members, _, _ = loop_over(source)._gather(parse_pool_spec({"memory": "80Gi"}), now=1.0)
     assert {m.pod: m.footprint for m in members} == {"args-0": 20 * GIB, "said-0": 40 * GIB}
+
+
+def test_an_eviction_counts_under_what_it_was_chosen_for() -> None:
+    """The sleep begins after the decision that chose it may have moved on (the starting
+    member it made room for now counted as loading): it still counts as made for a start."""
+    spec = parse_spec({"selector": {"matchLabels": {"app": "m"}}, "pool": {"name": "gpu"}})
+    source = Source("m", spec, [pod("old-0"), pod("new-0")])
+    loop = loop_over(source)
+    sources = {"old-0": source, "new-0": source}
+    chosen = PoolDecision(
+        grant=frozenset(), evict={"old-0": "starting new-0"}, levels={}, waiting=(), used=0
+    )
+    loop._publish(chosen, [], sources, now=1.0)
+    moved_on = PoolDecision(grant=frozenset(), evict={}, levels={}, waiting=(), used=0)
+    loop._publish(moved_on, [], sources, now=2.0)
+    loop.made_room("old-0")
+    evictions = loop.metrics.pool_evictions
+    assert evictions.labels("ns", "gpu", "start")._value.get() == 1
+    assert evictions.labels("ns", "gpu", "wake")._value.get() == 0

@@ -15,15 +15,22 @@ from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 log = logging.getLogger(__name__)
 OWNER = "snooze-demo/deployment"
 IMAGE = "vllm/vllm-openai:v0.26.0"
+NODE = "demo-node"
+LOADED_POLL_SECONDS = 0.05
 
 
 class ReplicaSetStandIn:
     """Keeps `spec.replicas` pods per Deployment of one namespace, each with a simulated engine.
 
-    A pod is created at once, not Ready, while its engine loads (`startup_seconds`, in a thread
-    of its own so that one slow start never delays another Deployment); it turns Running and
-    Ready once the engine listens at its podIP. The engine of a deleted pod is killed, as the
-    kubelet would, so a pod the operator deletes comes back as a fresh, awake engine.
+    It plays the node too, as a scheduler and a kubelet would: a pod is created bound to the
+    node (`spec.nodeName`), not Ready; its container starts (`container_start`, per
+    Deployment), then its engine starts and loads (`startup_seconds`), all in a thread of its
+    own so that one slow start never delays another Deployment; it turns Running and Ready
+    once the engine has loaded and listens at its podIP. An engine on a shared device
+    (`device` in its options) that finds too little memory free answers 503 and retries, as a
+    container that exits and restarts would, and its pod stays not Ready until it loads. The
+    engine of a deleted pod is killed, as the kubelet would, so a pod the operator deletes
+    comes back as a fresh, awake engine.
     """
 
     def __init__(
@@ -34,6 +41,7 @@ class ReplicaSetStandIn:
         addresses: Iterator[str],
         namespace: str = "default",
         per_deployment: Mapping[str, Mapping[str, Any]] | None = None,
+        container_start: Mapping[str, float] | None = None,
         interval: float = 0.05,
         **engine: Any,
     ) -> None:
@@ -43,12 +51,15 @@ class ReplicaSetStandIn:
         self.ns = namespace
         self.engine_options = engine
         self.per_deployment = dict(per_deployment or {})
+        self.container_start = dict(container_start or {})
         self.interval = interval
         self.engines: dict[str, SimulatedEngine] = {}
         """Live engines by pod name (read from other threads: replaced, never mutated in place)."""
         self.owners: dict[str, str] = {}
         """Deployment of each pod this controller created."""
         self.created: list[str] = []
+        self.every_engine: list[SimulatedEngine] = []
+        """Every engine started, those of deleted pods too (their counters stay readable)."""
         self._names = itertools.count()
         self._lock = threading.Lock()
         self._gone: set[str] = set()
@@ -115,7 +126,7 @@ class ReplicaSetStandIn:
         ip = next(self.addresses)
         pod = {
             "metadata": {"name": name, "labels": {**labels, OWNER: deployment}},
-            "spec": {"containers": [{"name": "vllm", "image": IMAGE}]},
+            "spec": {"nodeName": NODE, "containers": [{"name": "vllm", "image": IMAGE}]},
         }
         self.http.post(f"/api/v1/namespaces/{self.ns}/pods", json=pod).raise_for_status()
         with self._lock:
@@ -129,22 +140,33 @@ class ReplicaSetStandIn:
         options.update(self.engine_options)
         options.update(self.per_deployment.get(deployment, {}))
         config = EngineConfig(host=ip, port=8000, **options)
+        delay = self.container_start.get(deployment, 0.0)
         starter = threading.Thread(
-            target=self._load, args=(name, config), name=f"load-{name}", daemon=True
+            target=self._load, args=(name, config, delay), name=f"load-{name}", daemon=True
         )
         self._starters = [t for t in self._starters if t.is_alive()] + [starter]
         starter.start()
 
-    def _load(self, name: str, config: EngineConfig) -> None:
-        # Scheduled, image pulled, model loading: the engine listens once loaded, then Ready.
+    def _load(self, name: str, config: EngineConfig, delay: float) -> None:
+        # Bound to the node; the container starts, then the engine: it loads (and listens)
+        # once its memory is free on its device, and the pod is Ready once it has loaded.
+        if self._stop.wait(delay):
+            return
+        with self._lock:
+            if name in self._gone:
+                return
         try:
             engine = self.sim.add(config)
         except RuntimeError:
             return  # the simulator stopped while this pod was loading
         with self._lock:
+            self.every_engine.append(engine)
             gone = name in self._gone
             if not gone:
                 self.engines = {**self.engines, name: engine}
+        while not (gone or engine.loaded or self._stop.wait(LOADED_POLL_SECONDS)):
+            with self._lock:
+                gone = name in self._gone
         if gone or self._stop.is_set():
             self.sim.remove(engine)
             return

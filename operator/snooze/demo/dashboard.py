@@ -44,7 +44,7 @@ def query(
     step = max(1.0, (end - start) / 500)
     rate = f"{math.ceil(max(4 * scrape, step + scrape, 15 * scale))}s"
     values = {"$__rate_interval": rate, "$__range": f"{math.ceil(end - start)}s"}
-    values |= {"$namespace": namespace, "$model": ".*"}
+    values |= {"$namespace": namespace, "$model": ".*", "$pool": ".*"}
     panels: list[Panel] = []
     with httpx.Client(base_url=url, timeout=10) as http:
         for spec in json.loads(BOARD.read_text())["panels"]:

@@ -17,11 +17,12 @@ from typing import Any
 
 import httpx
 
-from snooze.demo import dashboard, summary, timeline, traffic, view
+from snooze.demo import dashboard, fixed_ttl, picture, pool_summary, summary, traffic, view
 from snooze.demo import scenario as scenarios
 from snooze.demo.controller import ReplicaSetStandIn, deployment
-from snooze.demo.sampler import Sampler, metric_total
+from snooze.demo.sampler import Sampler, metric_total, pool_total
 from snooze.demo.services import Prometheus, check_port
+from snooze.demo.timeline import GIB
 from snooze.gateway.embedded import GatewayThread
 from snooze.operator.actions import Settings
 from snooze.operator.embedded import OperatorThread
@@ -30,6 +31,7 @@ from snooze.operator.metrics import OperatorMetrics
 log = logging.getLogger(__name__)
 NS = "default"
 MODELS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels"
+POOLS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/gpupools"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments"
 
@@ -63,27 +65,48 @@ async def _wait(stop: asyncio.Event, seconds: float) -> bool:
     return stop.is_set()
 
 
-async def _setup(api: httpx.AsyncClient, scenario: scenarios.Scenario, crd: dict[str, Any]) -> None:
-    response = await api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
-    response.raise_for_status()
-    for m in scenario.models:
-        body = deployment(m.name, replicas=m.replicas, labels={"app": m.name})
-        (await api.post(DEPLOYMENTS, json=body)).raise_for_status()
-
-
-async def _create_models(api: httpx.AsyncClient, scenario: scenarios.Scenario) -> None:
-    for m in scenario.models:
+async def _setup(
+    api: httpx.AsyncClient, scenario: scenarios.Scenario, crds: list[dict[str, Any]]
+) -> None:
+    for crd in crds:
+        response = await api.post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd
+        )
+        response.raise_for_status()
+    for pool in scenario.pools:
         body = {
             "apiVersion": "snooze.dev/v1alpha1",
-            "kind": "InferenceModel",
-            "metadata": {"name": m.name, "namespace": NS},
-            "spec": m.spec,
+            "kind": "GPUPool",
+            "metadata": {"name": pool.name, "namespace": NS},
+            "spec": pool.spec,
         }
-        (await api.post(MODELS, json=body)).raise_for_status()
+        (await api.post(POOLS, json=body)).raise_for_status()
+    for m in scenario.first_models:
+        await _deploy(api, m, model=False)
+
+
+async def _deploy(api: httpx.AsyncClient, m: scenarios.ModelPlan, *, model: bool) -> None:
+    """The model's Deployment, and (`model`) its InferenceModel first: a pool member's pods
+    must be known as members before they start, so that the pool makes room for them."""
+    if model:
+        await _create_model(api, m)
+    body = deployment(m.name, replicas=m.replicas, labels={"app": m.name})
+    (await api.post(DEPLOYMENTS, json=body)).raise_for_status()
+
+
+async def _create_model(api: httpx.AsyncClient, m: scenarios.ModelPlan) -> None:
+    body = {
+        "apiVersion": "snooze.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": m.name, "namespace": NS},
+        "spec": m.spec,
+    }
+    (await api.post(MODELS, json=body)).raise_for_status()
 
 
 async def _pods_ready(api: httpx.AsyncClient, scenario: scenarios.Scenario) -> bool:
-    """Every Deployment has its replicas Running and Ready (the engines loaded)."""
+    """Every Deployment made before the traffic has its replicas Running and Ready (the
+    engines loaded)."""
     items = (await api.get(PODS)).json().get("items", [])
     ready: dict[str, int] = {}
     for pod in items:
@@ -91,7 +114,7 @@ async def _pods_ready(api: httpx.AsyncClient, scenario: scenarios.Scenario) -> b
         if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
             app = (pod["metadata"].get("labels") or {}).get("app", "")
             ready[app] = ready.get(app, 0) + 1
-    return all(ready.get(m.name, 0) >= m.replicas for m in scenario.models)
+    return all(ready.get(m.name, 0) >= m.replicas for m in scenario.first_models)
 
 
 async def _awake_models(
@@ -131,6 +154,9 @@ class Demo:
         self.prometheus: Prometheus | None = None
         self.started = 0.0  # the traffic's start, in Unix time: Prometheus' clock
         self.panels: list[dashboard.Panel] = []
+        self.pools = {pool.name: pool.members for pool in self.scenario.pools}
+        self.device_ooms: dict[str, tuple[int, int]] = {}
+        """Per pool: wakes and starts its simulated GPU refused, read before the engines stop."""
 
     def _interrupt(self) -> None:
         if not self.stop.is_set():
@@ -139,7 +165,7 @@ class Demo:
         self.stop.set()
 
     async def run(self) -> int:
-        from snooze.crd import crd
+        from snooze.crd import crd, pool_crd
         from snooze.gateway.settings import GatewaySettings
         from snooze.sandbox import Sandbox
         from snooze.sim import SimulatorHost
@@ -156,20 +182,23 @@ class Demo:
             sandbox = stack.enter_context(Sandbox())
             os.environ["KUBECONFIG"] = str(sandbox.write_kubeconfig(o.out / "kubeconfig"))
             sim = stack.enter_context(SimulatorHost())
+            for pool in sc.pools:
+                sim.add_device(name=pool.name, memory_gib=pool.memory_gib)
             api = httpx.AsyncClient(base_url=sandbox.url, timeout=10)
             closers.append(api.aclose)
-            await _setup(api, sc, crd())
+            await _setup(api, sc, [crd(), pool_crd()])
             controller = ReplicaSetStandIn(
                 url=sandbox.url,
                 sim=sim,
                 addresses=addresses(),
                 namespace=NS,
                 per_deployment={m.name: {"model": m.name, **m.engine} for m in sc.models},
+                container_start={m.name: m.container_start_seconds for m in sc.models},
                 interval=0.1,
             ).start()
             stack.callback(controller.stop)
             settings = Settings(
-                probe_interval=max(0.2, o.scale),
+                probe_interval=scenarios.probe_interval(o.scale),
                 drain_timeout=max(1.0, 5.0 * o.scale),
                 drain_poll=0.05,
                 probe_timeout=2.0,
@@ -187,11 +216,13 @@ class Demo:
             begun = time.monotonic()
             while not await _pods_ready(api, sc):
                 await self._setup_wait(begun, "the pods' engines to load")
-            await _create_models(api, sc)
+            for m in sc.first_models:
+                await _create_model(api, m)
             # Each model counts once it was seen Awake: the quick ones may sleep meanwhile.
             seen: set[str] = set()
-            while not self.stop.is_set() and seen != set(sc.model_names):
-                seen |= await _awake_models(api, gateway_url, sc)
+            first = {m.name for m in sc.first_models}
+            while not self.stop.is_set() and seen != first:
+                seen |= await _awake_models(api, gateway_url, sc) & first
                 await self._setup_wait(begun, f"models awake (so far: {sorted(seen)})")
             print(f"all models awake after {time.monotonic() - begun:.1f}s; traffic starts")
             self.sampler = Sampler(
@@ -200,8 +231,9 @@ class Demo:
                 gateway=gateway,
                 metrics=self.metrics,
                 models=sc.model_names,
+                pools=self.pools,
             )
-            await self._play(gateway_url)
+            await self._play(gateway_url, api)
             if self.prometheus is not None:
                 await self._query_dashboard(self.prometheus)
         finally:
@@ -237,10 +269,10 @@ class Demo:
         self.prometheus = prometheus
         print(f"prometheus: {prometheus.url} (scraping {', '.join(targets.values())})")
 
-    async def _play(self, gateway_url: str) -> None:
+    async def _play(self, gateway_url: str, api: httpx.AsyncClient) -> None:
         assert self.sampler is not None
         sc = self.scenario
-        live = view.LiveView(sc.model_names)
+        live = view.LiveView(sc.model_names, pools=self.pools)
         t0 = time.monotonic()
         self.started = time.time()
         sending = asyncio.create_task(
@@ -248,6 +280,7 @@ class Demo:
                 url=gateway_url, plan=list(sc.traffic), t0=t0, stop=self.stop, records=self.records
             )
         )
+        deploying = asyncio.create_task(self._deploy_late(api, t0, live))
         every = max(0.05, 0.2 * sc.scale)
         shown = -1.0
         # The scenario's clock, then a grace for requests still held (a cold start, a restart).
@@ -262,6 +295,10 @@ class Demo:
             if over or await _wait(self.stop, every):
                 break
         live.release()
+        deploying.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await deploying
+        self.device_ooms = self._device_ooms()
         if not sending.done():
             # Interrupted or out of grace: give in-flight requests a moment, then cut them.
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
@@ -281,6 +318,35 @@ class Demo:
             for e in items.get("items", [])
         ]
 
+    async def _deploy_late(self, api: httpx.AsyncClient, t0: float, live: view.LiveView) -> None:
+        """The models the scenario deploys while the traffic runs, each at its time."""
+        late = sorted(
+            (m for m in self.scenario.models if m.deploy_at is not None),
+            key=lambda m: m.deploy_at or 0.0,
+        )
+        for m in late:
+            if await _wait(self.stop, t0 + (m.deploy_at or 0.0) - time.monotonic()):
+                return
+            await _deploy(api, m, model=True)
+            live.say(
+                f"{time.monotonic() - t0:6.1f}s deployed {m.name} (its InferenceModel and "
+                f"Deployment)" + (f" on GPUPool {m.pool}" if m.pool else "")
+            )
+
+    def _device_ooms(self) -> dict[str, tuple[int, int]]:
+        """Per pool, the wakes and the starts its GPU refused for want of memory, summed over
+        every engine that ran on it (the engines' own counts)."""
+        assert self.sampler is not None
+        found: dict[str, tuple[int, int]] = {}
+        engines = self.sampler.controller.every_engine
+        for pool in self.pools:
+            mine = [e for e in engines if e.config.device == pool]
+            found[pool] = (
+                sum(e.memory.oom_total["wake"] for e in mine),
+                sum(e.memory.oom_total["start"] for e in mine),
+            )
+        return found
+
     async def _query_dashboard(self, prometheus: Prometheus) -> None:
         """Every dashboard panel over the run, before Prometheus stops (its last scrapes in)."""
         await asyncio.sleep(2 * prometheus.interval)
@@ -297,6 +363,36 @@ class Demo:
         except (OSError, httpx.HTTPError, KeyError, ValueError) as exc:  # no board, no server
             log.warning("the dashboard's queries failed", exc_info=True)
             print(f"snooze demo: no dashboard: {exc}", file=sys.stderr)
+
+    def _pool_summary(self, pool: scenarios.PoolPlan) -> pool_summary.PoolSummary:
+        assert self.sampler is not None
+        members = [self.scenario.model(m) for m in pool.members]
+        footprint = max(m.engine["gpu_memory_gib"] + m.engine["kv_cache_gib"] for m in members)
+        asleep = max(m.engine["asleep_memory_gib"] for m in members)
+        most, peak = pool_summary.device_counts(
+            self.sampler.timeline, pool.name, pool.members, asleep_bytes=int(asleep * GIB)
+        )
+        wake_ooms, start_refusals = self.device_ooms.get(pool.name, (0, 0))
+        return pool_summary.PoolSummary(
+            pool=pool.name,
+            members=pool.members,
+            memory_gib=pool.memory_gib,
+            footprint_gib=footprint + asleep,
+            swaps=round(pool_total(self.metrics, "snooze_pool_evictions_total", pool.name, "wake")),
+            start_evictions=round(
+                pool_total(self.metrics, "snooze_pool_evictions_total", pool.name, "start")
+            ),
+            wake_waits=tuple(
+                w.seconds
+                for w in self.metrics.pool_waits
+                if (w.namespace, w.pool) == (NS, pool.name)
+            ),
+            ooms=round(pool_total(self.metrics, "snooze_pool_oom_total", pool.name)),
+            device_wake_ooms=wake_ooms,
+            device_start_refusals=start_refusals,
+            most_awake=most,
+            peak_used_gib=peak,
+        )
 
     def report(self) -> int:
         o, sc = self.options, self.scenario
@@ -319,19 +415,36 @@ class Demo:
         print()
         for line in summary.table(rows):
             print(line)
+        pools = [self._pool_summary(pool) for pool in sc.pools]
+        for pool in pools:
+            print()
+            for line in pool_summary.lines(pool):
+                print(line)
+        ttl = fixed_ttl.compare(sc, self.records, self.sampler.timeline, end=self.elapsed)
+        print()
+        gpus = sum(m.replicas for m in sc.models)
+        pooled = sum(m.replicas for m in sc.models if m.pool is not None)
+        for line in fixed_ttl.lines(
+            ttl, gpus_fixed=gpus, gpus_snooze=gpus - pooled + len(sc.pools)
+        ):
+            print(line)
         png = o.out / "timeline.png"
-        timeline.render_png(
+        picture.render_png(
             self.sampler.timeline,
             self.records,
             sc.model_names,
             png,
             title=f"snooze demo: {self.elapsed:.0f}s, time scale x{sc.scale:g}",
+            pools=self.pools,
         )
         result = {
             "duration": self.elapsed,
             "scale": sc.scale,
             "interrupted": self.interrupted,
             "models": summary.as_json(rows),
+            "pools": [pool_summary.as_json(pool) for pool in pools],
+            "fixed_ttl": fixed_ttl.as_json(ttl),
+            "swaps": [vars(s) for s in self.sampler.timeline.swaps],
             "wake_durations": self.sampler.timeline.wakes,
             "incidents": [vars(i) for i in self.sampler.timeline.incidents],
             "states": {m: sorted(self.sampler.timeline.states_seen(m)) for m in sc.model_names},

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -14,7 +15,11 @@ from snooze.operator.metrics import OperatorMetrics
 
 NS = "default"
 MODELS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels"
+POOLS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/gpupools"
 PODS = f"/api/v1/namespaces/{NS}/pods"
+EVENTS = f"/api/v1/namespaces/{NS}/events"
+# The pool's Event for each member it puts to sleep (operator/pools.py words it).
+MAKING_ROOM = re.compile(r"^(?P<pod>\S+) \((?P<model>[^)]*)\) sleeps to make room for (?P<for>.+)$")
 STATE_LABEL = "snooze.dev/state"
 # Operator counters whose every increment is an incident, and what it is called then.
 INCIDENTS = {
@@ -30,6 +35,21 @@ def metric_total(metrics: OperatorMetrics, name: str, model: str) -> float:
     for family in metrics.registry.collect():
         for sample in family.samples:
             if sample.name == name and sample.labels.get("model") == model:
+                total += sample.value
+    return total
+
+
+def pool_total(metrics: OperatorMetrics, name: str, pool: str, reason: str | None = None) -> float:
+    """A pool's sample in namespace NS, of one `reason` or summed over all."""
+    total = 0.0
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if (
+                sample.name == name
+                and (labels.get("namespace"), labels.get("pool")) == (NS, pool)
+                and reason in (None, labels.get("reason"))
+            ):
                 total += sample.value
     return total
 
@@ -74,13 +94,17 @@ class Sampler:
         gateway: GatewayThread,
         metrics: OperatorMetrics,
         models: list[str],
+        pools: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.api = api
         self.controller = controller
         self.gateway = gateway
         self.metrics = metrics
         self.models = models
+        self.pools = dict(pools or {})
+        """Each GPU pool's member models."""
         self.timeline = timeline.Timeline()
+        self._events_seen: set[str] = set()
         self._seen = set(models)
         self._wakes_seen = 0.0  # when the last wake taken happened
         self._counts = counts(metrics)
@@ -115,17 +139,66 @@ class Sampler:
                 held=held.get(name, 0),
                 last_wake_time=status.get("lastWakeTime"),
                 last_wake_seconds=status.get("lastWakeSeconds"),
+                waiting_for_room=waiting_for_room(status),
             )
         self._wakes(t)
         incidents = self._incidents(t, pods)
+        pools = await self._pools(pods)
+        swaps = await self._swaps(t) if self.pools else []
         pods = {
             name: timeline.failed(pod) if name in self._failed else pod
             for name, pod in pods.items()
         }
         self._failed &= set(pods)
-        sample = timeline.Sample(t=t, pods=pods, models=models, incidents=tuple(incidents))
+        sample = timeline.Sample(
+            t=t,
+            pods=pods,
+            models=models,
+            incidents=tuple(incidents),
+            pools=pools,
+            swaps=tuple(swaps),
+        )
         self.timeline.add(sample)
         return sample
+
+    async def _pools(
+        self, pods: Mapping[str, timeline.PodSample]
+    ) -> dict[str, timeline.PoolSample]:
+        """Each pool's device as the simulated GPU counts it, beside the pool's own count."""
+        if not self.pools:
+            return {}
+        statuses = {
+            item["metadata"]["name"]: item.get("status") or {}
+            for item in (await self.api.get(POOLS)).json().get("items", [])
+        }
+        found = {}
+        for name, members in self.pools.items():
+            device = self.controller.sim.devices.get(name)
+            if device is None:
+                continue
+            status = statuses.get(name, {})
+            found[name] = timeline.PoolSample(
+                memory_bytes=device.total_bytes,
+                held={m: sum(p.gpu_bytes for p in pods.values() if p.model == m) for m in members},
+                counted_bytes=int(status.get("usedBytes") or 0),
+                waiting=tuple(status.get("waitingModels") or ()),
+            )
+        return found
+
+    async def _swaps(self, t: float) -> list[timeline.Swap]:
+        """The MakingRoom Events not seen before: who was put to sleep for whom."""
+        response = await self.api.get(EVENTS, params={"fieldSelector": "reason=MakingRoom"})
+        found = []
+        for event in response.json().get("items", []):
+            name = event["metadata"]["name"]
+            if name in self._events_seen:
+                continue
+            self._events_seen.add(name)
+            swap = parse_swap(event, t=t)
+            if swap is not None and swap.pool in self.pools:
+                found.append(swap)
+        self.timeline.swaps.extend(found)
+        return found
 
     def _wakes(self, t: float) -> None:
         # The operator keeps each wake exactly (OperatorMetrics.wakes); take the new ones.
@@ -174,3 +247,25 @@ def pod_state(pod: Mapping[str, Any]) -> str:
     )
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return str(labels.get(STATE_LABEL) or "awake") if ready else "loading"
+
+
+def waiting_for_room(status: Mapping[str, Any]) -> str | None:
+    """The message of a model's WaitingForRoom condition while it is True (pure)."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "WaitingForRoom" and condition.get("status") == "True":
+            return str(condition.get("message") or "waiting for room on its GPU pool")
+    return None
+
+
+def parse_swap(event: Mapping[str, Any], *, t: float) -> timeline.Swap | None:
+    """A MakingRoom Event as a Swap, or None if it is worded otherwise (pure)."""
+    match = MAKING_ROOM.match(str(event.get("message") or ""))
+    if event.get("reason") != "MakingRoom" or match is None:
+        return None
+    return timeline.Swap(
+        t=t,
+        pool=str((event.get("involvedObject") or {}).get("name") or ""),
+        pod=match["pod"],
+        model=match["model"],
+        making_room_for=match["for"],
+    )

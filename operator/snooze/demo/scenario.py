@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snooze.durations import format_duration
+from snooze.models import NEVER
 
 # The scenario is written for a 60-second run; --duration stretches or squeezes its clock.
 BASE_DURATION = 60.0
@@ -21,6 +22,39 @@ RELOAD_GIB_PER_SECOND = 10.0
 COLD_START_SECONDS = 2.0
 COLD_START_GIB_PER_SECOND = 16.0
 TOKENS = 12
+ASLEEP_GIB = 1.0
+"""What a sleeping engine still holds on its GPU (the simulator's default)."""
+# The pool scene: four models of 30 GiB on one GPU of 70 GiB, two awake at most. A member's
+# container starts (image, Python, CUDA) before vLLM checks the device's free memory; that is
+# the time the pool has to put an awake member to sleep for it (a real start takes tens of
+# seconds, a level-1 sleep of 29 GiB about 4 s): the demo's is longer than that sleep plus the
+# operator's reaction.
+POOL = "gpu-0"
+POOL_MEMORY_GIB = 70.0
+POOL_CONTAINER_START_SECONDS = 7.0
+POOL_REACTION_PROBES = 6
+"""Probe intervals left for the operator to see the new pod and choose whom to evict (it
+takes about four): a member's container start stays above that plus its sleep at every
+--time-scale, since the demo's probe interval has a floor (run.py's Settings)."""
+PROBE_INTERVAL_FLOOR = 0.2
+
+
+def probe_interval(scale: float) -> float:
+    """The operator's probe interval in a demo at `scale` (pure)."""
+    return max(PROBE_INTERVAL_FLOOR, scale)
+
+
+POOL_MIN_RESIDENCY_SECONDS = 5.0
+POOL_MEMBERS = ("translate", "sql", "legal", "support")
+POOL_LATE = ("legal", "support")
+"""Deployed once the traffic starts, onto a GPU whose room the first two hold."""
+# (start, the two members asked): each phase asks for two members, so the pool swaps.
+POOL_PHASES = (
+    (10.0, ("translate", "sql")),
+    (22.5, ("support", "legal")),
+    (35.0, ("translate", "legal")),
+    (47.5, ("sql", "support")),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +73,10 @@ SIZES = {
     "32b": Size(label="Qwen2.5-32B bf16", weights_gib=61.0, kv_cache_gib=12.0, token_seconds=0.05),
     "27b-hybrid": Size(
         label="Qwen3.5-27B NVFP4 (hybrid)", weights_gib=17.0, kv_cache_gib=50.0, token_seconds=0.03
+    ),
+    # With 1 GiB that sleep keeps (CUDA context, graphs): 30 GiB awake, 0.43 of the GPU.
+    "8b-pooled": Size(
+        label="Llama-3.1-8B bf16, shared", weights_gib=15.0, kv_cache_gib=14.0, token_seconds=0.02
     ),
 }
 
@@ -76,6 +114,23 @@ class ModelPlan:
     engine: dict[str, Any]
     expected_failures: int = 0
     """Requests the scenario expects to fail (none: the gateway holds through every remedy)."""
+    pool: str | None = None
+    """The GPUPool its engines share a GPU in (spec.pool.name)."""
+    deploy_at: float | None = None
+    """Seconds into the scenario when its InferenceModel and Deployment are created; None:
+    before the traffic starts."""
+    container_start_seconds: float = 0.0
+    """From its pod appearing on the node to its engine starting (then it loads)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolPlan:
+    """A GPU that several models' engines share, and its GPUPool."""
+
+    name: str
+    memory_gib: float
+    spec: dict[str, Any]
+    members: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,10 +148,16 @@ class Scenario:
     scale: float
     models: tuple[ModelPlan, ...]
     traffic: tuple[Planned, ...] = field(default_factory=tuple)
+    pools: tuple[PoolPlan, ...] = ()
 
     @property
     def model_names(self) -> list[str]:
         return [m.name for m in self.models]
+
+    @property
+    def first_models(self) -> list[ModelPlan]:
+        """The models deployed before the traffic starts."""
+        return [m for m in self.models if m.deploy_at is None]
 
     def model(self, name: str) -> ModelPlan:
         return next(m for m in self.models if m.name == name)
@@ -116,11 +177,11 @@ def build(
         raise ValueError("duration and time scale must be greater than zero")
     stretch = duration / BASE_DURATION
 
-    def spec(name: str, level: int, idle: float, **extra: Any) -> dict[str, Any]:
+    def spec(name: str, level: int, idle: float | None, **extra: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
             "modelName": name,
             "selector": {"matchLabels": {"app": name}},
-            "idle": {"after": seconds(idle * scale)},
+            "idle": {"after": NEVER if idle is None else seconds(idle * scale)},
             "sleep": {"level": level},
             "wake": {"timeout": seconds(max(60.0, 30 * scale))},
         }
@@ -186,11 +247,64 @@ def build(
             engine=engine(hybrid),
         ),
     )
+    pooled = SIZES["8b-pooled"]
+    footprint = pooled.weights_gib + pooled.kv_cache_gib + ASLEEP_GIB
+    members = tuple(
+        ModelPlan(
+            name=name,
+            role=f"GPUPool {POOL}: "
+            + (
+                "deployed at the start; the pool puts one of the first two to sleep before it loads"
+                if name in POOL_LATE
+                else "asked in turns with the others; sleeps only when the pool needs the room"
+            ),
+            size=pooled,
+            replicas=1,
+            spec=spec(
+                name,
+                1,
+                None,  # idle.after: Never: only the pool puts it to sleep, for another member
+                pool={
+                    "name": POOL,
+                    "memory": f"{footprint:g}Gi",
+                    "asleepMemory": f"{ASLEEP_GIB:g}Gi",
+                },
+            ),
+            engine={
+                **engine(pooled),
+                # The load alone: the container's start comes before it.
+                "startup_seconds": round(pooled.weights_gib / COLD_START_GIB_PER_SECOND * scale, 3),
+                "device": POOL,
+                "asleep_memory_gib": ASLEEP_GIB,
+                "start_retry_seconds": round(max(0.1, 0.5 * scale), 3),
+            },
+            pool=POOL,
+            deploy_at=0.5 * stretch if name in POOL_LATE else None,
+            container_start_seconds=round(
+                max(
+                    POOL_CONTAINER_START_SECONDS * scale,
+                    engine(pooled)["sleep_seconds"] + POOL_REACTION_PROBES * probe_interval(scale),
+                ),
+                3,
+            ),
+        )
+        for name in POOL_MEMBERS
+    )
+    pool = PoolPlan(
+        name=POOL,
+        memory_gib=POOL_MEMORY_GIB,
+        spec={
+            "memory": f"{POOL_MEMORY_GIB:g}Gi",
+            "minResidency": seconds(POOL_MIN_RESIDENCY_SECONDS * scale),
+        },
+        members=POOL_MEMBERS,
+    )
     return Scenario(
         duration=duration,
         scale=scale,
-        models=models,
+        models=models + members,
         traffic=tuple(plan_traffic(duration=duration, stretch=stretch, seed=seed)),
+        pools=(pool,),
     )
 
 
@@ -208,6 +322,12 @@ def plan_traffic(*, duration: float, stretch: float, seed: int) -> list[Planned]
     plan.append(Planned(at=40.0 * stretch, model="summarize", stream=True))
     plan.append(Planned(at=24.0 * stretch, model="hybrid-unpatched", stream=False))
     plan.append(Planned(at=24.0 * stretch, model="hybrid-patched", stream=False))
+    for start, asked in POOL_PHASES:
+        # The second member of a phase is used last: the pool's least recently used is clear.
+        for offset, model in zip((0.0, 0.7), asked, strict=True):
+            for i in range(7):
+                at = start + offset + i * 1.5
+                plan.append(Planned(at=at * stretch, model=model, stream=i % 2 == 1))
     return sorted((p for p in plan if p.at < duration), key=lambda p: (p.at, p.model))
 
 
@@ -226,6 +346,19 @@ def describe(scenario: Scenario) -> list[str]:
             f"{m.spec['sleep']['level']}, idle {m.spec['idle']['after']}: {m.role}; "
             f"sleep {e['sleep_seconds']:.2g}s wake {e['wake_seconds']:.2g}s"
             + (f" reload {e['reload_seconds']:.2g}s" if m.spec["sleep"]["level"] == 2 else "")
-            + f" load {e['startup_seconds']:.2g}s"
+            + (
+                f" start {m.container_start_seconds:.2g}s + load {e['startup_seconds']:.2g}s"
+                if m.container_start_seconds
+                else f" load {e['startup_seconds']:.2g}s"
+            )
+        )
+    for pool in scenario.pools:
+        members = [scenario.model(name) for name in pool.members]
+        awake = max(m.engine["gpu_memory_gib"] + m.engine["kv_cache_gib"] for m in members)
+        fit = int((pool.memory_gib - ASLEEP_GIB * len(members)) // awake)
+        lines.append(
+            f"  GPUPool {pool.name}: one GPU of {pool.memory_gib:g} GiB for {len(members)} "
+            f"models of {awake + ASLEEP_GIB:g} GiB ({ASLEEP_GIB:g} GiB asleep): {fit} awake at "
+            f"once; a request for a sleeping one waits while the least recently used sleeps"
         )
     return lines

@@ -1,14 +1,11 @@
-"""What happened over time: samples of every pod's state and GPU memory, and the PNG of them."""
+"""What happened over time: samples of every pod's state and GPU memory, of every GPU pool's
+memory, and the failures and swaps seen; picture.py draws them."""
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
-from snooze.demo.traffic import Record
 
 GIB = 1024**3
 # Published routing states plus the two the demo adds: loading (not Ready yet) and absent.
@@ -22,6 +19,10 @@ COLOURS = {
     "absent": "#eeeeee",
 }
 OUTCOMES = {"ok": "#2e7d32", "held": "#ef6c00", "error": "#c62828"}
+# One colour per member of a GPU pool, apart from the states' colours: its memory in the
+# pool's row and its name in its own row.
+MEMBERS = ["#3949ab", "#00897b", "#d81b60", "#6d4c41", "#7cb342", "#5e35b1"]
+FREE = "#e0e0e0"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +40,48 @@ class ModelSample:
     held: int
     last_wake_time: str | None
     last_wake_seconds: float | None
+    waiting_for_room: str | None = None
+    """The message of its WaitingForRoom condition while True: its wake waits for its pool."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolSample:
+    """One GPU pool at one instant: the device's own count and the pool's."""
+
+    memory_bytes: int
+    """The device's memory."""
+    held: Mapping[str, int]
+    """Per member model, what its engines hold on the device (the simulated GPU's count)."""
+    counted_bytes: int
+    """What the pool's coordinator counts as used (its status): never below the device's."""
+    waiting: tuple[str, ...] = ()
+    """The models whose wakes wait for room, first come first served."""
+
+    @property
+    def free_bytes(self) -> int:
+        return self.memory_bytes - sum(self.held.values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Swap:
+    """A pool member put to sleep to make room, `t` seconds in (the MakingRoom Event)."""
+
+    t: float
+    pool: str
+    pod: str
+    model: str
+    """The member put to sleep."""
+    making_room_for: str
+    """The model whose wake needs the room, or `starting POD` for members that start."""
+
+    @property
+    def for_start(self) -> bool:
+        return self.making_room_for.startswith("starting ")
+
+    def describe(self) -> str:
+        return f"{self.pool}: {self.pod} ({self.model}) sleeps to make room for " + (
+            self.making_room_for
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +108,9 @@ class Sample:
     models: Mapping[str, ModelSample]
     incidents: tuple[Incident, ...] = ()
     """Those first seen at this sample."""
+    pools: Mapping[str, PoolSample] = field(default_factory=dict)
+    swaps: tuple[Swap, ...] = ()
+    """Those first seen at this sample."""
 
 
 def failed(pod: PodSample) -> PodSample:
@@ -76,7 +122,7 @@ def with_failed(sample: Sample, pods: set[str]) -> Sample:
     if not pods:
         return sample
     redrawn = {n: failed(p) if n in pods else p for n, p in sample.pods.items()}
-    return Sample(t=sample.t, pods=redrawn, models=sample.models, incidents=sample.incidents)
+    return dataclasses.replace(sample, pods=redrawn)
 
 
 @dataclass
@@ -88,6 +134,8 @@ class Timeline:
     """Per model, (time, seconds) of each wake the operator measured."""
     incidents: list[Incident] = field(default_factory=list)
     """Failures and restarts, in time order."""
+    swaps: list[Swap] = field(default_factory=list)
+    """Pool members put to sleep to make room, in time order."""
 
     def add(self, sample: Sample) -> None:
         self.samples.append(sample)
@@ -137,109 +185,17 @@ class Timeline:
         ]
         return times, values
 
+    def pool_gib(
+        self, pool: str, members: Sequence[str]
+    ) -> tuple[list[float], dict[str, list[float]], list[float], list[float]]:
+        """Over the samples that saw the pool: times, GiB held per member, GiB free (the
+        device's count) and GiB used as the pool's coordinator counts it."""
+        seen = [(s.t, s.pools[pool]) for s in self.samples if pool in s.pools]
+        times = [t for t, _ in seen]
+        held = {m: [p.held.get(m, 0) / GIB for _, p in seen] for m in members}
+        free = [p.free_bytes / GIB for _, p in seen]
+        counted = [p.counted_bytes / GIB for _, p in seen]
+        return times, held, free, counted
 
-def render_png(
-    timeline: Timeline,
-    records: Sequence[Record],
-    models: Sequence[str],
-    path: Path,
-    *,
-    title: str,
-) -> Path:
-    """Draw one row per model: pod state bands, requests from sent to answered, GPU memory."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display: the demo writes a file
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    end = timeline.samples[-1].t if timeline.samples else 1.0
-    fig, axes = plt.subplots(
-        len(models), 1, figsize=(12, 1.7 * len(models) + 0.9), sharex=True, squeeze=False
-    )
-    for ax, model in zip((row[0] for row in axes), models, strict=True):
-        lanes = timeline.lanes(model)
-        for y, pod in enumerate(lanes):
-            bars = [(start, stop - start) for start, stop, _ in timeline.spans(model, pod)]
-            colours = [COLOURS.get(s, "#000000") for _, _, s in timeline.spans(model, pod)]
-            ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=colours, linewidth=0)
-            for gone in _deletions(timeline.spans(model, pod)):
-                ax.plot([gone], [y], marker="x", color="#212121", markersize=6)
-        _requests(ax, [r for r in records if r.model == model], base=len(lanes))
-        _incidents(ax, timeline.incidents_of(model), top=len(lanes))
-        ax.set_yticks(range(len(lanes)), [_short(p, model) for p in lanes], fontsize=7)
-        ax.set_ylim(-0.6, len(lanes) + 1.1)
-        ax.set_ylabel(model, rotation=0, ha="right", va="center", fontsize=9, fontweight="bold")
-        ax.tick_params(axis="x", labelsize=8)
-        ax.grid(axis="x", alpha=0.3)
-        twin: Any = ax.twinx()
-        times, gib = timeline.gpu_gib(model)
-        twin.step(times, gib, where="post", color="#424242", linewidth=1.0)
-        # The memory line peaks just under the top lane, below the band of requests.
-        lanes_n = max(len(lanes), 1)
-        top = max(max(gib, default=0.0), 1.0) * (lanes_n + 1.7) / (lanes_n + 0.1)
-        twin.set_ylim(0, top)
-        twin.tick_params(axis="y", labelsize=7)
-        twin.set_ylabel("GPU GiB", fontsize=7)
-    last = axes[-1][0]
-    last.set_xlim(0, end)
-    last.set_xlabel("seconds since the scenario started")
-    handles: list[Any] = [Patch(color=c, label=s) for s, c in COLOURS.items()]
-    handles += [Patch(color=c, label=f"request: {o}") for o, c in OUTCOMES.items()]
-    handles.append(Line2D([], [], color="#424242", lw=1, label="GPU memory (GiB, right)"))
-    handles.append(Line2D([], [], color="#212121", marker="x", lw=0, label="pod deleted"))
-    fig.suptitle(title, fontsize=10, y=0.995)
-    fig.legend(
-        handles=handles,
-        loc="upper center",
-        ncol=6,
-        fontsize=7,
-        frameon=False,
-        bbox_to_anchor=(0.5, 0.97),
-    )
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
-
-
-def _requests(ax: Any, records: Sequence[Record], *, base: int) -> None:
-    # Requests stack in a band above the lanes, cycling over a few rows so bursts stay visible.
-    for i, record in enumerate(records):
-        y = base + 0.1 + (i % 5) * 0.2
-        end = record.answered if record.answered is not None else record.sent
-        outcome = "error" if not record.ok else ("held" if record.held >= 0.05 else "ok")
-        ax.plot(
-            [record.sent, max(end, record.sent + 0.05)], [y, y], color=OUTCOMES[outcome], lw=1.6
-        )
-
-
-def _incidents(ax: Any, incidents: Sequence[Incident], *, top: int) -> None:
-    # A red line at each failure and remedy, labelled with what happened and why: the
-    # failed band itself may last only the moment before the restart.
-    for n, incident in enumerate(incidents):
-        ax.axvline(incident.t, color=COLOURS["failed"], lw=1.0, ls="--")
-        ax.annotate(
-            incident.describe(),
-            xy=(incident.t, top + 0.9 - 0.35 * (n % 2)),
-            xytext=(4, 0),
-            textcoords="offset points",
-            fontsize=7,
-            color=COLOURS["failed"],
-            va="center",
-        )
-
-
-def _deletions(spans: Sequence[tuple[float, float, str]]) -> list[float]:
-    """When a pod that existed stopped existing: a restart or a scale-down (pure)."""
-    return [
-        after[0]
-        for before, after in itertools.pairwise(spans)
-        if before[2] != "absent" and after[2] == "absent"
-    ]
-
-
-def _short(pod: str, model: str) -> str:
-    return "pod " + pod.removeprefix(f"{model}-")
+    def swaps_of(self, pool: str) -> list[Swap]:
+        return [s for s in self.swaps if s.pool == pool]

@@ -58,6 +58,15 @@ class Wake:
     seconds: float
 
 
+@dataclass(frozen=True, kw_only=True)
+class PoolWait:
+    at: float
+    namespace: str
+    pool: str
+    model: str
+    seconds: float
+
+
 class _ModelsByPhase(Collector):
     """`snooze_models{phase}`: how many models are in each phase, counted at scrape time."""
 
@@ -151,6 +160,25 @@ class OperatorMetrics:
             ["namespace", "pool", "state"],
             registry=r,
         )
+        self.pool_awake_members = Gauge(
+            "snooze_pool_awake_members",
+            "A GPU pool's members awake now (as its coordinator counts them).",
+            ["namespace", "pool"],
+            registry=r,
+        )
+        self.pool_waiting_wakes = Gauge(
+            "snooze_pool_waiting_wakes",
+            "Wakes of a GPU pool's members waiting for room on it.",
+            ["namespace", "pool"],
+            registry=r,
+        )
+        self.pool_overcommitted = Gauge(
+            "snooze_pool_overcommitted",
+            "1 while a GPU pool's Overcommitted condition is True: its members' footprints "
+            "cannot be met even with all but one asleep.",
+            ["namespace", "pool"],
+            registry=r,
+        )
         self.pool_evictions = Counter(
             "snooze_pool_evictions_total",
             "Pool members put to sleep to make room: for a wake, or for a member starting.",
@@ -204,6 +232,8 @@ class OperatorMetrics:
         self.wakes: deque[Wake] = deque(maxlen=10_000)
         """The latest wakes, each exact (a histogram keeps only buckets): for reports such as
         the demo's summary. Bounded, so it costs nothing in a long-running operator."""
+        self.pool_waits: deque[PoolWait] = deque(maxlen=10_000)
+        """The latest waits for room on a pool, each exact, as `wakes`."""
 
     def start_model(self, namespace: str, model: str, level: str) -> None:
         """Create a model's series at zero, so that rate() and increase() see its first event
@@ -221,6 +251,13 @@ class OperatorMetrics:
         """One finished wake: into the histogram, and into `wakes` for exact reports."""
         self.wake_duration.labels(namespace, model, level).observe(seconds)
         self.wakes.append(Wake(at=time.time(), namespace=namespace, model=model, seconds=seconds))
+
+    def observe_pool_wait(self, namespace: str, pool: str, model: str, seconds: float) -> None:
+        """One wake granted room on its pool after `seconds`: the histogram, and `pool_waits`."""
+        self.pool_wait.labels(namespace, pool).observe(seconds)
+        self.pool_waits.append(
+            PoolWait(at=time.time(), namespace=namespace, pool=pool, model=model, seconds=seconds)
+        )
 
     def set_engine_states(
         self, namespace: str, model: str, states: Mapping[str, str | None]
@@ -257,10 +294,20 @@ class OperatorMetrics:
         for state, value in (("awake", awake), ("asleep", asleep), ("free", free)):
             self.pool_memory.labels(namespace, pool, state).set(value)
 
+    def set_pool_members(
+        self, namespace: str, pool: str, *, awake: int, waiting: int, overcommitted: bool
+    ) -> None:
+        self.pool_awake_members.labels(namespace, pool).set(awake)
+        self.pool_waiting_wakes.labels(namespace, pool).set(waiting)
+        self.pool_overcommitted.labels(namespace, pool).set(1 if overcommitted else 0)
+
     def forget_pool(self, namespace: str, pool: str) -> None:
         for state in ("awake", "asleep", "free"):
             with contextlib.suppress(KeyError):
                 self.pool_memory.remove(namespace, pool, state)
+        for gauge in (self.pool_awake_members, self.pool_waiting_wakes, self.pool_overcommitted):
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, pool)
 
     def forget_model(self, namespace: str, model: str) -> None:
         self.set_engine_states(namespace, model, {})

@@ -142,6 +142,9 @@ class PoolLoop:
         self.decision: PoolDecision | None = None
         self._evicted: set[str] = set()
         """Members told (by Event) to make room, while the decision stands."""
+        self._room_for: dict[str, str] = {}
+        """Member -> what it was last chosen to make room for: its sleep may begin after the
+        decision has moved on (a starting member it made room for is loading by then)."""
         self._granted: set[str] = set()
         self._written: JSON = dict(body.get("status") or {})
         self._evictions = int(self._written.get("evictions") or 0)
@@ -174,7 +177,7 @@ class PoolLoop:
     def made_room(self, pod: str) -> None:
         """A member's sleep to make room has begun: counted as an eviction now (one chosen on
         an old probe and found busy is spared, and is no eviction)."""
-        for_what = (self.decision.evict.get(pod, "") if self.decision is not None else "") or ""
+        for_what = self._room_for.pop(pod, "")
         reason = "start" if for_what.startswith("starting ") else "wake"
         self._evictions += 1
         self.metrics.pool_evictions.labels(self.namespace, self.name, reason).inc()
@@ -316,6 +319,8 @@ class PoolLoop:
     ) -> None:
         before = self.decision
         self.decision = decision
+        self._room_for = {p: f for p, f in self._room_for.items() if p in sources}
+        self._room_for.update(decision.evict)
         for pod, model in decision.evict.items():
             if pod in self._evicted:
                 continue
@@ -332,7 +337,7 @@ class PoolLoop:
         for pod in decision.grant - self._granted:
             asked = self.asks.get(pod)
             if asked is not None:
-                self.metrics.pool_wait.labels(self.namespace, self.name).observe(now - asked[1])
+                self.metrics.observe_pool_wait(self.namespace, self.name, asked[0], now - asked[1])
         self._granted = set(decision.grant)
         changed = {
             pod
@@ -364,6 +369,14 @@ class PoolLoop:
             self.namespace, self.name, awake=awake, asleep=asleep, free=max(free, 0)
         )
         problem = overcommitted(memory, members)
+        awake_members = sum(1 for m in members if m.state is MemberState.AWAKE)
+        self.metrics.set_pool_members(
+            self.namespace,
+            self.name,
+            awake=awake_members,
+            waiting=len(decision.waiting),
+            overcommitted=problem is not None,
+        )
         claim = spec.resource_claim_name
         holder = self.hub.claims(self.namespace).get(claim) if claim else None
         claim_clash = holder is not None and holder != self.name
@@ -397,7 +410,7 @@ class PoolLoop:
             "asleepBytes": asleep,
             "freeBytes": free,
             "used": f"{format_gib(decision.used)}/{format_gib(memory)}",
-            "awake": sum(1 for m in members if m.state is MemberState.AWAKE),
+            "awake": awake_members,
             "members": [
                 {
                     "pod": m.pod,

@@ -269,8 +269,8 @@ def _why_blocked(view: PoolView, asking: Member) -> str:
         )
         if n
     ]
-    return "every awake member that could make room is " + (
-        ", ".join(parts) if parts else "gone: the pool is too small for it"
+    return "no awake member can make room: " + (
+        ", ".join(parts) if parts else "there is none; the pool is too small for it"
     )
 
 
