@@ -119,6 +119,21 @@ def test_an_engine_frozen_mid_stream_ends_the_stream_with_an_error_event(
     assert "--upstream-idle-timeout" in final["error"]["message"]
 
 
+def test_a_stream_longer_than_the_idle_timeout_but_never_idle_that_long_goes_through(
+    engine: EngineProcess, impatient: GatewayThread
+) -> None:
+    """The idle bound is between two chunks, not on the whole answer: 60 tokens 50 ms apart
+    (three seconds) pass a one-second bound whole."""
+    wait_for("routable", lambda: routable_pods(impatient, "slow") == 1)
+    body = {"model": "slow", "messages": MESSAGES, "max_tokens": 60, "stream": True}
+    with httpx.stream("POST", impatient.url + CHAT, json=body, timeout=30) as response:
+        assert response.status_code == 200
+        events = [x for x in response.iter_lines() if x.startswith("data:")]
+    assert events[-1] == "data: [DONE]", events[-2:]
+    assert not any('"error"' in event for event in events)
+    assert len(events) == 62  # 60 tokens (the first with the role), the finish, [DONE]
+
+
 def slow_sockets(port: int, count: int, first: bytes) -> list[socket.socket]:
     sockets = []
     for _ in range(count):

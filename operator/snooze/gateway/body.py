@@ -101,31 +101,24 @@ async def read_body(
             code="unsupported_encoding",
         )
     decoder = zlib.decompressobj(DECODERS[encoding]) if encoding in DECODERS else None
-    too_big = error_response(
-        413,
-        f"the request body is larger than the gateway's limit of {limit} bytes",
-        code="body_too_large",
-    )
     if decoder is None and request.content_length is not None:
         if request.content_length > limit:
-            return too_big
+            return _too_big(limit)
         if not hold.grow(request.content_length):  # refused before a byte is read
             return _busy(hold.budget)
     parts: list[bytes] = []
     size = 0
+    content = request.content
     try:
+        if content.is_eof():
+            # The whole body came with its head (most requests): taken as it is, no clock.
+            return _taken(content.read_nowait(), parts, size, decoder, encoding, limit, hold)
         async with asyncio.timeout(seconds):
-            async for chunk in request.content.iter_any():
-                data = chunk
-                if decoder is not None:
-                    # Never more than the limit allows, however well the bytes compress.
-                    data = decoder.decompress(chunk, limit + 1 - size)
-                size += len(data)
-                if size > limit or (decoder is not None and decoder.unconsumed_tail):
-                    return too_big
-                if size > hold.size and not hold.grow(size - hold.size):
-                    return _busy(hold.budget)
-                parts.append(data)
+            async for chunk in content.iter_any():
+                too_much = _take(chunk, parts, size, decoder, limit, hold)
+                if too_much is not None:
+                    return too_much
+                size += len(parts[-1])
     except TimeoutError:
         late = error_response(
             408,
@@ -137,9 +130,59 @@ async def read_body(
         return late
     except zlib.error as exc:
         return error_response(400, f"the request body is not valid {encoding}: {exc}")
+    return _finished(parts, decoder, encoding)
+
+
+def _too_big(limit: int) -> web.Response:
+    return error_response(
+        413,
+        f"the request body is larger than the gateway's limit of {limit} bytes",
+        code="body_too_large",
+    )
+
+
+def _take(
+    chunk: bytes,
+    parts: list[bytes],
+    size: int,
+    decoder: zlib._Decompress | None,
+    limit: int,
+    hold: Reservation,
+) -> web.Response | None:
+    """Decode `chunk` onto `parts` (`size` bytes so far); a 413 or 503 when it may not be."""
+    data = chunk
+    if decoder is not None:
+        # Never more than the limit allows, however well the bytes compress.
+        data = decoder.decompress(chunk, limit + 1 - size)
+    size += len(data)
+    if size > limit or (decoder is not None and decoder.unconsumed_tail):
+        return _too_big(limit)
+    if size > hold.size and not hold.grow(size - hold.size):
+        return _busy(hold.budget)
+    parts.append(data)
+    return None
+
+
+def _taken(
+    data: bytes,
+    parts: list[bytes],
+    size: int,
+    decoder: zlib._Decompress | None,
+    encoding: str,
+    limit: int,
+    hold: Reservation,
+) -> bytes | web.Response:
+    """A body read whole at once: checked as a chunk, then finished."""
+    refused = _take(data, parts, size, decoder, limit, hold) if data else None
+    return refused if refused is not None else _finished(parts, decoder, encoding)
+
+
+def _finished(
+    parts: list[bytes], decoder: zlib._Decompress | None, encoding: str
+) -> bytes | web.Response:
     if decoder is not None and not decoder.eof:
         return error_response(400, f"the request body ends before its {encoding} stream does")
-    return b"".join(parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 class Parser:

@@ -55,27 +55,66 @@ class Bounds:
 
 class _Chunks:
     """An answer's body chunk by chunk, each read bounded: the first by the first-byte
-    deadline, the others by the idle timeout. Raises UpstreamSilent when one is late."""
+    deadline, the others by the idle timeout. Raises UpstreamSilent when one is late.
+
+    One timer per answer, not one per chunk (a stream has hundreds): each read moves the
+    deadline, and the timer, when it fires, either finds the deadline moved and sleeps
+    until it, or cancels the read it bounds, as asyncio.timeout would."""
 
     def __init__(self, upstream: aiohttp.ClientResponse, bounds: Bounds, deadline: float):
         self.upstream = upstream
         self.bounds = bounds
-        self.deadline: float | None = deadline
+        self.first = True
+        self.loop = asyncio.get_running_loop()
+        self.until = deadline
+        """When the read under way is late."""
+        self.reading = False
+        self.late = False
+        self.task: asyncio.Task[object] | None = None
+        self.timer: asyncio.TimerHandle | None = None
 
     async def next(self) -> bytes:
-        loop = asyncio.get_running_loop()
-        until = self.deadline if self.deadline is not None else loop.time() + self.bounds.idle
+        if self.timer is None:
+            self.task = asyncio.current_task()
+            self.timer = self.loop.call_at(self.until, self._ring)
+        if not self.first:
+            self.until = self.loop.time() + self.bounds.idle
+        assert self.task is not None
+        cancelling = self.task.cancelling()
+        self.reading = True
         try:
-            async with asyncio.timeout_at(until):
-                chunk = await self.upstream.content.readany()
-        except TimeoutError:
-            if self.deadline is not None:
-                raise UpstreamSilent(
-                    self.bounds.first_byte, "--upstream-first-byte-timeout"
-                ) from None
-            raise UpstreamSilent(self.bounds.idle, "--upstream-idle-timeout") from None
-        self.deadline = None
+            chunk = await self.upstream.content.readany()
+        except asyncio.CancelledError:
+            if self.late and self.task.uncancel() <= cancelling:
+                self.close()
+                if self.first:
+                    raise UpstreamSilent(
+                        self.bounds.first_byte, "--upstream-first-byte-timeout"
+                    ) from None
+                raise UpstreamSilent(self.bounds.idle, "--upstream-idle-timeout") from None
+            raise
+        finally:
+            self.reading = False
+        self.first = False
         return chunk
+
+    def _ring(self) -> None:
+        now = self.loop.time()
+        if self.reading and now >= self.until and self.task is not None:
+            self.timer = None
+            self.late = True
+            self.task.cancel()
+            return
+        # Not reading (writing to the client, which this bound does not cover): the next
+        # read sets its own deadline, no earlier than a full idle period from now.
+        self.timer = self.loop.call_at(
+            self.until if self.reading else now + self.bounds.idle, self._ring
+        )
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = None
 
 
 class UpstreamSilent(Exception):
@@ -143,42 +182,57 @@ async def forward(
         return await _broken(started, request, pod_name, exc)
     async with upstream:
         chunks = _Chunks(upstream, bounds, deadline)
-        event_stream = upstream.content_type == "text/event-stream"
-        if started is not None and (upstream.status >= 300 or not event_stream):
-            # The client already has a 200 SSE head: the engine's refusal becomes an event.
-            try:
-                text = (await _whole(chunks)).decode(errors="replace")[:2000]
-            except (UpstreamSilent, *UPSTREAM_BROKE) as exc:
-                text = f"(its answer was cut: {exc})"
-            await started.write(sse_error(upstream.status, f"pod {pod_name} answered: {text}"))
-            await started.write_eof()
-            return started
-        if started is None and not event_stream:
-            try:
-                payload = await _whole(chunks)
-            except UpstreamSilent as exc:
-                return await _silent(None, request, pod_name, exc)
-            except UPSTREAM_BROKE as exc:
-                return await _broken(None, request, pod_name, exc)
-            whole = web.Response(status=upstream.status, body=payload)
-            _copy_headers(upstream, whole, extra_headers)
-            return whole
-        response = started
-        if response is None:
-            response = web.StreamResponse(status=upstream.status)
-            _copy_headers(upstream, response, extra_headers)
-            await response.prepare(request)
         try:
-            while chunk := await chunks.next():
-                await response.write(chunk)
+            return await _relay(upstream, chunks, request, started, extra_headers, pod_name)
+        finally:
+            chunks.close()
+
+
+async def _relay(
+    upstream: aiohttp.ClientResponse,
+    chunks: _Chunks,
+    request: web.Request,
+    started: web.StreamResponse | None,
+    extra_headers: Mapping[str, str],
+    pod_name: str,
+) -> web.StreamResponse:
+    """The engine's answer, its head received, passed on to the client."""
+    event_stream = upstream.content_type == "text/event-stream"
+    if started is not None and (upstream.status >= 300 or not event_stream):
+        # The client already has a 200 SSE head: the engine's refusal becomes an event.
+        try:
+            text = (await _whole(chunks)).decode(errors="replace")[:2000]
+        except (UpstreamSilent, *UPSTREAM_BROKE) as exc:
+            text = f"(its answer was cut: {exc})"
+        await started.write(sse_error(upstream.status, f"pod {pod_name} answered: {text}"))
+        await started.write_eof()
+        return started
+    if started is None and not event_stream:
+        try:
+            payload = await _whole(chunks)
         except UpstreamSilent as exc:
-            return await _silent(response, request, pod_name, exc)
+            return await _silent(None, request, pod_name, exc)
         except UPSTREAM_BROKE as exc:
-            if request.transport is None or request.transport.is_closing():
-                raise  # the client left: nothing to tell it
-            return await _broken(response, request, pod_name, exc)
-        await response.write_eof()
-        return response
+            return await _broken(None, request, pod_name, exc)
+        whole = web.Response(status=upstream.status, body=payload)
+        _copy_headers(upstream, whole, extra_headers)
+        return whole
+    response = started
+    if response is None:
+        response = web.StreamResponse(status=upstream.status)
+        _copy_headers(upstream, response, extra_headers)
+        await response.prepare(request)
+    try:
+        while chunk := await chunks.next():
+            await response.write(chunk)
+    except UpstreamSilent as exc:
+        return await _silent(response, request, pod_name, exc)
+    except UPSTREAM_BROKE as exc:
+        if request.transport is None or request.transport.is_closing():
+            raise  # the client left: nothing to tell it
+        return await _broken(response, request, pod_name, exc)
+    await response.write_eof()
+    return response
 
 
 async def _whole(chunks: _Chunks) -> bytes:
