@@ -6,7 +6,6 @@ import argparse
 import logging
 import math
 
-from snooze.gateway import loops
 from snooze.gateway.settings import GatewaySettings
 
 _DEFAULTS = GatewaySettings()
@@ -76,13 +75,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "names only, for anonymous clients)",
     )
     parser.add_argument(
-        "--event-loop",
-        choices=loops.CHOICES,
-        default="auto",
-        help="the asyncio event loop to run on: uvloop (faster), asyncio's own, or auto: uvloop "
-        "where installed (default: auto; the first log line says which runs)",
-    )
-    parser.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -120,10 +112,6 @@ def run(args: argparse.Namespace) -> int:
     from snooze.kube.api import KubeError
 
     settings = settings_from(args)
-    try:
-        loop_name, new_loop = loops.factory(args.event_loop)
-    except loops.LoopUnavailable as exc:
-        raise SystemExit(f"snooze gateway: --event-loop uvloop: {exc}") from None
     credentials.use_or_exit("snooze gateway", args.kubeconfig, args.context)
     metrics = GatewayMetrics()
     if args.metrics_port is not None:
@@ -145,7 +133,6 @@ def run(args: argparse.Namespace) -> int:
         # it at once.
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        logging.getLogger(__name__).info("event loop: %s", loop_name)
         server = asyncio.create_task(serve(settings, stop=stop, metrics=metrics))
 
         def on_signal(name: str) -> None:
@@ -167,8 +154,7 @@ def run(args: argparse.Namespace) -> int:
                 raise
 
     try:
-        with asyncio.Runner(loop_factory=new_loop) as runner:
-            runner.run(main())
+        asyncio.run(main())
     except KubeError as exc:  # no credentials, or an API that refuses the first list
         raise SystemExit(f"snooze gateway: {exc}") from None
     return 0

@@ -9,7 +9,6 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from snooze.gateway import loops
 from snooze.gateway.metrics import GatewayMetrics
 from snooze.gateway.server import Gateway
 from snooze.gateway.settings import GatewaySettings
@@ -24,8 +23,7 @@ class GatewayThread:
     def __init__(self, settings: GatewaySettings, metrics: GatewayMetrics | None = None) -> None:
         self.settings = settings
         self.metrics = metrics or GatewayMetrics()
-        # The loop the command runs on (uvloop where installed), so that tests see its ways.
-        self.loop = loops.factory()[1]()
+        self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="gateway", daemon=True)
         self.gateway: Gateway | None = None
 
