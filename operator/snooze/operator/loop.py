@@ -18,7 +18,7 @@ from snooze.engine.client import SleepState
 from snooze.engine.errors import EngineError
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi, models_ref
-from snooze.kube.pods import PodInfo, parse_time
+from snooze.kube.pods import PodInfo, format_time, parse_time
 from snooze.models import (
     WAKE_REQUESTED_ANNOTATION,
     DesiredState,
@@ -140,7 +140,9 @@ class ModelLoop:
         self.prober = prober
         self.settings = settings
         self.emit = emit
-        self.memory: ModelMemory = rebuild(dict(body.get("status") or {}))
+        self.memory: ModelMemory = rebuild(
+            dict(body.get("status") or {}), unwritten=settings.status_interval, now=time.time()
+        )
         if self.memory.last_activity is None:
             # The model's idle clock starts when the operator first sees it.
             self.memory.last_activity = time.time()
@@ -608,6 +610,7 @@ class ModelLoop:
             # A busy model's activity times move at every probe: written at most once per
             # status interval, so that API writes do not grow with traffic.
             return
+        new = {**new, "activityWrittenTime": format_time(time.time())}
         await self.api.patch(models_ref(self.namespace), self.name, {"status": new}, sub="status")
         self.written = new
         self._status_written_at = now
