@@ -88,11 +88,12 @@ class Neighbours:
 
     claims: Callable[[str], Iterable[Claim]]
     """Every valid model's claim on a model name, in any namespace."""
-    selectors: Callable[[str], Iterable[tuple[str, LabelSelector]]]
-    """(name, selector) of every valid model in a namespace."""
+    selectors: Callable[[str, Mapping[str, str]], Iterable[tuple[str, LabelSelector]]]
+    """(name, selector) of the valid models in a namespace that may select a pod with these
+    labels (at least every one that does)."""
 
 
-NO_NEIGHBOURS = Neighbours(claims=lambda _: (), selectors=lambda _: ())
+NO_NEIGHBOURS = Neighbours(claims=lambda _: (), selectors=lambda _, __: ())
 
 
 class ModelLoop:
@@ -378,9 +379,14 @@ class ModelLoop:
         model_name = self.model_name = spec.model_name or self.name
         held_by = claims.holder(self.neighbours.claims(model_name))
         name_taken = held_by is not None and held_by.key != (self.namespace, self.name)
-        others = [
-            (n, sel) for n, sel in self.neighbours.selectors(self.namespace) if n != self.name
-        ]
+        others = list(
+            {
+                n: (n, sel)
+                for pod in pods
+                for n, sel in self.neighbours.selectors(self.namespace, pod.labels)
+                if n != self.name
+            }.values()
+        )
         found = status.Conflicts(
             model_name=model_name,
             name_taken=name_taken,
