@@ -195,19 +195,13 @@ def measure(
         health = f"http://127.0.0.1:{port}/healthz"
         wait_until("the gateway", lambda: httpx.get(health).is_success, 60)
         operator_args += ["--gateway-metrics", gateway_url]
-        # Each model's engines get their share through the gateway, which takes turns among
-        # them; requests held while the operator starts are answered once it labels the pods.
-        targets = [
-            (f"http://127.0.0.1:{port}/v1/completions", f"m{i // per:04d}", str(i))
-            for i in range(engines_total)
-        ]
-        traffic = Traffic(targets, args.idle_after / 3, timeout=args.startup_timeout + 60)
-    else:
-        targets = [
-            (f"http://{host}:8000/v1/completions", f"m{i // per:04d}", host)
-            for i, host in enumerate(hosts)
-        ]
-        traffic = Traffic(targets, args.idle_after / 3)
+    # Until every pod is labelled, traffic goes straight to the engines (so that none sleeps
+    # while the operator starts); through the gateway, it moves there once all are awake.
+    direct = [
+        (f"http://{host}:8000/v1/completions", f"m{i // per:04d}", host)
+        for i, host in enumerate(hosts)
+    ]
+    traffic = Traffic(direct, args.idle_after / 3)
     traffic.start()
 
     metrics_port = free_port()
@@ -225,7 +219,21 @@ def measure(
         operator,
     )
     startup_cpu = cpu_seconds(pid) - cpu0
-    time.sleep(interval)  # one more probe round: first activity and status writes settle
+    if gateway is not None:
+        # Each model's engines get their share through the gateway, which takes turns among
+        # them; the operator reads the gateway's counters instead of probing them.
+        through = [
+            (f"http://127.0.0.1:{port}/v1/completions", f"m{i // per:04d}", str(i))
+            for i in range(engines_total)
+        ]
+        moved = Traffic(through, args.idle_after / 3, timeout=60)
+        moved.start()
+        traffic.stop()
+        moved.absorb(traffic)
+        traffic = moved
+    # Two more probe rounds: first activity, status writes and the judgment of each engine's
+    # traffic (direct or through the gateway) settle.
+    time.sleep(2 * interval)
 
     progress(f"steady state: measuring for {args.steady:.0f} s")
     httpx.post(control_url + "/reset")

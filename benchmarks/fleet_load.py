@@ -114,6 +114,13 @@ class Traffic:
     def start(self) -> None:
         self._thread.start()
 
+    def absorb(self, earlier: Traffic) -> None:
+        """Count an earlier, stopped traffic's requests and failures as this one's."""
+        self.sent += earlier.sent
+        self.errors += earlier.errors
+        self.failures.update(earlier.failures)
+        self.retried.update(earlier.retried)
+
     def stop(self) -> None:
         self._stopping = True
         self._thread.join(self.period + 30)

@@ -512,6 +512,10 @@ class InferenceModelStatus(Status):
     """Per-pod state."""
     last_activity_time: datetime | None = None
     """The latest activity seen on any engine."""
+    activity_written_time: datetime | None = None
+    """When the activity times here were last brought up to date: a busy model's are written
+    at most once per the operator's status interval, so later activity may be that much newer
+    (a restarted operator counts it so, and never sleeps an engine on older news)."""
     last_sleep_time: datetime | None = None
     """When an engine last went to sleep."""
     last_wake_time: datetime | None = None

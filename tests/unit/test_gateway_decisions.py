@@ -60,6 +60,21 @@ def test_router_counts_requests_in_flight() -> None:
     assert router.in_flight == {}
 
 
+def test_each_models_pods_take_turns_whatever_other_models_are_sent() -> None:
+    # Requests for two models interleaved: each model's own pods still alternate, so that
+    # neither of its pods goes without requests (and is slept) while the model is busy.
+    router = Router()
+    chat = [pod("chat-0"), pod("chat-1")]
+    code = [pod("code-0"), pod("code-1"), pod("code-2")]
+    chosen: list[str] = []
+    for _ in range(6):
+        chosen.append(router.choose(chat, ("ns", "chat")).name)  # type: ignore[union-attr]
+        router.choose(code, ("ns", "code"))
+    assert chosen == ["chat-0", "chat-1"] * 3
+    router.forget(("ns", "chat"))
+    assert router.choose(chat, ("ns", "chat")).name == "chat-0"  # type: ignore[union-attr]
+
+
 def test_hop_by_hop_headers_are_dropped_and_the_rest_pass() -> None:
     headers = {
         "Authorization": "Bearer t",

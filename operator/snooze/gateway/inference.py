@@ -230,7 +230,7 @@ class Inference:
             current = self.registry.get(model.key)
             awake = self.registry.awake_pods(current) if current and current.holds(name) else []
             candidates = [p for p in awake if p.name not in tried]
-            pod = self.router.choose(candidates)
+            pod = self.router.choose(candidates, model.key)
             if pod is None:
                 message = (
                     f"no awake pod of model {model.model_name!r} could be reached"

@@ -62,11 +62,14 @@ class Registry:
         *,
         scopes: Iterable[str | None],
         on_pod_gone: Callable[[str, str], None] = lambda namespace, name: None,
+        on_model_gone: Callable[[Key], None] = lambda key: None,
     ) -> None:
         self.models: dict[Key, Model] = {}
         self.pods: dict[Key, PodInfo] = {}
         self._on_pod_gone = on_pod_gone
         """Told of each pod that is gone (deleted, or missing from a fresh list)."""
+        self._on_model_gone = on_model_gone
+        """Told of each model that is gone, likewise."""
         # Each (kind, namespace scope) must be listed once before the gateway is ready.
         self._unlisted = {(kind, scope) for kind in (MODELS, PODS) for scope in scopes}
         self._changed = asyncio.Event()
@@ -83,10 +86,9 @@ class Registry:
             del store[key]
         for item in items:
             self._put(kind, item)
-        if kind == PODS:
-            for key in before:
-                if key not in store:
-                    self._on_pod_gone(*key)
+        for key in before:
+            if key not in store:
+                self._gone(kind, key)
         self._unlisted.discard((kind, scope))
         self._notify()
 
@@ -96,11 +98,17 @@ class Registry:
             meta = obj.get("metadata") or {}
             store: dict[Key, Any] = self.models if kind == MODELS else self.pods
             key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-            if store.pop(key, None) is not None and kind == PODS:
-                self._on_pod_gone(*key)
+            if store.pop(key, None) is not None:
+                self._gone(kind, key)
         elif event_type in ("ADDED", "MODIFIED"):
             self._put(kind, obj)
         self._notify()
+
+    def _gone(self, kind: str, key: Key) -> None:
+        if kind == PODS:
+            self._on_pod_gone(*key)
+        else:
+            self._on_model_gone(key)
 
     def note_model(self, body: Mapping[str, Any]) -> None:
         """An object this gateway just wrote: known before its watch event arrives."""

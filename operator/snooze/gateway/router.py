@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 
 from snooze.kube.pods import PodInfo
@@ -29,17 +29,25 @@ class Router:
         self.in_flight: dict[PodKey, int] = {}
         self.shun_seconds = shun_seconds
         self._unreachable: dict[PodKey, float] = {}
-        self._turns = itertools.count()
+        self._turns: dict[Hashable, itertools.count[int]] = {}
 
-    def choose(self, pods: Sequence[PodInfo]) -> PodInfo | None:
+    def choose(self, pods: Sequence[PodInfo], model: Hashable = None) -> PodInfo | None:
         """The least-loaded pod, preferring those not found unreachable of late.
 
+        Ties take turns per model: with one counter for all models, a model's requests fell
+        on its pods as the other models' traffic happened to interleave, and a pod could go
+        without requests for long enough to be slept while its model was busy.
         A dead pod keeps its awake label until the operator notices; shunning it for a few
         seconds spares each request a failed connect. If every pod is shunned, try them anyway.
         """
         now = time.monotonic()
         healthy = [p for p in pods if self._unreachable.get((p.namespace, p.name), 0.0) <= now]
-        return pick(healthy or pods, self.in_flight, next(self._turns))
+        turns = self._turns.setdefault(model, itertools.count())
+        return pick(healthy or pods, self.in_flight, next(turns))
+
+    def forget(self, model: Hashable) -> None:
+        """A deleted model's turns."""
+        self._turns.pop(model, None)
 
     def unreachable(self, pod: PodInfo) -> None:
         self._unreachable[(pod.namespace, pod.name)] = time.monotonic() + self.shun_seconds

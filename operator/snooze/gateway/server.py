@@ -45,7 +45,10 @@ class Gateway:
         self.metrics = metrics or GatewayMetrics()
         scopes: list[str | None] = list(settings.namespaces) or [None]
         self.scopes = scopes
-        self.registry = Registry(scopes=scopes, on_pod_gone=self.metrics.pod_gone)
+        self.router = Router()
+        self.registry = Registry(
+            scopes=scopes, on_pod_gone=self.metrics.pod_gone, on_model_gone=self.router.forget
+        )
         self.wakes = WakeRequests(
             api=api,
             registry=self.registry,
@@ -63,7 +66,7 @@ class Gateway:
             registry=self.registry,
             holds=self.holds,
             wakes=self.wakes,
-            router=Router(),
+            router=self.router,
             metrics=self.metrics,
             bodies=self.bodies,
             parser=self.parser,

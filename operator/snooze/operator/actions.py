@@ -60,7 +60,7 @@ class Settings:
     drift_interval: float = 60.0
     """The longest an engine goes unprobed when no decision depends on it (asleep, or known
     active from the gateway's counters): to notice what nobody told the operator."""
-    status_interval: float = 60.0
+    status_interval: float = 600.0
     """How often a model's status may be written when only its activity times moved (a phase,
     a count or a condition that changes is written at once)."""
     crd_poll_interval: float = 5.0

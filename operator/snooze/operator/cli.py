@@ -69,10 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--status-interval",
         type=float,
-        default=60.0,
+        default=600.0,
         metavar="SECONDS",
         help="write a model's status at most this often when only its activity times moved; "
-        "phases, counts and conditions are written at once (default: 60)",
+        "phases, counts and conditions are written at once; a restarted operator counts "
+        "activity as up to this much newer than the status says (default: 600)",
     )
     parser.add_argument(
         "--liveness-port",

@@ -32,6 +32,33 @@ PREFIX = models.GROUP
 log = logging.getLogger(__name__)
 
 
+# A model's selector, indexed under each of its matchLabels pairs (a pod it selects carries
+# them all, so any one finds it); one without matchLabels under ("", ""), checked for every pod.
+SelectorKey = tuple[str, str, str]
+"""(namespace, label key, label value)."""
+
+
+def selector_keys(namespace: str, selector: models.LabelSelector) -> list[SelectorKey]:
+    pairs = list(selector.match_labels.items()) or [("", "")]
+    return [(namespace, key, value) for key, value in pairs]
+
+
+def candidates(
+    index: kopf.Index[SelectorKey, tuple[str, models.LabelSelector]],
+    namespace: str,
+    labels: Mapping[str, str],
+) -> list[tuple[str, models.LabelSelector]]:
+    """The models of a namespace whose selectors may select a pod with these labels (each
+    once): those indexed under one of its labels, and those without matchLabels. At a
+    thousand models a pod has one or two, where checking every model's selector for every
+    pod in every cycle was quadratic."""
+    found: dict[str, tuple[str, models.LabelSelector]] = {}
+    for key, value in [*labels.items(), ("", "")]:
+        for name, selector in index.get((namespace, key, value), []):
+            found.setdefault(name, (name, selector))
+    return list(found.values())
+
+
 @dataclasses.dataclass
 class Runtime:
     """What every handler shares, kept in kopf's memo."""
@@ -156,19 +183,19 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     @kopf.index(models.GROUP, models.VERSION, models.PLURAL, id="selectors", registry=registry)
     def selectors_index(
         body: kopf.Body, namespace: str | None, name: str, **_: Any
-    ) -> dict[str, tuple[str, models.LabelSelector]]:
+    ) -> dict[SelectorKey, tuple[str, models.LabelSelector]]:
         try:
             spec = models.parse_spec(dict(body.get("spec") or {}))
         except models.SpecError:
             return {}  # an invalid spec selects nothing: it acts on no pod
-        return {namespace or "": (name, spec.selector)}
+        return {key: (name, spec.selector) for key in selector_keys(namespace or "", spec.selector)}
 
     # The event handlers are async so that they run in the operator's loop: kopf runs a sync
     # handler in a thread, where setting a loop's asyncio.Event is unsafe (the wakeup can be
     # lost) and runtime.loops may change size while it is read.
     @kopf.on.event("pods", id="pod_changed", registry=registry)
     async def pod_changed(
-        body: kopf.Body, event: kopf.RawEvent, namespace: str | None, **_: Any
+        body: kopf.Body, event: kopf.RawEvent, namespace: str | None, **kwargs: Any
     ) -> None:
         # Poke the models that select this pod when what matters for routing changed (not
         # for the operator's own label patches, which would only echo).
@@ -180,8 +207,10 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         runtime.routing[key] = fingerprint
         if event.get("type") == "DELETED":
             runtime.routing.pop(key, None)
-        for (loop_namespace, _name), loop in runtime.loops.items():
-            if loop_namespace == namespace and loop.selects(info.labels):
+        selectors: kopf.Index[SelectorKey, tuple[str, models.LabelSelector]] = kwargs["selectors"]
+        for name, _selector in candidates(selectors, namespace or "", info.labels):
+            loop = runtime.loops.get((namespace or "", name))
+            if loop is not None and loop.selects(info.labels):
                 loop.memory.poke.set()
 
     @kopf.on.event(
@@ -249,7 +278,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         pods_by_namespace: kopf.Index[str, PodInfo] = kwargs["pods_by_namespace"]
         pods_by_label: kopf.Index[tuple[str, str, str], PodInfo] = kwargs["pods_by_label"]
         claims: kopf.Index[str, Claim] = kwargs["claims"]
-        selectors: kopf.Index[str, tuple[str, models.LabelSelector]] = kwargs["selectors"]
+        selectors: kopf.Index[SelectorKey, tuple[str, models.LabelSelector]] = kwargs["selectors"]
         assert runtime.api is not None
         namespace = namespace or ""
 
@@ -276,7 +305,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             metrics=runtime.metrics,
             neighbours=Neighbours(
                 claims=lambda model_name: list(claims.get(model_name, [])),
-                selectors=lambda ns: list(selectors.get(ns, [])),
+                selectors=lambda ns, labels: candidates(selectors, ns, labels),
             ),
             pools=runtime.pools,
             traffic=runtime.gateways.traffic if runtime.gateways is not None else _no_traffic,

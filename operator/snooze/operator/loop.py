@@ -18,7 +18,7 @@ from snooze.engine.client import SleepState
 from snooze.engine.errors import EngineError
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi, models_ref
-from snooze.kube.pods import PodInfo, parse_time
+from snooze.kube.pods import PodInfo, format_time, parse_time
 from snooze.models import (
     WAKE_REQUESTED_ANNOTATION,
     DesiredState,
@@ -88,11 +88,12 @@ class Neighbours:
 
     claims: Callable[[str], Iterable[Claim]]
     """Every valid model's claim on a model name, in any namespace."""
-    selectors: Callable[[str], Iterable[tuple[str, LabelSelector]]]
-    """(name, selector) of every valid model in a namespace."""
+    selectors: Callable[[str, Mapping[str, str]], Iterable[tuple[str, LabelSelector]]]
+    """(name, selector) of the valid models in a namespace that may select a pod with these
+    labels (at least every one that does)."""
 
 
-NO_NEIGHBOURS = Neighbours(claims=lambda _: (), selectors=lambda _: ())
+NO_NEIGHBOURS = Neighbours(claims=lambda _: (), selectors=lambda _, __: ())
 
 
 class ModelLoop:
@@ -140,7 +141,9 @@ class ModelLoop:
         self.prober = prober
         self.settings = settings
         self.emit = emit
-        self.memory: ModelMemory = rebuild(dict(body.get("status") or {}))
+        self.memory: ModelMemory = rebuild(
+            dict(body.get("status") or {}), unwritten=settings.status_interval, now=time.time()
+        )
         if self.memory.last_activity is None:
             # The model's idle clock starts when the operator first sees it.
             self.memory.last_activity = time.time()
@@ -376,9 +379,14 @@ class ModelLoop:
         model_name = self.model_name = spec.model_name or self.name
         held_by = claims.holder(self.neighbours.claims(model_name))
         name_taken = held_by is not None and held_by.key != (self.namespace, self.name)
-        others = [
-            (n, sel) for n, sel in self.neighbours.selectors(self.namespace) if n != self.name
-        ]
+        others = list(
+            {
+                n: (n, sel)
+                for pod in pods
+                for n, sel in self.neighbours.selectors(self.namespace, pod.labels)
+                if n != self.name
+            }.values()
+        )
         found = status.Conflicts(
             model_name=model_name,
             name_taken=name_taken,
@@ -608,6 +616,7 @@ class ModelLoop:
             # A busy model's activity times move at every probe: written at most once per
             # status interval, so that API writes do not grow with traffic.
             return
+        new = {**new, "activityWrittenTime": format_time(time.time())}
         await self.api.patch(models_ref(self.namespace), self.name, {"status": new}, sub="status")
         self.written = new
         self._status_written_at = now

@@ -125,16 +125,33 @@ class ModelMemory:
                 memory.task.cancel()
 
 
-def rebuild(status: dict[str, Any] | None) -> ModelMemory:
-    """Memory as the last status recorded it: what an operator restarted mid-way starts from."""
+def rebuild(
+    status: dict[str, Any] | None, *, unwritten: float = 0.0, now: float | None = None
+) -> ModelMemory:
+    """Memory as the last status recorded it: what an operator restarted mid-way starts from.
+
+    Activity times are written at most once per status interval (`unwritten` seconds) while
+    only they move, so an engine may have served requests up to that long after the status
+    was last written: its activity counts as that recent (never later than `now`), so that a
+    restart never sleeps an engine sooner than the operator before it would have."""
     memory = ModelMemory()
     if not status:
         return memory
+    written = parse_time(status.get("activityWrittenTime"))
+    unsure = None if written is None else written + unwritten
+    if unsure is not None and now is not None:
+        unsure = min(unsure, now)
+
+    def activity_at_least(recorded: float | None) -> float | None:
+        if recorded is None or unsure is None:
+            return recorded
+        return max(recorded, unsure)
+
     memory.last_sleep_time = parse_time(status.get("lastSleepTime"))
     memory.last_wake_time = parse_time(status.get("lastWakeTime"))
     seconds = status.get("lastWakeSeconds")
     memory.last_wake_seconds = float(seconds) if isinstance(seconds, int | float) else None
-    memory.last_activity = parse_time(status.get("lastActivityTime"))
+    memory.last_activity = activity_at_least(parse_time(status.get("lastActivityTime")))
     scaled_from = status.get("scaledFromReplicas")
     memory.scaled_from = scaled_from if isinstance(scaled_from, int) else None
     memory.scaled_at = parse_time(status.get("scaledToZeroTime"))
@@ -149,7 +166,7 @@ def rebuild(status: dict[str, Any] | None) -> ModelMemory:
             blocked_generation = condition.get("observedGeneration")
     for pod in status.get("pods") or []:
         name = pod.get("name")
-        activity = parse_time(pod.get("lastActivityTime"))
+        activity = activity_at_least(parse_time(pod.get("lastActivityTime")))
         if not name or activity is None:
             continue
         # Known before the restart: its idle clock stands (one still loading starts it anew).

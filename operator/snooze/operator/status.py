@@ -270,6 +270,8 @@ def build(
         "lastActivityTime": _time(
             None if memory.last_activity is None else _coarse(memory.last_activity)
         ),
+        # Set when the status is written (operator/loop.py): the activity times are then current.
+        "activityWrittenTime": previous.get("activityWrittenTime"),
         "lastSleepTime": _time(memory.last_sleep_time),
         "lastWakeTime": _time(memory.last_wake_time),
         "lastWakeSeconds": (
@@ -288,7 +290,7 @@ def build(
 
 
 # Fields that move with traffic alone; everything else is a change worth writing at once.
-ACTIVITY_FIELDS = ("lastActivityTime",)
+ACTIVITY_FIELDS = ("lastActivityTime", "activityWrittenTime")
 
 
 def only_activity_moved(old: JSON, new: JSON) -> bool:

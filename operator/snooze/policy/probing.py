@@ -206,9 +206,7 @@ def _account(
         # The scrape came before this probe: a baseline for the span to the next probe.
         return Ledger(engine_total=probe.total, gateway_sent=traffic.sent), judged
     if ledger.pending is None:
-        pending = Pending(
-            engine_total=probe.total, probed_at=probe.at, gateway_sent=traffic.sent
-        )
+        pending = Pending(engine_total=probe.total, probed_at=probe.at, gateway_sent=traffic.sent)
         return Ledger(
             engine_total=ledger.engine_total, gateway_sent=ledger.gateway_sent, pending=pending
         ), judged
