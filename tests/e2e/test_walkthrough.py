@@ -357,7 +357,7 @@ def test_the_readme_walkthrough_runs_as_printed(machine: Machine, tmp_path: Path
             status, printed = shell.run(step.command, timeout=180)
             assert status == 0, f"`{step.command}` failed ({status}):\n{printed}{logs()}"
             for shows in step.shows:
-                assert re.search(shows, printed), f"`{step.command}` printed:\n{printed}"
+                assert re.search(shows, printed), f"`{step.command}` printed:\n{printed}{logs()}"
         # Terminal 6 showed the model change as the README shows it (other lines between).
         seen = [
             (row.split()[2], row.split()[3], row.split()[4])

@@ -36,8 +36,12 @@ from snooze.gateway.registry import Claim, Registry
 from snooze.gateway.router import Router
 from snooze.gateway.settings import GatewaySettings
 from snooze.gateway.wake import WakeRequestFailed, WakeRequests
+from snooze.gateway.watch import CRD_CHECK_SECONDS
 
 log = logging.getLogger(__name__)
+# How long a request that comes before the first lists of models and pods waits for them;
+# beyond it, a 503 with Retry-After (the CRD may not be installed at all).
+LOADING_WAIT_SECONDS = 10.0
 HELD_HEADER = "x-snooze-held-seconds"
 
 
@@ -103,9 +107,14 @@ class Inference:
             return parsed
         name, stream = parsed
         if not self.registry.ready:
+            await self._wait_loaded()
+        if not self.registry.ready:
             return error_response(
                 503,
-                "the gateway is still loading the list of models; retry in a moment",
+                "no model is served yet: the InferenceModel CRD is not installed in the "
+                "cluster (kubectl apply -f crds/)"
+                if self.registry.crd_missing
+                else "the gateway is still loading the list of models; retry in a moment",
                 code="not_ready",
                 headers={"Retry-After": "1"},
             )
@@ -123,6 +132,18 @@ class Inference:
             started, held = result.stream, result.seconds
             model = self.registry.get(model.key) or model  # its spec may have changed meanwhile
         return await self._forward(request, model, name, raw, started, held)
+
+    async def _wait_loaded(self) -> None:
+        """A request that comes while the gateway lists models and pods (it has just started,
+        or the CRD was just installed) waits for the lists, up to LOADING_WAIT_SECONDS; while
+        the CRD is missing, up to three of the gateway's looks for it."""
+        begun = time.monotonic()
+        while not self.registry.ready:
+            limit = 3 * CRD_CHECK_SECONDS if self.registry.crd_missing else LOADING_WAIT_SECONDS
+            left = begun + limit - time.monotonic()
+            if left <= 0:
+                return
+            await self.registry.wait_change(left)
 
     async def _hold(
         self, request: web.Request, model: Model, name: str, stream: bool

@@ -73,6 +73,8 @@ class Registry:
         # Each (kind, namespace scope) must be listed once before the gateway is ready.
         self._unlisted = {(kind, scope) for kind in (MODELS, PODS) for scope in scopes}
         self._changed = asyncio.Event()
+        self.crd_missing = False
+        """The API said it serves no InferenceModels (their CRD is not installed)."""
 
     @property
     def ready(self) -> bool:

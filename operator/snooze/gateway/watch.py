@@ -32,7 +32,7 @@ async def follow(
             listing = await api.list(ref)
             if waiting_for_crd:
                 log.info("the InferenceModel CRD is installed: serving InferenceModels")
-                waiting_for_crd = False
+                waiting_for_crd = registry.crd_missing = False
             registry.replace(kind, scope, listing.get("items") or [])
             version = str((listing.get("metadata") or {}).get("resourceVersion", ""))
             async for event in api.watch(
@@ -57,7 +57,8 @@ async def follow(
                         "(kubectl apply -f crds/); checking every %gs",
                         CRD_CHECK_SECONDS,
                     )
-                    waiting_for_crd = True
+                    waiting_for_crd = registry.crd_missing = True
+                    registry.poke()  # requests waiting for the list answer at once
                 await asyncio.sleep(CRD_CHECK_SECONDS)
                 continue
             delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
