@@ -208,7 +208,8 @@ def test_the_pool_summary_agrees_with_the_metrics_and_the_events(
     [pool] = summary["pools"]
     events = [e for e in summary["events"] if e["reason"] == "MakingRoom"]
     for_starts = [e for e in events if " for starting " in e["message"]]
-    # An eviction counts once its sleep begins; one chosen and then spared (busy) does not.
+    # An eviction counts, and its Event is posted, once its sleep begins; one chosen and then
+    # spared (busy) is neither. The summary's Events were read after its metrics.
     assert 1 <= pool["swaps"] <= len(events) - len(for_starts)
     assert pool["start_evictions"] <= len(for_starts)
     assert len(summary["swaps"]) <= len(events)  # the last Events may come after the last sample

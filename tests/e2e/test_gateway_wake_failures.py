@@ -84,6 +84,19 @@ def test_a_known_wake_failure_answers_held_requests_at_once(
     assert again.status_code == 503 and again.json()["error"]["code"] == "wake_failed"
     assert gateway.call(lambda: gateway.g.wakes.written) == asked
 
+    # A gateway that does not expose model status (the default) tells an anonymous client the
+    # reason and where to look, but not the pod, the engine's address or what it said.
+    private = start_gateway(expose_model_status=False)
+    try:
+        told = httpx.post(private.url + CHAT, json=body("crashy"), timeout=30)
+    finally:
+        private.stop()
+    assert told.status_code == 503 and told.json()["error"]["code"] == "wake_failed"
+    message = told.json()["error"]["message"]
+    assert "HybridKVCacheReinit" in message and "`kubectl describe im` in the model's" in message
+    for secret in ("crashy-0", engine.address.split(":")[0], "http", "default"):
+        assert secret not in message, message
+
 
 def streamed(url: str, payload: dict[str, Any]) -> list[str]:
     with httpx.stream("POST", url, json=payload, timeout=30) as response:

@@ -233,6 +233,8 @@ def test_a_wake_waits_while_every_member_is_busy_and_says_so(
     counted += operator.metrics.pool_evictions.labels("default", "gpu-0", "start")._value.get()
     assert counted == slept
     wait_for("the status counts them too", lambda: pool_status(cluster).get("evictions") == slept)
+    # One MakingRoom Event for each sleep, none for a member chosen and then spared.
+    wait_for("one Event per sleep", lambda: len(cluster.events("MakingRoom")) == slept)
 
 
 def test_the_operator_stopped_mid_swap_converges_without_overcommitting(

@@ -157,6 +157,22 @@ def test_a_starting_member_gets_its_room_before_any_wake() -> None:
     decision = decide_pool(view)
     assert dict(decision.evict) == {"a-0": "starting c-0"}
     assert not decision.grant  # d waits behind the starting member
+    # Its engine cannot load yet: the device holds the two awake and d's residue, not c.
+    assert decision.unplaced == {"c-0"}
+    assert decision.used == 61 * GIB
+
+
+def test_starting_members_take_the_room_there_is_in_pod_order() -> None:
+    decision = decide_pool(
+        pool(
+            member("a-0"),
+            member("c-0", MemberState.STARTING),
+            member("b-0", MemberState.STARTING),
+            member("d-0", MemberState.STARTING, footprint=5 * GIB),
+        )
+    )
+    assert decision.unplaced == {"c-0"}  # b fits beside a; c does not; d (5 GiB) does
+    assert decision.used == 65 * GIB
 
 
 def test_host_memory_sends_the_overflow_to_level_two() -> None:
@@ -215,7 +231,8 @@ class World:
         )
 
     def used(self) -> int:
-        return sum(m.held for m in self.members.values())
+        """What the device holds: a starting member nothing until its engine has loaded."""
+        return sum(m.held for m in self.members.values() if m.state is not MemberState.STARTING)
 
     def apply(self, event: tuple[str, int]) -> None:
         kind, index = event
@@ -224,6 +241,9 @@ class World:
         m = self.members[pod]
         if kind == "ask" and m.state is ASLEEP and pod not in self.asked:
             self.asked[pod] = self.now
+        elif kind == "start" and m.state is ASLEEP and pod not in self.asked:
+            # Its pod is replaced: the new engine loads once the device has room for it.
+            self.members[pod] = replace(m, state=MemberState.STARTING, awake_since=None)
         elif kind == "busy" and m.state is AWAKE:
             self.members[pod] = replace(m, busy=not m.busy, last_used=self.now)
         elif kind == "confirm":
@@ -233,11 +253,22 @@ class World:
                     self.members[name] = replace(other, state=ASLEEP)
                 elif other.state is MemberState.WAKING:
                     self.members[name] = replace(other, state=AWAKE, awake_since=self.now)
+            # vLLM loads only when the device's free memory covers its share.
+            for name, other in sorted(self.members.items()):
+                fits = self.used() + other.footprint <= self.memory
+                if other.state is MemberState.STARTING and fits:
+                    self.members[name] = replace(other, state=AWAKE, awake_since=self.now)
         elif kind == "tick":
             self.now += 10.0 * (index % 7 + 1)
 
     def decide(self) -> None:
         decision = decide_pool(self.view())
+        # What the status reports never exceeds the device, and names exactly the starting
+        # members that have no room.
+        assert decision.used <= self.memory
+        assert decision.unplaced <= {
+            p for p, m in self.members.items() if m.state is MemberState.STARTING
+        }
         for pod in decision.evict:
             m = self.members[pod]
             assert m.state is AWAKE and not m.busy  # never a busy member
@@ -271,7 +302,7 @@ def worlds(draw: st.DrawFn) -> World:
 
 
 EVENTS = st.lists(
-    st.tuples(st.sampled_from(["ask", "busy", "confirm", "tick"]), st.integers(0, 20)),
+    st.tuples(st.sampled_from(["ask", "busy", "confirm", "tick", "start"]), st.integers(0, 20)),
     max_size=60,
 )
 

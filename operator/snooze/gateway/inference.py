@@ -362,10 +362,12 @@ def _failure(model: Model, waited: Waited, retry: int, *, name_it: bool) -> tupl
         )
     if outcome is Outcome.FAILED and waited.failure is not None:
         failure = waited.failure
-        said = failure.message.rstrip(".")
+        # The condition's message names pods, engine addresses and what the engine said: for
+        # the model's owners (kubectl), told to clients only with --expose-model-status.
+        said = f": {failure.message.rstrip('.')}" if name_it else ""
         return (
             503,
-            f"model {model.model_name!r} failed to wake ({failure.reason}): {said}. "
+            f"model {model.model_name!r} failed to wake ({failure.reason}){said}. "
             "The operator reported it and will not retry this wake (wake.onFailure: Report); "
             f"{look} shows more. Retry in {retry}s",
             "wake_failed",

@@ -175,12 +175,20 @@ class PoolLoop:
             self.poke()
 
     def made_room(self, pod: str) -> None:
-        """A member's sleep to make room has begun: counted as an eviction now (one chosen on
-        an old probe and found busy is spared, and is no eviction)."""
+        """A member's sleep to make room has begun: counted as an eviction, and told in a
+        MakingRoom Event, now (one chosen on an old probe and found busy is spared, and is
+        neither)."""
         for_what = self._room_for.pop(pod, "")
         reason = "start" if for_what.startswith("starting ") else "wake"
         self._evictions += 1
         self.metrics.pool_evictions.labels(self.namespace, self.name, reason).inc()
+        source = self._sources.get(pod)
+        owner = source.name if source is not None else "?"
+        self.emit(
+            "Normal",
+            "MakingRoom",
+            f"{pod} ({owner}) sleeps to make room for {for_what or 'another member'}",
+        )
 
     def waiting_for(self, pods: Iterable[str]) -> Waiting | None:
         decision = self.decision
@@ -326,11 +334,12 @@ class PoolLoop:
                 continue
             self._evicted.add(pod)
             owner = sources[pod].name if pod in sources else "?"
+            # The Event waits for the sleep to begin (made_room): a member chosen on an old
+            # probe may turn out busy and be spared.
             log.info(
-                "pool %s/%s: %s (%s) sleeps to make room for %s",
+                "pool %s/%s: %s (%s) chosen to sleep to make room for %s",
                 *(self.namespace, self.name, pod, owner, model),
             )
-            self.emit("Normal", "MakingRoom", f"{pod} ({owner}) sleeps to make room for {model}")
         self._evicted &= set(decision.evict)
         # A grant stands, and its ask keeps its place in the queue, until the member's own loop
         # starts the wake and withdraws the ask: a later ask must not take its room meanwhile.
@@ -361,7 +370,11 @@ class PoolLoop:
     ) -> JSON:
         memory = spec.memory_bytes
         awake = sum(
-            m.held for m in members if m.held == m.footprint and m.state is not MemberState.ASLEEP
+            m.held
+            for m in members
+            if m.held == m.footprint
+            and m.state is not MemberState.ASLEEP
+            and m.pod not in decision.unplaced
         )
         asleep = sum(m.held for m in members if m.state is MemberState.ASLEEP)
         free = memory - decision.used
@@ -415,9 +428,9 @@ class PoolLoop:
                 {
                     "pod": m.pod,
                     "model": m.model,
-                    "state": "evicting" if m.pod in decision.evict else m.state.value,
+                    "state": _shown_state(m, decision),
                     "footprintBytes": m.footprint,
-                    "holdsBytes": m.held,
+                    "holdsBytes": 0 if m.pod in decision.unplaced else m.held,
                     "priority": m.priority,
                 }
                 for m in sorted(members, key=lambda m: m.pod)
@@ -455,6 +468,14 @@ class PoolLoop:
             return
         await self.api.patch(pools_ref(self.namespace), self.name, {"status": new}, sub="status")
         self._written = new
+
+
+def _shown_state(member: Member, decision: PoolDecision) -> str:
+    if member.pod in decision.evict:
+        return "evicting"
+    if member.pod in decision.unplaced:
+        return "waitingForRoom"  # starting, and refused by the device until room is made
+    return member.state.value
 
 
 def _state(pod: PodInfo, engine: EngineMemory | None) -> MemberState:

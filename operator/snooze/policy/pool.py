@@ -134,7 +134,11 @@ class PoolDecision:
     """The level each awake member sleeps at if it sleeps now (host memory may force 2)."""
     waiting: Sequence[Waiting]
     used: int
-    """Device memory held now (draining members at their footprint)."""
+    """Device memory held now (draining members at their footprint; starting members that
+    do not fit hold nothing: their engine refuses to load until room is made)."""
+    unplaced: frozenset[str] = frozenset()
+    """Starting members for which the device has no room yet (in pod-name order, those that
+    fit beside the others take their footprint first)."""
 
 
 def eviction_order(members: Iterable[Member], eviction: Eviction, now: float) -> list[Member]:
@@ -225,13 +229,31 @@ def decide_pool(view: PoolView) -> PoolDecision:
             )
         if member is not None:
             waiting.append(_wait(member, need, True, "members are being put to sleep for it"))
+    held, unplaced = _placed(view)
     return PoolDecision(
         grant=frozenset(grant),
         evict=evict,
         levels=_levels(view),
         waiting=waiting,
-        used=used,
+        used=held,
+        unplaced=unplaced,
     )
+
+
+def _placed(view: PoolView) -> tuple[int, frozenset[str]]:
+    """What the device holds now, and the starting members it has no room for: vLLM refuses
+    to load while the device's free memory is below its share, so such a member holds
+    nothing (its container restarts) until room is made. The decision still counts them at
+    their footprint, so that room is made for them."""
+    held = sum(m.held for m in view.members if m.state is not MemberState.STARTING)
+    unplaced: set[str] = set()
+    starting = (m for m in view.members if m.state is MemberState.STARTING)
+    for member in sorted(starting, key=lambda m: m.pod):
+        if held + member.footprint <= view.memory:
+            held += member.footprint
+        else:
+            unplaced.add(member.pod)
+    return held, frozenset(unplaced)
 
 
 def _evictable(member: Member, view: PoolView) -> bool:
