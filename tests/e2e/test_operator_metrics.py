@@ -25,7 +25,9 @@ def test_wake_and_sleep_are_observed(
     ids = {"namespace": "default", "model": "chat"}
     wait_for(
         "a sleep observed",
-        lambda: value(r, "snooze_sleep_duration_seconds_count", level="1", **ids) == 1,
+        lambda: (
+            value(r, "snooze_sleep_duration_seconds_count", level="1", namespace="default") == 1
+        ),
     )
     wait_for(
         "state asleep published",
@@ -33,6 +35,9 @@ def test_wake_and_sleep_are_observed(
     )
     assert value(r, "snooze_engine_state", pod="chat-0", state="awake", **ids) == 0
     wait_for("time asleep counted", lambda: value(r, "snooze_asleep_seconds_total", **ids) > 0)
+    # No series for what has not happened: no failure, and no wake yet.
+    assert r.get_sample_value("snooze_wake_failures_total", {**ids, "reason": "Timeout"}) is None
+    assert r.get_sample_value("snooze_wake_duration_seconds_count", {**ids, "level": "1"}) is None
     assert value(r, "snooze_models", phase="Asleep") == 1
 
     cluster.request_wake("chat")

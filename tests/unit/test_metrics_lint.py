@@ -21,7 +21,7 @@ def operator_registry() -> CollectorRegistry:
     metrics = OperatorMetrics()
     ids = ("default", "chat")
     metrics.wake_duration.labels(*ids, "1").observe(0.3)
-    metrics.sleep_duration.labels(*ids, "1").observe(1.2)
+    metrics.sleep_duration.labels("default", "1").observe(1.2)
     metrics.wake_failures.labels(*ids, "HybridKVCacheReinit").inc()
     metrics.sleep_failures.labels(*ids, "Timeout").inc()
     metrics.restarts.labels(*ids, "HybridKVCacheReinit").inc()

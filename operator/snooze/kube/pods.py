@@ -50,6 +50,8 @@ class PodInfo:
     """Bound to a node (spec.nodeName): only then can it take memory on a device."""
     deleting: bool = False
     """Being deleted: it holds its memory until it is gone."""
+    resource_version: str = field(default="", compare=False)
+    """The version of the pod this was read from: tells a stale copy from a fresh one."""
 
     @property
     def state(self) -> EngineState | None:
@@ -109,6 +111,7 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         gpu_memory_utilization=_share(body.get("spec") or {}),
         scheduled=bool((body.get("spec") or {}).get("nodeName")) or bool(status.get("podIP")),
         deleting=bool(meta.get("deletionTimestamp")),
+        resource_version=str(meta.get("resourceVersion") or ""),
         claims=frozenset(
             str(claim.get("resourceClaimName"))
             for claim in (body.get("spec") or {}).get("resourceClaims") or []

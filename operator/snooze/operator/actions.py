@@ -181,10 +181,19 @@ class Executor:
         metadata: dict[str, object] = {"labels": {STATE_LABEL: state.value}}
         if annotations:
             metadata["annotations"] = annotations
-        await self.api.patch(pods_ref(self.namespace), pod.name, {"metadata": metadata})
+        await self.patch_pod(pod, engine, metadata)
         engine.published = state
         if state.value not in engine.state_since:
             engine.state_since = {state.value: time.time()}
+
+    async def patch_pod(
+        self, pod: PodInfo, engine: EngineMemory, metadata: dict[str, object]
+    ) -> None:
+        """Patch the pod's metadata, and remember which versions of the pod this write made
+        stale (see EngineMemory.wrote)."""
+        answer = await self.api.patch(pods_ref(self.namespace), pod.name, {"metadata": metadata})
+        version = (answer.get("metadata") or {}).get("resourceVersion") if answer else None
+        engine.wrote(before=pod.resource_version, after=str(version or ""))
 
     async def _label_action(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
@@ -291,10 +300,8 @@ class Executor:
         level = action.level or spec.sleep.level
         # Marked before it is sent: an operator restarted from here on waits for this sleep
         # to end rather than sending another (or resumes the drain, if the mark is missing).
-        await self.api.patch(
-            pods_ref(self.namespace),
-            pod.name,
-            {"metadata": {"annotations": {SLEEP_SENT_ANNOTATION: format_time(time.time())}}},
+        await self.patch_pod(
+            pod, engine, {"annotations": {SLEEP_SENT_ANNOTATION: format_time(time.time())}}
         )
         try:
             await client.sleep(level, "wait", timeout=sleep_timeout(spec, self.settings))
@@ -345,9 +352,7 @@ class Executor:
         engine.sleeping = True  # what the next probe would say: a GPU pool counts on it now
         self.memory.last_sleep_time = finished
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Asleep").inc()
-        self.metrics.sleep_duration.labels(self.namespace, self.model, str(level)).observe(
-            finished - started
-        )
+        self.metrics.sleep_duration.labels(self.namespace, str(level)).observe(finished - started)
         self.emit(
             "Normal",
             "Slept",
@@ -374,8 +379,9 @@ class Executor:
             done.add(step)
             if step in (WEIGHTS, RELOAD):
                 progress = ",".join(sorted(done))
-                patch = {"metadata": {"annotations": {WAKE_PROGRESS_ANNOTATION: progress}}}
-                await self.api.patch(pods_ref(self.namespace), pod.name, patch)
+                await self.patch_pod(
+                    pod, engine, {"annotations": {WAKE_PROGRESS_ANNOTATION: progress}}
+                )
 
         try:
             await client.wake(level, timeout=spec.wake_timeout_seconds, done=done, on_step=record)

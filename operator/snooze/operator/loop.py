@@ -254,7 +254,6 @@ class ModelLoop:
         if self._reported_error is not None:
             self.emit("Normal", "SpecValid", "the spec is valid again; resuming")
             self._reported_error = None
-        self.metrics.start_model(self.namespace, self.name, str(spec.sleep.level))
 
         self.selector = spec.selector
         selected = [p for p in self.pods(spec.selector) if spec.selector.matches(p.labels)]
@@ -500,7 +499,7 @@ class ModelLoop:
                 sleep_policy.EngineView(
                     pod=pod.name,
                     ready=pod.ready,
-                    label=pod.state,
+                    label=engine.label_of(pod),
                     # Not probed this cycle: what it last said (nothing it needs to say has
                     # changed since; see policy/probing.py).
                     sleeping=engine.sleeping if pod.ready else None,

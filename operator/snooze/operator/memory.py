@@ -7,10 +7,11 @@ last wake) and from the engines and pod labels themselves.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from snooze.kube.pods import parse_time
+from snooze.kube.pods import PodInfo, parse_time
 from snooze.models import EngineState
 from snooze.policy.probing import Ledger
 
@@ -44,6 +45,12 @@ class EngineMemory:
     """When the pod entered its current published state, keyed by that state."""
     published: EngineState | None = None
     """The label this operator process last wrote on the pod (its index may lag behind)."""
+    written_version: str = ""
+    """The pod's resourceVersion that this process's last write of it made."""
+    stale_versions: deque[str] = field(default_factory=lambda: deque(maxlen=8))
+    """Versions of the pod from before that write: the one each write was decided on, and
+    those earlier writes made. A pod index that still shows one of them has not seen the last
+    write yet (a later version, this process's or anyone's, is the truth)."""
     sleeping: bool | None = None
     """The engine's own answer at the last probe (None: no answer)."""
     answered: bool = False
@@ -85,6 +92,26 @@ class EngineMemory:
     @property
     def acting_kind(self) -> str | None:
         return self.action if self.acting else None
+
+    def wrote(self, *, before: str, after: str) -> None:
+        """This process patched the pod, decided on version `before`, making `after`."""
+        for version in (before, self.written_version):
+            if version and version != after and version not in self.stale_versions:
+                self.stale_versions.append(version)
+        self.written_version = after
+
+    def label_of(self, pod: PodInfo) -> EngineState | None:
+        """The pod's state label: the one this process wrote last, while the pod index still
+        shows a version from before that write. Under load the index lags seconds behind the
+        API, and reading the old label from it made the loop write the same label again
+        every cycle (thousands of pod patches in a sleep wave of 2,000 engines)."""
+        if (
+            self.published is not None
+            and pod.resource_version
+            and pod.resource_version in self.stale_versions
+        ):
+            return self.published
+        return pod.state
 
 
 @dataclass(kw_only=True)

@@ -31,17 +31,10 @@ DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.
 # A cycle is a few probes on a quiet operator (milliseconds), seconds on a saturated one.
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 STATES = [state.value for state in EngineState]
-# The reasons a wake fails (the engine client's error classes, and a cold start too long).
-FAILURE_REASONS = (
-    "HybridKVCacheReinit",
-    "Timeout",
-    "Unreachable",
-    "EngineError",
-    "SleepModeDisabled",
-    "OutOfMemory",
-    "ColdStartTimeout",
-)
-
+# A model's series are born at its first event, not created at zero for every model and
+# reason: at a thousand models the zeros were megabytes of page (benchmarks/README.md, scrape
+# cost). The first event of a series is then invisible to rate() and increase(); the alert
+# rules that must see it (SnoozeWakeFailures) also match series that did not exist earlier.
 # Why a pool put a member to sleep: room for another member's wake, or for one starting.
 POOL_EVICTION_REASONS = ("wake", "start")
 
@@ -94,10 +87,13 @@ class OperatorMetrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
+        # Per namespace, not per model: a model's sleeps are its Events; a histogram per model
+        # would be a page of buckets per thousand models (wakes keep theirs: they are what
+        # clients wait for).
         self.sleep_duration = Histogram(
             "snooze_sleep_duration_seconds",
             "Time from the start of a drain to the engine confirming it sleeps.",
-            ["namespace", "model", "level"],
+            ["namespace", "level"],
             buckets=DURATION_BUCKETS,
             registry=r,
         )
@@ -228,24 +224,11 @@ class OperatorMetrics:
         self.models = _ModelsByPhase()
         r.register(self.models)
         self._pods: dict[tuple[str, str], dict[str, str | None]] = {}
-        self._started: set[tuple[str, str]] = set()
         self.wakes: deque[Wake] = deque(maxlen=10_000)
         """The latest wakes, each exact (a histogram keeps only buckets): for reports such as
         the demo's summary. Bounded, so it costs nothing in a long-running operator."""
         self.pool_waits: deque[PoolWait] = deque(maxlen=10_000)
         """The latest waits for room on a pool, each exact, as `wakes`."""
-
-    def start_model(self, namespace: str, model: str, level: str) -> None:
-        """Create a model's series at zero, so that rate() and increase() see its first event
-        (a series born at 1 has no earlier sample to count from)."""
-        if (namespace, model) in self._started:
-            return
-        self._started.add((namespace, model))
-        for histogram in (self.wake_duration, self.sleep_duration):
-            histogram.labels(namespace, model, level)
-        for reason in FAILURE_REASONS:
-            self.wake_failures.labels(namespace, model, reason)
-        self.asleep_seconds.labels(namespace, model)
 
     def observe_wake(self, namespace: str, model: str, level: str, seconds: float) -> None:
         """One finished wake: into the histogram, and into `wakes` for exact reports."""
@@ -313,7 +296,6 @@ class OperatorMetrics:
         self.set_engine_states(namespace, model, {})
         self._pods.pop((namespace, model), None)
         self.models.phases.pop((namespace, model), None)
-        self._started.discard((namespace, model))
         for metric in (self.prewakes, self.prewake_hits, self.prewake_misses, self.window_active):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, model)
