@@ -181,7 +181,12 @@ class Executor:
         metadata: dict[str, object] = {"labels": {STATE_LABEL: state.value}}
         if annotations:
             metadata["annotations"] = annotations
+        was = engine.label_of(pod)
         await self.patch_pod(pod, engine, metadata)
+        if state is EngineState.AWAKE and was is not EngineState.AWAKE:
+            # Routable only from now (the gateway sends nothing to a pod not labelled awake):
+            # its idle clock starts now.
+            engine.last_activity = max(engine.last_activity, time.time())
         engine.published = state
         if state.value not in engine.state_since:
             engine.state_since = {state.value: time.time()}

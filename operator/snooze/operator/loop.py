@@ -543,6 +543,9 @@ class ModelLoop:
                 f"requests until it answers: {engine.probe_error}",
             )
         elif was and not engine.unreachable:
+            # It got no requests while unreachable (the gateway routes none to it): its idle
+            # clock starts again now, or it would be put to sleep the moment it is back.
+            engine.last_activity = max(engine.last_activity, time.time())
             self.emit("Normal", "EngineReachable", f"{pod}: the engine answers again")
 
     async def _report_invalid(self, message: str, generation: int | None, now: float) -> None:

@@ -1,0 +1,45 @@
+"""An engine's idle clock starts when requests can reach it: an engine that was unreachable
+for longer than idle.after is not put to sleep the moment it answers again (it could get no
+requests meanwhile), and is once it stays idle for idle.after."""
+
+from __future__ import annotations
+
+import time
+
+from conftest import Cluster, _addresses, wait_for
+
+from snooze.operator.embedded import OperatorThread
+
+LABELS = {"app": "chat"}
+IDLE = 4.0  # seconds
+
+
+def test_an_engine_back_from_unreachable_gets_a_whole_idle_after(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    engine = cluster.create_pod("chat-0", labels=LABELS)
+    cluster.create_model(
+        "chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": f"{IDLE:g}s"}}
+    )
+    wait_for("labelled awake", lambda: cluster.pod_state("chat-0") == "awake")
+    # Its pod's address stops answering (nothing listens there) for twice idle.after.
+    cluster.set_pod_ready("chat-0", next(_addresses), ready=True)
+    wait_for(
+        "reported unreachable",
+        lambda: any(
+            p.get("state") == "unreachable" for p in cluster.status("chat").get("pods") or []
+        ),
+    )
+    time.sleep(2 * IDLE)
+    assert engine.sleep_calls == 0
+    cluster.set_pod_ready("chat-0", engine.address.split(":")[0], ready=True)
+    back = wait_for(
+        "reachable again", lambda: cluster.events("EngineReachable") and time.monotonic()
+    )
+    # Half of idle.after later it still serves: its clock started when it answered again.
+    time.sleep(IDLE / 2)
+    assert engine.sleep_calls == 0, "slept as soon as it was back"
+    assert not engine.is_sleeping
+    # Still idle: it sleeps, no sooner than idle.after after it came back.
+    wait_for("asleep", lambda: engine.is_sleeping, timeout=30)
+    assert time.monotonic() - back >= IDLE - 1.0
