@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     priority = args.priority
     if args.peering is not None and priority is None:
         priority = random.randint(1, 2**31 - 1)
-    runtime = Runtime(settings=settings)
+    runtime = Runtime(settings=settings, namespaces=tuple(args.namespace or ()))
     if args.metrics_port is not None:
         from prometheus_client import ProcessCollector, start_http_server
 

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import ssl
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import kopf
@@ -16,47 +16,20 @@ from snooze.engine.client import new_http_client
 from snooze.engine.probe import Prober
 from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
-from snooze.kube.pods import PodInfo, pod_info
+from snooze.kube.pods import PodInfo
 from snooze.operator.actions import Settings
 from snooze.operator.discovery import crd_served, restart_when_served
 from snooze.operator.events import teller
 from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.gateways import stop as stop_task
+from snooze.operator.indexes import Indexes, candidates, claim_of
 from snooze.operator.loop import ModelLoop, Neighbours
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
 from snooze.operator.release import release
-from snooze.policy.claims import Claim
 
 PREFIX = models.GROUP
 log = logging.getLogger(__name__)
-
-
-# A model's selector, indexed under each of its matchLabels pairs (a pod it selects carries
-# them all, so any one finds it); one without matchLabels under ("", ""), checked for every pod.
-SelectorKey = tuple[str, str, str]
-"""(namespace, label key, label value)."""
-
-
-def selector_keys(namespace: str, selector: models.LabelSelector) -> list[SelectorKey]:
-    pairs = list(selector.match_labels.items()) or [("", "")]
-    return [(namespace, key, value) for key, value in pairs]
-
-
-def candidates(
-    index: kopf.Index[SelectorKey, tuple[str, models.LabelSelector]],
-    namespace: str,
-    labels: Mapping[str, str],
-) -> list[tuple[str, models.LabelSelector]]:
-    """The models of a namespace whose selectors may select a pod with these labels (each
-    once): those indexed under one of its labels, and those without matchLabels. At a
-    thousand models a pod has one or two, where checking every model's selector for every
-    pod in every cycle was quadratic."""
-    found: dict[str, tuple[str, models.LabelSelector]] = {}
-    for key, value in [*labels.items(), ("", "")]:
-        for name, selector in index.get((namespace, key, value), []):
-            found.setdefault(name, (name, selector))
-    return list(found.values())
 
 
 @dataclasses.dataclass
@@ -83,6 +56,10 @@ class Runtime:
     loops: dict[tuple[str, str], ModelLoop] = dataclasses.field(default_factory=dict)
     pools: PoolHub = dataclasses.field(default_factory=PoolHub)
     routing: dict[tuple[str, str], tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+    namespaces: tuple[str, ...] = ()
+    """The namespaces (or patterns) kopf watches; none: all."""
+    indexes: Indexes = dataclasses.field(default_factory=Indexes)
+    """Pods and models as the last watch events showed them (indexes.py)."""
 
 
 def configure(settings: kopf.OperatorSettings, ours: Settings) -> None:
@@ -137,6 +114,10 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         )
         runtime.gateway_task = asyncio.create_task(runtime.gateways.run(), name="gateway-traffic")
         runtime.closing = False
+        # Before kopf watches anything: no model's loop starts on a partial view of the pods
+        # and of the other models' claims. kopf's events keep them from here on.
+        runtime.indexes = Indexes()
+        await runtime.indexes.load(runtime.api, runtime.namespaces)
         if not await crd_served(runtime.api):
             runtime.crd_watch = asyncio.create_task(
                 restart_when_served(
@@ -160,36 +141,6 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             await runtime.prober.aclose()
         await stop_task(runtime.gateway_task)
 
-    @kopf.index("pods", id="pods_by_namespace", registry=registry)
-    def pods_by_namespace(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, PodInfo]:
-        return {namespace or "": pod_info(body)}
-
-    @kopf.index("pods", id="pods_by_label", registry=registry)
-    def pods_by_label(
-        body: kopf.Body, namespace: str | None, **_: Any
-    ) -> dict[tuple[str, str, str], PodInfo]:
-        # Under each of its labels: a model finds its pods without scanning the namespace
-        # (a thousand models each scanning two thousand pods every cycle took a third of a core).
-        info = pod_info(body)
-        return {(namespace or "", key, value): info for key, value in info.labels.items()}
-
-    @kopf.index(models.GROUP, models.VERSION, models.PLURAL, id="claims", registry=registry)
-    def claims_index(body: kopf.Body, **_: Any) -> dict[str, Claim]:
-        # Every valid model's claim on its model name, across namespaces: who holds a name
-        # claimed twice is decided from these (policy.claims.holder), by every loop alike.
-        claim = claim_of(body)
-        return {} if claim is None else {claim[0]: claim[1]}
-
-    @kopf.index(models.GROUP, models.VERSION, models.PLURAL, id="selectors", registry=registry)
-    def selectors_index(
-        body: kopf.Body, namespace: str | None, name: str, **_: Any
-    ) -> dict[SelectorKey, tuple[str, models.LabelSelector]]:
-        try:
-            spec = models.parse_spec(dict(body.get("spec") or {}))
-        except models.SpecError:
-            return {}  # an invalid spec selects nothing: it acts on no pod
-        return {key: (name, spec.selector) for key in selector_keys(namespace or "", spec.selector)}
-
     # The event handlers are async so that they run in the operator's loop: kopf runs a sync
     # handler in a thread, where setting a loop's asyncio.Event is unsafe (the wakeup can be
     # lost) and runtime.loops may change size while it is read.
@@ -199,7 +150,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     ) -> None:
         # Poke the models that select this pod when what matters for routing changed (not
         # for the operator's own label patches, which would only echo).
-        info = pod_info(body)
+        info = runtime.indexes.pod(body, deleted=event.get("type") == "DELETED")
         key = (namespace or "", info.name)
         fingerprint = (info.ready, info.ip, info.uid, event.get("type") == "DELETED")
         if runtime.routing.get(key) == fingerprint:
@@ -207,7 +158,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         runtime.routing[key] = fingerprint
         if event.get("type") == "DELETED":
             runtime.routing.pop(key, None)
-        selectors: kopf.Index[SelectorKey, tuple[str, models.LabelSelector]] = kwargs["selectors"]
+        selectors = runtime.indexes.selectors
         for name, _selector in candidates(selectors, namespace or "", info.labels):
             loop = runtime.loops.get((namespace or "", name))
             if loop is not None and loop.selects(info.labels):
@@ -224,6 +175,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         # come back as events too: those must not poke, or each status write costs a cycle of
         # probes (a third more probes at 1,000 models under traffic).
         key = (namespace or "", name)
+        runtime.indexes.model(body, deleted=kwargs.get("type") == "DELETED")
         meta = body.get("metadata", {})
         claim = claim_of(body)
         seen = (
@@ -275,10 +227,9 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         name: str,
         **kwargs: Any,
     ) -> None:
-        pods_by_namespace: kopf.Index[str, PodInfo] = kwargs["pods_by_namespace"]
-        pods_by_label: kopf.Index[tuple[str, str, str], PodInfo] = kwargs["pods_by_label"]
-        claims: kopf.Index[str, Claim] = kwargs["claims"]
-        selectors: kopf.Index[SelectorKey, tuple[str, models.LabelSelector]] = kwargs["selectors"]
+        indexes = runtime.indexes
+        pods_by_namespace, pods_by_label = indexes.pods_by_namespace, indexes.pods_by_label
+        claims, selectors = indexes.claims, indexes.selectors
         assert runtime.api is not None
         namespace = namespace or ""
 
@@ -381,7 +332,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         # Deleting a model must not strand its engines asleep (requests would hang there) or
         # its workload at zero: give everything back as it was before Snooze.
         assert runtime.api is not None
-        index: kopf.Index[str, PodInfo] = kwargs["pods_by_namespace"]
+        index = runtime.indexes.pods_by_namespace
         emit = teller(body)
         await release(
             api=runtime.api,
@@ -394,28 +345,6 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         )
 
     return registry
-
-
-def claim_of(body: Mapping[str, Any]) -> tuple[str, Claim] | None:
-    """A model's claim on its model name (None for an invalid spec, which claims nothing)."""
-    meta = body.get("metadata") or {}
-    try:
-        spec = models.parse_spec(dict(body.get("spec") or {}))
-    except models.SpecError:
-        return None
-    model_name = spec.model_name or str(meta.get("name", ""))
-    status = body.get("status") or {}
-    conflicted = any(
-        c.get("type") == "Conflict" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    claim = Claim(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        created=str(meta.get("creationTimestamp", "")),
-        holds=status.get("modelName") == model_name and not conflicted,
-    )
-    return model_name, claim
 
 
 def _no_traffic(namespace: str, pod: str) -> None:

@@ -1,0 +1,170 @@
+"""What the operator knows of every pod and model, between cycles: pods by namespace and by
+label, models' claims on model names, and models' selectors by label.
+
+kopf's own indexes did this until they met 10,000 models: kopf holds every object's handlers
+until all indexes are filled at start-up, through one condition that each of the 20,000
+objects' workers waits on and that every one of them notifies, and the operator labelled no
+pod in four minutes (benchmarks/README.md). These are filled once by a list at start-up,
+before kopf watches anything (so a model's loop never starts on a partial view), then kept
+by the watch events kopf hands to the event handlers.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from snooze import models
+from snooze.kube.api import KubeApi, NotFound, models_ref, pods_ref
+from snooze.kube.pods import PodInfo, pod_info
+from snooze.policy.claims import Claim
+
+K = TypeVar("K")
+V = TypeVar("V")
+Object = tuple[str, str]
+"""(namespace, name) of the object an entry came from."""
+SelectorKey = tuple[str, str, str]
+"""(namespace, label key, label value)."""
+
+
+class Index(Generic[K, V]):
+    """Values by key; each object files its values under keys of its own, replaced whole at
+    each change of the object (as kopf's indexes)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[K, dict[Object, V]] = {}
+        self._keys_of: dict[Object, list[K]] = {}
+
+    def put(self, obj: Object, entries: Mapping[K, V]) -> None:
+        self.remove(obj)
+        for key, value in entries.items():
+            self._by_key.setdefault(key, {})[obj] = value
+        self._keys_of[obj] = list(entries)
+
+    def remove(self, obj: Object) -> None:
+        for key in self._keys_of.pop(obj, []):
+            bucket = self._by_key.get(key)
+            if bucket is not None:
+                bucket.pop(obj, None)
+                if not bucket:
+                    del self._by_key[key]
+
+    def get(self, key: K, default: Sequence[V] = ()) -> list[V]:
+        bucket = self._by_key.get(key)
+        return list(bucket.values()) if bucket else list(default)
+
+
+def selector_keys(namespace: str, selector: models.LabelSelector) -> list[SelectorKey]:
+    """A model's selector is filed under each of its matchLabels pairs (a pod it selects
+    carries them all, so any one finds it); one without matchLabels under ("", ""), checked
+    for every pod."""
+    pairs = list(selector.match_labels.items()) or [("", "")]
+    return [(namespace, key, value) for key, value in pairs]
+
+
+def claim_of(body: Mapping[str, Any]) -> tuple[str, Claim] | None:
+    """A model's claim on its model name (None for an invalid spec, which claims nothing)."""
+    meta = body.get("metadata") or {}
+    try:
+        spec = models.parse_spec(dict(body.get("spec") or {}))
+    except models.SpecError:
+        return None
+    model_name = spec.model_name or str(meta.get("name", ""))
+    status = body.get("status") or {}
+    conflicted = any(
+        c.get("type") == "Conflict" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    claim = Claim(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        created=str(meta.get("creationTimestamp", "")),
+        holds=status.get("modelName") == model_name and not conflicted,
+    )
+    return model_name, claim
+
+
+class Indexes:
+    """The four views the handlers and loops read."""
+
+    def __init__(self) -> None:
+        self.pods_by_namespace: Index[str, PodInfo] = Index()
+        self.pods_by_label: Index[SelectorKey, PodInfo] = Index()
+        self.claims: Index[str, Claim] = Index()
+        self.selectors: Index[SelectorKey, tuple[str, models.LabelSelector]] = Index()
+
+    def pod(self, body: Mapping[str, Any], *, deleted: bool = False) -> PodInfo:
+        info = pod_info(body)
+        obj = (info.namespace, info.name)
+        if deleted:
+            self.pods_by_namespace.remove(obj)
+            self.pods_by_label.remove(obj)
+            return info
+        self.pods_by_namespace.put(obj, {info.namespace: info})
+        # Under each of its labels: a model finds its pods without scanning the namespace
+        # (a thousand models each scanning two thousand pods every cycle took a third of a core).
+        self.pods_by_label.put(
+            obj, {(info.namespace, key, value): info for key, value in info.labels.items()}
+        )
+        return info
+
+    def model(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        meta = body.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        obj = (namespace, name)
+        if deleted:
+            self.claims.remove(obj)
+            self.selectors.remove(obj)
+            return
+        # Every valid model's claim on its model name, across namespaces: who holds a name
+        # claimed twice is decided from these (policy.claims.holder), by every loop alike.
+        claim = claim_of(body)
+        self.claims.put(obj, {} if claim is None else {claim[0]: claim[1]})
+        try:
+            spec = models.parse_spec(dict(body.get("spec") or {}))
+        except models.SpecError:
+            self.selectors.put(obj, {})  # an invalid spec selects nothing: it acts on no pod
+            return
+        self.selectors.put(
+            obj, {key: (name, spec.selector) for key in selector_keys(namespace, spec.selector)}
+        )
+
+    async def load(self, api: KubeApi, namespaces: Iterable[str] = ()) -> None:
+        """List every pod and model kopf is going to watch (all namespaces, or the given
+        ones, which may be patterns as kopf's are)."""
+        scopes = list(namespaces)
+        exact = [ns for ns in scopes if not any(c in ns for c in "*?[!")]
+        listed = exact if scopes and len(exact) == len(scopes) else [None]
+        for scope in listed:
+            for item in (await api.list(pods_ref(scope))).get("items") or []:
+                if _wanted(item, scopes):
+                    self.pod(item)
+            try:
+                found = (await api.list(models_ref(scope))).get("items") or []
+            except NotFound:  # the CRD is not installed yet: kopf is restarted when it is
+                found = []
+            for item in found:
+                if _wanted(item, scopes):
+                    self.model(item)
+
+
+def _wanted(item: Mapping[str, Any], scopes: Sequence[str]) -> bool:
+    namespace = str((item.get("metadata") or {}).get("namespace") or "")
+    return not scopes or any(fnmatch.fnmatchcase(namespace, pattern) for pattern in scopes)
+
+
+def candidates(
+    index: Index[SelectorKey, tuple[str, models.LabelSelector]],
+    namespace: str,
+    labels: Mapping[str, str],
+) -> list[tuple[str, models.LabelSelector]]:
+    """The models of a namespace whose selectors may select a pod with these labels (each
+    once): those indexed under one of its labels, and those without matchLabels. At a
+    thousand models a pod has one or two, where checking every model's selector for every
+    pod in every cycle was quadratic."""
+    found: dict[str, tuple[str, models.LabelSelector]] = {}
+    for key, value in [*labels.items(), ("", "")]:
+        for name, selector in index.get((namespace, key, value), []):
+            found.setdefault(name, (name, selector))
+    return list(found.values())
