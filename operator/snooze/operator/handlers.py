@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -89,6 +89,8 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     # What of each model last poked its loop: generation, annotations, deletion.
     model_seen: dict[tuple[str, str], tuple[Any, ...]] = {}
+    # The pods each model selected at its last such event: its old neighbours, after a change.
+    model_pods: dict[tuple[str, str], dict[str, Mapping[str, str]]] = {}
 
     @kopf.on.login(id="login", registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -195,19 +197,45 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         if loop is not None:
             loop.memory.poke.set()
         # A model that appears, goes, or changes its name, selector or hold on a name changes
-        # what its neighbours may do: the models of the same name or namespace look again.
-        names = {c[0] for c in (claim, before[3] if before else None) if c is not None}
+        # what its neighbours may do: the models that claim the same name, and those that
+        # select a pod it selects or selected, look again. Only those: poking the whole
+        # namespace made start-up quadratic (10,000 models, each poking the 9,999 others).
         if (
             before is None
             or kwargs.get("type") == "DELETED"
             or before[:1] != seen[:1]
             or (before[3] != claim)
         ):
-            for (other_namespace, other), other_loop in runtime.loops.items():
-                if (other_namespace, other) != key and (
-                    other_namespace == key[0] or other_loop.model_name in names
-                ):
+            names = {c[0] for c in (claim, before[3] if before else None) if c is not None}
+            selected = {} if kwargs.get("type") == "DELETED" else selected_pods(body)
+            pods_before = model_pods.pop(key, {})
+            if selected:
+                model_pods[key] = selected
+            neighbours = {
+                (c.namespace, c.name) for name in names for c in runtime.indexes.claims.get(name)
+            }
+            for labels in [*pods_before.values(), *selected.values()]:
+                for other, _ in candidates(runtime.indexes.selectors, key[0], labels):
+                    neighbours.add((key[0], other))
+            neighbours.discard(key)
+            for neighbour in neighbours:
+                other_loop = runtime.loops.get(neighbour)
+                if other_loop is not None:
                     other_loop.memory.poke.set()
+
+    def selected_pods(body: Mapping[str, Any]) -> dict[str, Mapping[str, str]]:
+        """The labels of each pod a model's spec selects now, by pod name."""
+        namespace = str((body.get("metadata") or {}).get("namespace") or "")
+        try:
+            selector = models.parse_spec(dict(body.get("spec") or {})).selector
+        except models.SpecError:
+            return {}
+        if selector.match_labels:
+            key, value = min(selector.match_labels.items())
+            found = runtime.indexes.pods_by_label.get((namespace, key, value))
+        else:
+            found = runtime.indexes.pods_by_namespace.get(namespace)
+        return {p.name: p.labels for p in found if selector.matches(p.labels)}
 
     @kopf.daemon(
         models.GROUP,
