@@ -2,8 +2,9 @@
 `--engines-per-model K`, 2 by default).
 
 Three or four processes: the sandbox API (in this one, to count its requests), the engines
-(`fleet_engines.py`, which stamps every probe), the operator, measured alone through /proc,
-and with `--through-gateway` the gateway, whose per-engine counters the operator reads.
+(`fleet_engines.py`, which stamps every probe; one process per 2,500 engines), the operator,
+measured alone through /proc, and with `--through-gateway` the gateway, whose per-engine
+counters the operator reads.
 1. Pods and models are created; traffic starts (one tiny request per engine every
    idle.after / 3, so nothing sleeps: straight to the engines, or through the gateway by
    model); then the operator starts; wait until every pod is labelled `awake`.
@@ -22,6 +23,7 @@ import contextlib
 import ipaddress
 import itertools
 import json
+import math
 import os
 import re
 import subprocess
@@ -43,6 +45,8 @@ from snooze.sandbox.emulator import SandboxEmulator
 
 HERE = Path(__file__).resolve().parent
 FIRST_ENGINE = ipaddress.ip_address("127.1.0.1")
+# One process of simulated engines serves at most this many (file descriptors, see measure).
+ENGINES_PER_PROCESS = 2500
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 NAME = re.compile(r"/m\d{4}(-\d)?(?=/|$)")
 
@@ -168,16 +172,29 @@ def measure(
     n, per = args.models, args.engines_per_model
     engines_total = n * per
     interval = args.probe_interval
-    control = free_port()
-    engines = spawn(
-        setup, logs / "engines.log", str(HERE / "fleet_engines.py"),
-        "--host", str(FIRST_ENGINE), "--count", str(engines_total), "--per-model", str(per),
-        "--control-port", str(control),
-    )  # fmt: skip
-    control_url = f"http://127.0.0.1:{control}"
+    # Several engine processes past ENGINES_PER_PROCESS: each engine is a listening socket plus
+    # the connections kept to it, and one process of 10,000 ran out of file descriptors.
+    chunks = math.ceil(engines_total / ENGINES_PER_PROCESS)
+    engine_processes, control_urls = [], []
+    for chunk in range(chunks):
+        begin = chunk * ENGINES_PER_PROCESS
+        count = min(ENGINES_PER_PROCESS, engines_total - begin)
+        control = free_port()
+        engine_processes.append(
+            spawn(
+                setup,
+                logs / f"engines-{chunk}.log",
+                str(HERE / "fleet_engines.py"),
+                *("--host", str(FIRST_ENGINE + begin), "--count", str(count)),
+                *("--per-model", str(per), "--first-index", str(begin)),
+                *("--control-port", str(control)),
+            )
+        )
+        control_urls.append(f"http://127.0.0.1:{control}")
     watch = PodStates(setup.sandbox.url)
     watch.start()
-    wait_until("the engines", lambda: httpx.get(control_url + "/probes").is_success, 300)
+    for url in control_urls:
+        wait_until("the engines", lambda url=url: httpx.get(url + "/probes").is_success, 300)
     began = time.monotonic()
     hosts = create_fleet(setup, n, per, args.idle_after)
     create_seconds = time.monotonic() - began
@@ -236,8 +253,10 @@ def measure(
     time.sleep(2 * interval)
 
     progress(f"steady state: measuring for {args.steady:.0f} s")
-    httpx.post(control_url + "/reset")
-    processes = {"operator": pid, "engines": engines.pid, "bench": os.getpid()}
+    for url in control_urls:
+        httpx.post(url + "/reset")
+    processes = {"operator": pid, "bench": os.getpid()}
+    processes |= {f"engines-{i}": p.pid for i, p in enumerate(engine_processes)}
     if gateway is not None:
         processes["gateway"] = gateway.pid
     w0, t0 = writes(emulator), time.monotonic()
@@ -249,7 +268,11 @@ def measure(
     minutes = (time.monotonic() - t0) / 60
     w1 = writes(emulator)
     cpu_per_min = {name: (cpu_seconds(p) - cpu0s[name]) / minutes for name, p in processes.items()}
-    stamps: dict[str, list[float]] = httpx.get(control_url + "/probes", timeout=60).json()
+    stamps: dict[str, list[float]] = {}
+    for url in control_urls:
+        stamps |= httpx.get(url + "/probes", timeout=60).json()
+    for name in [n for n in cpu_per_min if n.startswith("engines-")]:
+        cpu_per_min["engines"] = cpu_per_min.get("engines", 0.0) + cpu_per_min.pop(name)
     gaps = [b - a for s in stamps.values() for a, b in itertools.pairwise(s)]
     probes_per_min = sum(len(s) for s in stamps.values()) / minutes
     unprobed = sum(1 for s in stamps.values() if len(s) < 2)

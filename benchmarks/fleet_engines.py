@@ -37,14 +37,19 @@ def stamping(stamps: list[float]) -> Middleware:
 
 
 async def serve(
-    first: str, count: int, per_model: int, control_port: int, sleep_seconds: float
+    first: str,
+    count: int,
+    per_model: int,
+    control_port: int,
+    sleep_seconds: float,
+    first_index: int = 0,
 ) -> None:
     probes: dict[str, list[float]] = {}
     runners: list[web.AppRunner] = []
 
     async def start(index: int, host: str) -> None:
         # Engine i serves model m{i // per_model:04d}, the InferenceModel that selects its pod.
-        model = f"m{index // per_model:04d}"
+        model = f"m{(first_index + index) // per_model:04d}"
         config = EngineConfig(
             model=model, host=host, port=8000, token_seconds=0.0, sleep_seconds=sleep_seconds
         )
@@ -89,9 +94,21 @@ def main() -> None:
     parser.add_argument("--per-model", type=int, default=2, help="engines of each model")
     parser.add_argument("--control-port", type=int, required=True)
     parser.add_argument("--sleep-seconds", type=float, default=0.1)
+    parser.add_argument(
+        "--first-index", type=int, default=0, help="the fleet-wide index of the first engine"
+    )
     args = parser.parse_args()
     raise_fd_limit()
-    asyncio.run(serve(args.host, args.count, args.per_model, args.control_port, args.sleep_seconds))
+    asyncio.run(
+        serve(
+            args.host,
+            args.count,
+            args.per_model,
+            args.control_port,
+            args.sleep_seconds,
+            args.first_index,
+        )
+    )
 
 
 if __name__ == "__main__":
