@@ -150,21 +150,25 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     async def pod_changed(
         body: kopf.Body, event: kopf.RawEvent, namespace: str | None, **kwargs: Any
     ) -> None:
-        # Poke the models that select this pod when what matters for routing changed (not
-        # for the operator's own label patches, which would only echo).
+        # Poke the models that select this pod, or selected it before a relabel, when what
+        # matters for routing or selection changed (not for the operator's own state label
+        # patches, which would only echo).
         info = runtime.indexes.pod(body, deleted=event.get("type") == "DELETED")
         key = (namespace or "", info.name)
-        fingerprint = (info.ready, info.ip, info.uid, event.get("type") == "DELETED")
-        if runtime.routing.get(key) == fingerprint:
+        labels = tuple(sorted((k, v) for k, v in info.labels.items() if k != models.STATE_LABEL))
+        fingerprint = (info.ready, info.ip, info.uid, event.get("type") == "DELETED", labels)
+        before = runtime.routing.get(key)
+        if before == fingerprint:
             return
         runtime.routing[key] = fingerprint
         if event.get("type") == "DELETED":
             runtime.routing.pop(key, None)
         selectors = runtime.indexes.selectors
-        for name, _selector in candidates(selectors, namespace or "", info.labels):
-            loop = runtime.loops.get((namespace or "", name))
-            if loop is not None and loop.selects(info.labels):
-                loop.memory.poke.set()
+        for pod_labels in [info.labels, dict(before[4])] if before else [info.labels]:
+            for name, _selector in candidates(selectors, namespace or "", pod_labels):
+                loop = runtime.loops.get((namespace or "", name))
+                if loop is not None and loop.selects(pod_labels):
+                    loop.memory.poke.set()
 
     @kopf.on.event(
         models.GROUP, models.VERSION, models.PLURAL, id="model_changed", registry=registry
