@@ -86,6 +86,10 @@ def test_the_start_up_list_covers_what_kopf_watches() -> None:
     asyncio.run(patterned.load(Api(objects), ["team-*"]))  # type: ignore[arg-type]
     assert [p.name for p in patterned.pods_by_namespace.get("team-b")] == ["b-0"]
     assert patterned.pods_by_namespace.get("ns") == []
+    excluded = Indexes()  # kopf's exclusions: everything but team-*
+    asyncio.run(excluded.load(Api(objects), ["!team-*"]))  # type: ignore[arg-type]
+    assert [p.name for p in excluded.pods_by_namespace.get("ns")] == ["a-0"]
+    assert excluded.pods_by_namespace.get("team-b") == []
     # Before the CRD is installed: the pods, and no model.
     early = Indexes()
     asyncio.run(early.load(Api(objects, missing=True)))  # type: ignore[arg-type]

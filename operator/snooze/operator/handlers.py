@@ -22,7 +22,7 @@ from snooze.operator.discovery import crd_served, restart_when_served
 from snooze.operator.events import teller
 from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.gateways import stop as stop_task
-from snooze.operator.indexes import Indexes, candidates, claim_of
+from snooze.operator.indexes import Indexes, candidates
 from snooze.operator.loop import ModelLoop, Neighbours
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
@@ -181,9 +181,8 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         # come back as events too: those must not poke, or each status write costs a cycle of
         # probes (a third more probes at 1,000 models under traffic).
         key = (namespace or "", name)
-        runtime.indexes.model(body, deleted=kwargs.get("type") == "DELETED")
+        claim, selector = runtime.indexes.model(body, deleted=kwargs.get("type") == "DELETED")
         meta = body.get("metadata", {})
-        claim = claim_of(body)
         seen = (
             meta.get("generation"),
             tuple(sorted((meta.get("annotations") or {}).items())),
@@ -211,7 +210,15 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             or (before[3] != claim)
         ):
             names = {c[0] for c in (claim, before[3] if before else None) if c is not None}
-            selected = {} if kwargs.get("type") == "DELETED" else selected_pods(body)
+            selected = (
+                {}
+                if selector is None
+                else {
+                    p.name: p.labels
+                    for p in runtime.indexes.pods_for(key[0], selector)
+                    if selector.matches(p.labels)
+                }
+            )
             pods_before = model_pods.pop(key, {})
             if selected:
                 model_pods[key] = selected
@@ -226,20 +233,6 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
                 other_loop = runtime.loops.get(neighbour)
                 if other_loop is not None:
                     other_loop.memory.poke.set()
-
-    def selected_pods(body: Mapping[str, Any]) -> dict[str, Mapping[str, str]]:
-        """The labels of each pod a model's spec selects now, by pod name."""
-        namespace = str((body.get("metadata") or {}).get("namespace") or "")
-        try:
-            selector = models.parse_spec(dict(body.get("spec") or {})).selector
-        except models.SpecError:
-            return {}
-        if selector.match_labels:
-            key, value = min(selector.match_labels.items())
-            found = runtime.indexes.pods_by_label.get((namespace, key, value))
-        else:
-            found = runtime.indexes.pods_by_namespace.get(namespace)
-        return {p.name: p.labels for p in found if selector.matches(p.labels)}
 
     @kopf.daemon(
         models.GROUP,
@@ -260,17 +253,12 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         **kwargs: Any,
     ) -> None:
         indexes = runtime.indexes
-        pods_by_namespace, pods_by_label = indexes.pods_by_namespace, indexes.pods_by_label
         claims, selectors = indexes.claims, indexes.selectors
         assert runtime.api is not None
         namespace = namespace or ""
 
         def pods(selector: models.LabelSelector) -> Iterable[PodInfo]:
-            # Candidates only: the loop applies the whole selector.
-            if selector.match_labels:
-                key, value = min(selector.match_labels.items())
-                return list(pods_by_label.get((namespace, key, value), []))
-            return list(pods_by_namespace.get(namespace, []))
+            return indexes.pods_for(namespace, selector)  # candidates: the loop selects
 
         emit = teller(body)
 

@@ -11,9 +11,13 @@ by the watch events kopf hands to the event handlers.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
+
+from kopf._cogs.structs.references import (  # kopf is pinned (pyproject.toml)
+    NamespaceName,
+    match_namespace,
+)
 
 from snooze import models
 from snooze.kube.api import KubeApi, NotFound, models_ref, pods_ref
@@ -63,13 +67,20 @@ def selector_keys(namespace: str, selector: models.LabelSelector) -> list[Select
     return [(namespace, key, value) for key, value in pairs]
 
 
-def claim_of(body: Mapping[str, Any]) -> tuple[str, Claim] | None:
-    """A model's claim on its model name (None for an invalid spec, which claims nothing)."""
-    meta = body.get("metadata") or {}
+def _spec(body: Mapping[str, Any]) -> models.InferenceModelSpec | None:
     try:
-        spec = models.parse_spec(dict(body.get("spec") or {}))
+        return models.parse_spec(dict(body.get("spec") or {}))
     except models.SpecError:
         return None
+
+
+def claim_of(
+    body: Mapping[str, Any], spec: models.InferenceModelSpec | None
+) -> tuple[str, Claim] | None:
+    """A model's claim on its model name (None for an invalid spec, which claims nothing)."""
+    if spec is None:
+        return None
+    meta = body.get("metadata") or {}
     model_name = spec.model_name or str(meta.get("name", ""))
     status = body.get("status") or {}
     conflicted = any(
@@ -109,32 +120,45 @@ class Indexes:
         )
         return info
 
-    def model(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+    def model(
+        self, body: Mapping[str, Any], *, deleted: bool = False
+    ) -> tuple[tuple[str, Claim] | None, models.LabelSelector | None]:
+        """File a model's claim and selector; return them (None for an invalid spec, which
+        claims and selects nothing), its spec parsed once per event."""
         meta = body.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         obj = (namespace, name)
         if deleted:
             self.claims.remove(obj)
             self.selectors.remove(obj)
-            return
+            return None, None
+        spec = _spec(body)
         # Every valid model's claim on its model name, across namespaces: who holds a name
         # claimed twice is decided from these (policy.claims.holder), by every loop alike.
-        claim = claim_of(body)
+        claim = claim_of(body, spec)
         self.claims.put(obj, {} if claim is None else {claim[0]: claim[1]})
-        try:
-            spec = models.parse_spec(dict(body.get("spec") or {}))
-        except models.SpecError:
-            self.selectors.put(obj, {})  # an invalid spec selects nothing: it acts on no pod
-            return
+        selector = spec.selector if spec is not None else None
         self.selectors.put(
-            obj, {key: (name, spec.selector) for key in selector_keys(namespace, spec.selector)}
+            obj,
+            {}
+            if selector is None
+            else {key: (name, selector) for key in selector_keys(namespace, selector)},
         )
+        return claim, selector
+
+    def pods_for(self, namespace: str, selector: models.LabelSelector) -> list[PodInfo]:
+        """The pods of a namespace the selector may select (candidates: under its first
+        matchLabels pair, or all the namespace's; the caller applies the whole selector)."""
+        if selector.match_labels:
+            key, value = min(selector.match_labels.items())
+            return self.pods_by_label.get((namespace, key, value))
+        return self.pods_by_namespace.get(namespace)
 
     async def load(self, api: KubeApi, namespaces: Iterable[str] = ()) -> None:
         """List every pod and model kopf is going to watch (all namespaces, or the given
         ones, which may be patterns as kopf's are)."""
         scopes = list(namespaces)
-        exact = [ns for ns in scopes if not any(c in ns for c in "*?[!")]
+        exact = [ns for ns in scopes if not any(c in ns for c in "*?[!, ")]
         listed = exact if scopes and len(exact) == len(scopes) else [None]
         for scope in listed:
             for item in (await api.list(pods_ref(scope))).get("items") or []:
@@ -150,8 +174,10 @@ class Indexes:
 
 
 def _wanted(item: Mapping[str, Any], scopes: Sequence[str]) -> bool:
+    # kopf's own rule (globs, `!` exclusions, comma-separated parts), so that the list covers
+    # exactly what kopf is going to watch.
     namespace = str((item.get("metadata") or {}).get("namespace") or "")
-    return not scopes or any(fnmatch.fnmatchcase(namespace, pattern) for pattern in scopes)
+    return not scopes or any(match_namespace(NamespaceName(namespace), p) for p in scopes)
 
 
 def candidates(
