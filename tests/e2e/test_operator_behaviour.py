@@ -81,6 +81,14 @@ def test_hybrid_crash_is_reported_then_restarted(
     assert engine.wake_calls == 1
     wait_for("a PodRestarted event", lambda: cluster.events("PodRestarted"))
     wait_for("a WakeFailed event", lambda: cluster.events("WakeFailed"))
+    # Its controller recreates it under the same name (a StatefulSet's pod): a new engine,
+    # which inherits none of the old one's failures and wakes as any other.
+    fresh = cluster.create_pod("hybrid-0", labels=LABELS)
+    wait_for("the new pod asleep", lambda: cluster.pod_state("hybrid-0") == "asleep")
+    cluster.request_wake("chat")
+    wait_for("the new pod awake", lambda: cluster.pod_state("hybrid-0") == "awake")
+    assert fresh.wake_calls == 1
+    assert sum(e.get("count", 1) for e in cluster.events("PodRestarted")) == 1
 
 
 def test_hybrid_crash_with_report_marks_failed(cluster: Cluster, operator: OperatorThread) -> None:

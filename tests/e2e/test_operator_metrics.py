@@ -84,3 +84,5 @@ def test_hybrid_crash_counts_a_failure_with_its_reason(
             is None
         ),
     )
+    # Deleted once: the loop does not act on a pod it deleted while its index still lists it.
+    assert value(r, "snooze_pod_restarts_total", reason="HybridKVCacheReinit", **ids) == 1

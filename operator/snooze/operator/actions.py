@@ -249,6 +249,7 @@ class Executor:
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
         await self.api.delete(pods_ref(self.namespace), pod.name)
+        engine.deleted = True
         reason = engine.last_failure_reason or "WakeFailed"
         self.metrics.restarts.labels(self.namespace, self.model, reason).inc()
         self.emit(

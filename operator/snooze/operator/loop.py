@@ -258,7 +258,7 @@ class ModelLoop:
         self.selector = spec.selector
         selected = [p for p in self.pods(spec.selector) if spec.selector.matches(p.labels)]
         self._tell_no_pods(spec, selected)
-        self.memory.forget_missing({p.name for p in selected})
+        self.memory.forget_missing(selected)
         conflicts = self._conflicts_of(spec, selected)
         shared = conflicts.shared
         # A pod two models select is acted on by neither: each would undo what the other did.
@@ -498,7 +498,7 @@ class ModelLoop:
             views.append(
                 sleep_policy.EngineView(
                     pod=pod.name,
-                    ready=pod.ready,
+                    ready=pod.ready and not engine.deleted,
                     label=engine.label_of(pod),
                     # Not probed this cycle: what it last said (nothing it needs to say has
                     # changed since; see policy/probing.py).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,12 @@ class EngineMemory:
     """One engine (pod) as the operator has followed it."""
 
     last_activity: float
+    uid: str = ""
+    """The pod's uid: a pod recreated under the same name (a StatefulSet's) is a new engine,
+    with nothing of the old one's failures."""
+    deleted: bool = False
+    """This process deleted the pod (wake.onFailure: Restart): until the pod index hears of
+    it, the pod is not acted on again (it was restarted twice, counted twice)."""
     success_total: float | None = None
     """The success counter at the last probe: a change means requests finished."""
     busy: bool = False
@@ -145,9 +152,15 @@ class ModelMemory:
             self.engines[pod] = EngineMemory(last_activity=now)
         return self.engines[pod]
 
-    def forget_missing(self, pods: set[str]) -> None:
-        for name in set(self.engines) - pods:
-            memory = self.engines.pop(name)
+    def forget_missing(self, pods: Iterable[PodInfo]) -> None:
+        """Forget engines whose pod is gone, or was replaced by a new one of the same name."""
+        present = {p.name: p.uid for p in pods}
+        for name, memory in list(self.engines.items()):
+            uid = present.get(name)
+            if uid is not None and (not memory.uid or not uid or memory.uid == uid):
+                memory.uid = memory.uid or uid
+                continue
+            del self.engines[name]
             if memory.acting and memory.task is not None:
                 memory.task.cancel()
 
