@@ -26,10 +26,25 @@ def demo(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     )
 
 
+# One run serves every test (each run takes half a minute), with Prometheus, as a user who
+# wants the dashboard runs it.
+pytestmark = pytest.mark.needs("prometheus")
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp_path_factory.mktemp("demo")
-    result = demo("--duration", "20", "--time-scale", "0.3", "--port", "0", "--out", str(out))
+    result = demo(
+        "--prometheus",
+        "--duration",
+        "20",
+        "--time-scale",
+        "0.3",
+        "--port",
+        "0",
+        "--out",
+        str(out),
+    )
     return result, out
 
 
@@ -147,20 +162,11 @@ def test_a_busy_port_is_refused(tmp_path: Path) -> None:
     assert f"snooze demo: port {port} is in use; pick another with --port" in result.stdout
 
 
-@pytest.mark.needs("prometheus")
-def test_the_dashboard_is_plotted_from_prometheus(tmp_path: Path) -> None:
+def test_the_dashboard_is_plotted_from_prometheus(
+    run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
     """With --prometheus, every dashboard panel is queried over the run and drawn."""
-    result = demo(
-        "--prometheus",
-        "--duration",
-        "20",
-        "--time-scale",
-        "0.3",
-        "--port",
-        "0",
-        "--out",
-        str(tmp_path),
-    )
+    result, tmp_path = run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     png = (tmp_path / "dashboard.png").read_bytes()
     assert png[:8] == PNG_MAGIC

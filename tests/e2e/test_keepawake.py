@@ -19,8 +19,8 @@ def test_a_window_wakes_a_sleeping_model_before_any_request(
     cluster: Cluster, operator: OperatorThread
 ) -> None:
     engine = cluster.create_pod("chat-0", labels=LABELS)
-    # A window every 15 seconds for 5 (six cron fields: seconds first), one engine awake.
-    window = {"name": "burst", "cron": "*/15 * * * * *", "duration": "5s", "minAwake": 1}
+    # A window every 8 seconds for 3 (six cron fields: seconds first), one engine awake.
+    window = {"name": "burst", "cron": "*/8 * * * * *", "duration": "3s", "minAwake": 1}
     cluster.create_model(
         "chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": "1s"}, "schedule": [window]}
     )

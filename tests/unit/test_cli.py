@@ -53,6 +53,16 @@ def test_one_verbosity_flag_for_every_part(command: str) -> None:
     assert ("--log-format" in out) == (command != "demo")  # the demo logs to its own file
 
 
+@pytest.mark.parametrize(
+    "flags", [["-v"], ["--verbose"], ["--log-level", "DEBUG"], ["--log-level", "debug"]]
+)
+def test_the_debug_spellings_are_one_flag(flags: list[str]) -> None:
+    from snooze.cli import build_parser
+
+    assert build_parser().parse_args(["operator", *flags]).log_level == "debug"
+    assert build_parser().parse_args(["operator"]).log_level == "info"
+
+
 def test_the_simulator_logs_json_lines() -> None:
     import json
 
