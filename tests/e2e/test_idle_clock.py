@@ -1,6 +1,7 @@
-"""An engine's idle clock starts when requests can reach it: an engine that was unreachable
-for longer than idle.after is not put to sleep the moment it answers again (it could get no
-requests meanwhile), and is once it stays idle for idle.after."""
+"""An engine's idle clock runs only while requests can reach it: an engine that was
+unreachable for longer than idle.after is not put to sleep the moment it answers again (it
+could get no requests meanwhile), and one that was idle before it stopped answering keeps
+that idle time (probes that time out under load do not restart every clock they touch)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,25 @@ def test_an_engine_back_from_unreachable_gets_a_whole_idle_after(
     # Still idle: it sleeps, no sooner than idle.after after it came back.
     wait_for("asleep", lambda: engine.is_sleeping, timeout=30)
     assert time.monotonic() - back >= IDLE - 1.0
+
+
+def test_idle_time_before_the_engine_stopped_answering_still_counts(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    engine = cluster.create_pod("chat-0", labels=LABELS)
+    cluster.create_model(
+        "chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": f"{IDLE:g}s"}}
+    )
+    wait_for("labelled awake", lambda: cluster.pod_state("chat-0") == "awake")
+    time.sleep(IDLE - 1.5)  # idle all along, most of idle.after gone
+    cluster.set_pod_ready("chat-0", next(_addresses), ready=True)
+    wait_for("reported unreachable", lambda: cluster.events("EngineUnreachable"))
+    time.sleep(IDLE)
+    cluster.set_pod_ready("chat-0", engine.address.split(":")[0], ready=True)
+    back = wait_for(
+        "reachable again", lambda: cluster.events("EngineReachable") and time.monotonic()
+    )
+    # About 1.5 s of idle.after was left when it stopped answering: it sleeps well before a
+    # whole idle.after has passed since it came back.
+    wait_for("asleep", lambda: engine.is_sleeping, timeout=30)
+    assert time.monotonic() - back < IDLE - 0.5

@@ -530,11 +530,15 @@ class ModelLoop:
         """Count probes in a row without an answer; tell when an engine becomes unreachable
         (naming the URL tried) and when it answers again."""
         was = engine.unreachable
+        unanswered_since = engine.unanswered_since
         if result.sleeping is None:
+            if engine.probe_failures == 0:
+                engine.unanswered_since = time.time()
             engine.probe_failures += 1
             engine.probe_error = result.error
         else:
             engine.probe_failures, engine.probe_error = 0, ""
+            engine.unanswered_since = None
         if engine.unreachable and not was:
             self.emit(
                 "Warning",
@@ -544,8 +548,13 @@ class ModelLoop:
             )
         elif was and not engine.unreachable:
             # It got no requests while unreachable (the gateway routes none to it): its idle
-            # clock starts again now, or it would be put to sleep the moment it is back.
-            engine.last_activity = max(engine.last_activity, time.time())
+            # clock stood still meanwhile, or it would be put to sleep the moment it is back.
+            # Paused, not restarted: probes that time out because the operator itself is
+            # overloaded (thousands of engines falling idle at once) would otherwise give
+            # every engine they touch a whole new idle.after.
+            now = time.time()
+            unreachable_for = now - (unanswered_since or now)
+            engine.last_activity = min(now, engine.last_activity + unreachable_for)
             self.emit("Normal", "EngineReachable", f"{pod}: the engine answers again")
 
     async def _report_invalid(self, message: str, generation: int | None, now: float) -> None:
