@@ -278,3 +278,39 @@ async def test_the_prober_reads_what_the_engine_says() -> None:
             await prober.activity("http://127.0.0.41:1")
     finally:
         await prober.aclose()
+
+
+async def test_a_probe_waiting_its_turn_is_not_timed_out_by_the_queue() -> None:
+    """The timeout is the engine's, not the operator's queue: with one probe at a time, four
+    probes of 0.3 s each all succeed under a 0.5 s timeout; one slower than it still fails."""
+    from aiohttp import web
+
+    from snooze.engine.probe import Prober
+
+    delay = {"seconds": 0.3}
+    async with serve_engines([config("127.0.0.42")]) as (engine,):
+        async with httpx.AsyncClient() as direct:
+            page = (await direct.get(f"{engine.url}/metrics")).text
+
+        async def slow_metrics(request: web.Request) -> web.Response:
+            await asyncio.sleep(delay["seconds"])
+            return web.Response(text=page, content_type="text/plain")
+
+        app = web.Application()
+        app.router.add_get("/metrics", slow_metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.42", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        prober = Prober(limit=1, timeout=0.5)
+        try:
+            url = f"http://127.0.0.42:{port}"
+            snapshots = await asyncio.gather(*(prober.activity(url) for _ in range(4)))
+            assert all(s.sleep_state is SleepState.AWAKE for s in snapshots)
+            delay["seconds"] = 1.0
+            with pytest.raises(EngineTimeoutError, match=r"took longer than 0\.5s"):
+                await prober.activity(url)
+        finally:
+            await prober.aclose()
+            await runner.cleanup()

@@ -34,6 +34,7 @@ class Prober:
         self.timeout = timeout
         self._ssl = ssl_context
         self._session: aiohttp.ClientSession | None = None
+        self._slots: asyncio.Semaphore | None = None
         self._unfiltered: set[str] = set()
         """Engines whose `name[]` filter finds nothing (vLLM with several API servers uses the
         multiprocess collector, which the filter cannot see): scraped whole."""
@@ -43,8 +44,9 @@ class Prober:
             connector = aiohttp.TCPConnector(
                 limit=self.limit, force_close=True, ssl=self._ssl if self._ssl is not None else True
             )
+            # The deadline is _get's, started once a slot is held.
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout)
+                connector=connector, timeout=aiohttp.ClientTimeout(total=None)
             )
         return self._session
 
@@ -78,9 +80,22 @@ class Prober:
         return value
 
     async def _get(self, base_url: str, path: str, query: list[tuple[str, str]] | None) -> str:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limit)
+        # The timeout starts once the request has its slot: a queue of probes (thousands of
+        # models probing at once, an operator busy with a sleep wave) is the operator's delay,
+        # not the engine's. aiohttp's own timeout counted the wait for a pooled connection,
+        # and healthy engines were reported unreachable (217 of 3,000 in one wave).
+        async with self._slots:
+            return await self._get_now(base_url, path, query)
+
+    async def _get_now(self, base_url: str, path: str, query: list[tuple[str, str]] | None) -> str:
         url = base_url + path
         try:
-            async with self._client().get(url, params=query) as response:
+            async with (
+                asyncio.timeout(self.timeout),
+                self._client().get(url, params=query) as response,
+            ):
                 text = await response.text()
         except aiohttp.ClientConnectorError as exc:
             raise EngineUnreachableError(
