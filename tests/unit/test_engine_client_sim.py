@@ -280,37 +280,60 @@ async def test_the_prober_reads_what_the_engine_says() -> None:
         await prober.aclose()
 
 
+@contextlib.asynccontextmanager
+async def slow_engine(host: str, delay: dict[str, float]) -> AsyncIterator[str]:
+    """A simulated engine behind a front that answers `/metrics` and `/is_sleeping` only after
+    `delay["seconds"]`: an engine slow to answer, on its own clock."""
+    from aiohttp import web
+
+    async with serve_engines([config(host)]) as (engine,), httpx.AsyncClient() as direct:
+
+        async def slow(request: web.Request) -> web.Response:
+            await asyncio.sleep(delay["seconds"])
+            answer = await direct.get(f"{engine.url}{request.path}")
+            return web.Response(text=answer.text, content_type="text/plain")
+
+        app = web.Application()
+        app.router.add_get("/metrics", slow)
+        app.router.add_get("/is_sleeping", slow)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, host, 0)
+        await site.start()
+        try:
+            yield f"http://{host}:{runner.addresses[0][1]}"
+        finally:
+            await runner.cleanup()
+
+
 async def test_a_probe_waiting_its_turn_is_not_timed_out_by_the_queue() -> None:
     """The timeout is the engine's, not the operator's queue: with one probe at a time, four
     probes of 0.3 s each all succeed under a 0.5 s timeout; one slower than it still fails."""
-    from aiohttp import web
-
     from snooze.engine.probe import Prober
 
     delay = {"seconds": 0.3}
-    async with serve_engines([config("127.0.0.42")]) as (engine,):
-        async with httpx.AsyncClient() as direct:
-            page = (await direct.get(f"{engine.url}/metrics")).text
-
-        async def slow_metrics(request: web.Request) -> web.Response:
-            await asyncio.sleep(delay["seconds"])
-            return web.Response(text=page, content_type="text/plain")
-
-        app = web.Application()
-        app.router.add_get("/metrics", slow_metrics)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.42", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        prober = Prober(limit=1, timeout=0.5)
-        try:
-            url = f"http://127.0.0.42:{port}"
+    prober = Prober(limit=1, timeout=0.5)
+    try:
+        async with slow_engine("127.0.0.42", delay) as url:
             snapshots = await asyncio.gather(*(prober.activity(url) for _ in range(4)))
             assert all(s.sleep_state is SleepState.AWAKE for s in snapshots)
             delay["seconds"] = 1.0
             with pytest.raises(EngineTimeoutError, match=r"took longer than 0\.5s"):
                 await prober.activity(url)
-        finally:
-            await prober.aclose()
-            await runner.cleanup()
+    finally:
+        await prober.aclose()
+
+
+async def test_an_engine_request_waiting_its_turn_is_not_timed_out_by_the_queue() -> None:
+    """The same for the sleeps' and wakes' client: a check that queued behind others in the
+    operator (a sleep wave) is not counted as the engine's failure."""
+    delay = {"seconds": 0.3}
+    async with (
+        new_http_client(max_connections=1) as shared,
+        slow_engine("127.0.0.43", delay) as url,
+    ):
+        clients = [EngineClient(url, client=shared, timeout=0.5) for _ in range(4)]
+        assert await asyncio.gather(*(c.is_sleeping() for c in clients)) == [False] * 4
+        delay["seconds"] = 1.0
+        with pytest.raises(EngineTimeoutError):
+            await clients[0].is_sleeping()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Collection
@@ -27,7 +26,7 @@ from snooze.engine.errors import (
     EngineUnreachableError,
     classify_answer,
 )
-from snooze.kube.transport import BoundedTransport
+from snooze.kube.transport import DEADLINE, BoundedTransport
 
 __all__ = [
     "ACTIVITY_METRICS",
@@ -248,8 +247,12 @@ class EngineClient:
         # Connecting is quick or hopeless, even during a minutes-long wake.
         limits = httpx.Timeout(total, connect=min(total, self.timeout))
         try:
-            async with asyncio.timeout(total):
-                response = await self._client.request(method, url, timeout=limits, **kwargs)
+            # The deadline counts from when the request has its slot in the shared client
+            # (BoundedTransport): at a sleep wave, requests queue there for seconds, and a
+            # check that a sleep took could time out in that queue and count as its failure.
+            response = await self._client.request(
+                method, url, timeout=limits, extensions={DEADLINE: total}, **kwargs
+            )
         except (httpx.ConnectError, httpx.ConnectTimeout) as error:
             raise EngineUnreachableError(
                 f"cannot connect to {url}: {_describe(error)}. The pod may be "

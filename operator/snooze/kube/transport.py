@@ -7,6 +7,9 @@ from collections.abc import AsyncIterator, Callable
 
 import httpx
 
+DEADLINE = "snooze.deadline"
+"""The request extension that carries a whole-answer deadline, in seconds from the slot."""
+
 
 class BoundedTransport(httpx.AsyncBaseTransport):
     """At most `limit` requests inside httpcore's pool at once; the others wait here.
@@ -31,13 +34,18 @@ class BoundedTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         await self._slots.acquire()
+        # A request's whole-answer deadline (`extensions={DEADLINE: seconds}`) starts here,
+        # once it holds a slot: the time it queued is this process's, not the server's.
+        seconds = request.extensions.get(DEADLINE)
+        deadline = None if seconds is None else asyncio.get_running_loop().time() + seconds
         try:
-            response = await self._inner.handle_async_request(request)
+            async with asyncio.timeout_at(deadline):
+                response = await self._inner.handle_async_request(request)
         except BaseException:
             self._slots.release()
             raise
         if isinstance(response.stream, httpx.AsyncByteStream):
-            response.stream = _ReleasingStream(response.stream, self._slots.release)
+            response.stream = _ReleasingStream(response.stream, self._slots.release, deadline)
         else:  # a body already in memory holds no connection
             self._slots.release()
         return response
@@ -49,12 +57,23 @@ class BoundedTransport(httpx.AsyncBaseTransport):
 class _ReleasingStream(httpx.AsyncByteStream):
     """A response body that gives its transport slot back once, when closed."""
 
-    def __init__(self, inner: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        inner: httpx.AsyncByteStream,
+        release: Callable[[], None],
+        deadline: float | None = None,
+    ) -> None:
         self._inner = inner
         self._release: Callable[[], None] | None = release
+        self._deadline = deadline
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
+        chunks = aiter(self._inner)
+        while True:
+            async with asyncio.timeout_at(self._deadline):
+                chunk = await anext(chunks, None)
+            if chunk is None:
+                return
             yield chunk
 
     async def aclose(self) -> None:
