@@ -66,6 +66,31 @@ class Api:
         return {"items": items}
 
 
+def test_a_spec_is_validated_again_only_when_it_changed(monkeypatch: Any) -> None:
+    import snooze.models
+
+    calls: list[dict[str, Any]] = []
+    parse = snooze.models.parse_spec
+
+    def counting(raw: dict[str, Any]) -> Any:
+        calls.append(raw)
+        return parse(raw)
+
+    monkeypatch.setattr(snooze.models, "parse_spec", counting)
+    indexes = Indexes()
+    body = model("chat", app="chat")
+    indexes.model(body)
+    indexes.model({**body, "status": {"phase": "Awake"}})  # its own status write: no change
+    assert len(calls) == 1
+    body["spec"]["selector"]["matchLabels"] = {"app": "other"}  # changed in place, even
+    _, selector = indexes.model(body)
+    assert len(calls) == 2 and selector is not None
+    assert selector.match_labels == {"app": "other"}
+    body["spec"]["idle"] = {"after": "soon"}  # invalid: selects and claims nothing
+    assert indexes.model(body) == (None, None)
+    assert indexes.claims.get("chat-model") == []
+
+
 def test_the_start_up_list_covers_what_kopf_watches() -> None:
     objects = {
         "pods": [pod("a-0", app="a"), pod("b-0", namespace="team-b", app="b")],

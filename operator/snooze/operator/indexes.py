@@ -11,6 +11,7 @@ by the watch events kopf hands to the event handlers.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -67,9 +68,9 @@ def selector_keys(namespace: str, selector: models.LabelSelector) -> list[Select
     return [(namespace, key, value) for key, value in pairs]
 
 
-def _spec(body: Mapping[str, Any]) -> models.InferenceModelSpec | None:
+def _spec(raw: dict[str, Any]) -> models.InferenceModelSpec | None:
     try:
-        return models.parse_spec(dict(body.get("spec") or {}))
+        return models.parse_spec(raw)
     except models.SpecError:
         return None
 
@@ -104,6 +105,9 @@ class Indexes:
         self.pods_by_label: Index[SelectorKey, PodInfo] = Index()
         self.claims: Index[str, Claim] = Index()
         self.selectors: Index[SelectorKey, tuple[str, models.LabelSelector]] = Index()
+        self._specs: dict[tuple[str, str], tuple[dict[str, Any], models.InferenceModelSpec | None]]
+        self._specs = {}
+        """Each model's spec as it came, and its validation (None: invalid)."""
 
     def pod(self, body: Mapping[str, Any], *, deleted: bool = False) -> PodInfo:
         info = pod_info(body)
@@ -131,8 +135,14 @@ class Indexes:
         if deleted:
             self.claims.remove(obj)
             self.selectors.remove(obj)
+            self._specs.pop(obj, None)
             return None, None
-        spec = _spec(body)
+        # Validated when the spec changed only: most events of a model are its status writes.
+        raw = dict(body.get("spec") or {})
+        known = self._specs.get(obj)
+        if known is None or known[0] != raw:
+            known = self._specs[obj] = (copy.deepcopy(raw), _spec(raw))
+        spec = known[1]
         # Every valid model's claim on its model name, across namespaces: who holds a name
         # claimed twice is decided from these (policy.claims.holder), by every loop alike.
         claim = claim_of(body, spec)
