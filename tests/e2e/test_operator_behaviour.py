@@ -243,3 +243,29 @@ def test_deleting_a_model_hands_its_pods_back_awake(
     assert "snooze.dev/state" not in (pod["metadata"].get("labels") or {})
     assert "snooze.dev/sleep-started-at" not in (pod["metadata"].get("annotations") or {})
     assert GARBAGE_MARKER not in completion(engine.url)
+
+
+def test_a_model_deleted_while_the_operator_is_down_is_handed_back_when_it_starts(
+    cluster: Cluster, sandbox: object
+) -> None:
+    engine = cluster.create_pod("chat-0", labels=LABELS)
+    cluster.create_model("chat", spec(idle={"after": "1s"}))
+    first = OperatorThread(FAST).start()
+    try:
+        wait_for("asleep", lambda: cluster.pod_state("chat-0") == "asleep" and engine.is_sleeping)
+    finally:
+        first.stop()
+    url = "/apis/snooze.dev/v1alpha1/namespaces/default/inferencemodels/chat"
+    assert cluster.http.delete(url).status_code in (200, 202)
+    # Its finalizer holds it until an operator hands its engines back.
+    time.sleep(0.5)
+    assert cluster.http.get(url).status_code == 200
+    assert engine.is_sleeping
+    second = OperatorThread(FAST).start()
+    try:
+        wait_for("the model gone", lambda: cluster.http.get(url).status_code == 404)
+        assert not engine.is_sleeping
+        pod = cluster.pod("chat-0")
+        assert pod is not None and "snooze.dev/state" not in (pod["metadata"].get("labels") or {})
+    finally:
+        second.stop()
