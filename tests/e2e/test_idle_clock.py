@@ -10,19 +10,26 @@ import time
 from conftest import Cluster, _addresses, wait_for
 
 from snooze.operator.embedded import OperatorThread
+from snooze.sim import SimulatedEngine
 
 LABELS = {"app": "chat"}
 IDLE = 4.0  # seconds
 
 
-def test_an_engine_back_from_unreachable_gets_a_whole_idle_after(
-    cluster: Cluster, operator: OperatorThread
-) -> None:
+def awake_engine(cluster: Cluster) -> SimulatedEngine:
+    """One engine of a model with a short idle.after, labelled awake."""
     engine = cluster.create_pod("chat-0", labels=LABELS)
     cluster.create_model(
         "chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": f"{IDLE:g}s"}}
     )
     wait_for("labelled awake", lambda: cluster.pod_state("chat-0") == "awake")
+    return engine
+
+
+def test_an_engine_back_from_unreachable_gets_a_whole_idle_after(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    engine = awake_engine(cluster)
     # Its pod's address stops answering (nothing listens there) for twice idle.after.
     cluster.set_pod_ready("chat-0", next(_addresses), ready=True)
     wait_for(
@@ -49,15 +56,11 @@ def test_an_engine_back_from_unreachable_gets_a_whole_idle_after(
 def test_idle_time_before_the_engine_stopped_answering_still_counts(
     cluster: Cluster, operator: OperatorThread
 ) -> None:
-    engine = cluster.create_pod("chat-0", labels=LABELS)
-    cluster.create_model(
-        "chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": f"{IDLE:g}s"}}
-    )
-    wait_for("labelled awake", lambda: cluster.pod_state("chat-0") == "awake")
+    engine = awake_engine(cluster)
     time.sleep(IDLE - 1.5)  # idle all along, most of idle.after gone
     cluster.set_pod_ready("chat-0", next(_addresses), ready=True)
     wait_for("reported unreachable", lambda: cluster.events("EngineUnreachable"))
-    time.sleep(IDLE)
+    time.sleep(IDLE / 2)  # longer than the idle time it has left
     cluster.set_pod_ready("chat-0", engine.address.split(":")[0], ready=True)
     back = wait_for(
         "reachable again", lambda: cluster.events("EngineReachable") and time.monotonic()
