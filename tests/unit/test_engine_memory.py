@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from snooze.kube.pods import PodInfo
-from snooze.operator.memory import ModelMemory
+from snooze.operator.memory import ModelMemory, rebuild
 
 
 def pod(name: str, uid: str) -> PodInfo:
@@ -30,3 +30,25 @@ def test_a_missing_pod_is_forgotten() -> None:
     memory.engine("chat-1", now=0.0)
     memory.forget_missing([pod("chat-1", "uid-1")])
     assert set(memory.engines) == {"chat-1"}
+
+
+def test_a_pod_recreated_while_the_operator_was_down_is_a_new_engine() -> None:
+    status = {
+        "pods": [
+            {
+                "name": "chat-0",
+                "uid": "uid-1",
+                "state": "asleep",
+                "lastActivityTime": "2026-12-03T10:00:00Z",
+                "wakeFailures": 1,
+                "failureReason": "HybridKVCacheReinit",
+            }
+        ]
+    }
+    same = rebuild(status)
+    same.forget_missing([pod("chat-0", "uid-1")])
+    assert same.engines["chat-0"].wake_failures == 1  # the same pod: its failures stand
+
+    recreated = rebuild(status)
+    recreated.forget_missing([pod("chat-0", "uid-2")])
+    assert "chat-0" not in recreated.engines

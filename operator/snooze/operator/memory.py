@@ -212,7 +212,11 @@ def rebuild(
         if not name or activity is None:
             continue
         # Known before the restart: its idle clock stands (one still loading starts it anew).
-        engine = EngineMemory(last_activity=activity, answered=pod.get("state") != "unready")
+        engine = EngineMemory(
+            last_activity=activity,
+            answered=pod.get("state") != "unready",
+            uid=str(pod.get("uid") or ""),  # a pod recreated meanwhile is a new engine
+        )
         engine.wake_failures = int(pod.get("wakeFailures") or 0)
         engine.last_failure_reason = str(pod.get("failureReason") or "")
         engine.last_failure = parse_time(pod.get("lastFailureTime"))
