@@ -120,13 +120,16 @@ class Executor:
         self.made_room: Callable[[PodInfo], None] = lambda _: None
         """Told when a member's sleep to make room on its pool begins (set by the loop)."""
 
-    def start(self, action: Action, pod: PodInfo, spec: InferenceModelSpec) -> None:
+    def start(
+        self, action: Action, pod: PodInfo, spec: InferenceModelSpec
+    ) -> asyncio.Task[None] | None:
+        """Start `action` on `pod` in a task of its own (None when nothing was started)."""
         engine = self.memory.engine(pod.name, now=time.time())
         if action.kind is ActionKind.CANCEL_SLEEP:
             engine.cancel.set()
-            return
+            return None
         if engine.acting:
-            return  # the policy never asks this; a guard costs nothing
+            return None  # the policy never asks this; a guard costs nothing
         step = {
             ActionKind.SLEEP: self._sleep,
             ActionKind.WAKE: self._wake,
@@ -139,6 +142,7 @@ class Executor:
         engine.task = asyncio.create_task(
             self._guarded(step, action, pod, spec, engine), name=f"{action.kind}:{pod.name}"
         )
+        return engine.task
 
     async def _guarded(
         self,

@@ -295,9 +295,12 @@ class ModelLoop:
         )
         by_name = {p.name: p for p in pods}
         actions = sleep_policy.decide(views, model)
+        labelling = []
         for action in actions:
             if action.kind is not sleep_policy.ActionKind.ASK_ROOM:
-                self.executor.start(action, by_name[action.pod], spec)
+                task = self.executor.start(action, by_name[action.pod], spec)
+                if task is not None and action.kind is sleep_policy.ActionKind.LABEL:
+                    labelling.append(task)
         waiting = self._ask_pools(pods, actions, views, now)
         replicas = None if workload is None else workload.replicas
         scale = self.scaler.view(
@@ -310,6 +313,11 @@ class ModelLoop:
                 replicas = decision.replicas
         awake = sum(1 for p in pods if p.ready and p.state is EngineState.AWAKE)
         self.scaler.check_cold_start(spec, awake, now)
+        if labelling:
+            # A label is one pod patch: the status written once it is on says so, where one
+            # written now would say "unknown" and need a second write (every model wrote its
+            # status twice at start-up).
+            await asyncio.wait(labelling, timeout=self.settings.probe_timeout)
         await self._write_status(
             spec, selected, generation, now, replicas=replicas, conflicts=conflicts, waiting=waiting
         )

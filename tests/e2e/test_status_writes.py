@@ -1,0 +1,47 @@
+"""A model's status is written once when its engines are first labelled, saying what they
+are: not once with an "unknown" engine and again once the label is on (at 10,000 models,
+10,000 API writes and as many watch events for nothing)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import httpx
+from conftest import Cluster, wait_for
+
+from snooze.operator.embedded import OperatorThread
+
+LABELS = {"app": "chat"}
+
+
+def test_the_first_status_already_says_awake(cluster: Cluster, operator: OperatorThread) -> None:
+    statuses: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        url = "/apis/snooze.dev/v1alpha1/namespaces/default/inferencemodels"
+        with (
+            httpx.Client(base_url=cluster.sandbox.url, timeout=None) as http,
+            http.stream("GET", url, params={"watch": "1"}) as response,
+        ):
+            for line in response.iter_lines():
+                if stop.is_set():
+                    return
+                status = json.loads(line)["object"].get("status")
+                if status and (not statuses or status != statuses[-1]):
+                    statuses.append(status)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    cluster.create_pod("chat-0", labels=LABELS)
+    cluster.create_model("chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": "1h"}})
+    wait_for("phase Awake", lambda: cluster.status("chat").get("phase") == "Awake")
+    wait_for("the status seen by the watch", lambda: bool(statuses))
+    stop.set()
+    # (A first status may say there is no pod yet, if the model's loop ran before the pod
+    # reached the operator's index; never that its engine is unknown.)
+    states = [[p["state"] for p in s.get("pods") or []] for s in statuses]
+    assert ["unknown"] not in states, statuses
+    assert states[-1] == ["awake"]
