@@ -16,7 +16,9 @@ from snooze.operator.embedded import OperatorThread
 LABELS = {"app": "chat"}
 
 
-def test_the_first_status_already_says_awake(cluster: Cluster, operator: OperatorThread) -> None:
+def test_no_status_says_an_engine_is_unknown_while_its_label_is_written(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
     statuses: list[dict[str, Any]] = []
     stop = threading.Event()
 

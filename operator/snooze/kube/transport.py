@@ -68,13 +68,17 @@ class _ReleasingStream(httpx.AsyncByteStream):
         self._deadline = deadline
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._deadline is None:  # a watch stream, or a request without a deadline
+            async for chunk in self._inner:
+                yield chunk
+            return
         chunks = aiter(self._inner)
         while True:
             async with asyncio.timeout_at(self._deadline):
-                chunk = await anext(chunks, None)
-            if chunk is None:
+                part = await anext(chunks, None)
+            if part is None:
                 return
-            yield chunk
+            yield part
 
     async def aclose(self) -> None:
         try:

@@ -298,6 +298,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             ),
             pools=runtime.pools,
             traffic=runtime.gateways.traffic if runtime.gateways is not None else _no_traffic,
+            spec_memo=indexes.spec_memo((namespace, name)),
         )
         runtime.loops[(namespace, name)] = loop
 

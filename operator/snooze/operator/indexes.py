@@ -11,7 +11,6 @@ by the watch events kopf hands to the event handlers.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -68,13 +67,6 @@ def selector_keys(namespace: str, selector: models.LabelSelector) -> list[Select
     return [(namespace, key, value) for key, value in pairs]
 
 
-def _spec(raw: dict[str, Any]) -> models.InferenceModelSpec | None:
-    try:
-        return models.parse_spec(raw)
-    except models.SpecError:
-        return None
-
-
 def claim_of(
     body: Mapping[str, Any], spec: models.InferenceModelSpec | None
 ) -> tuple[str, Claim] | None:
@@ -105,9 +97,7 @@ class Indexes:
         self.pods_by_label: Index[SelectorKey, PodInfo] = Index()
         self.claims: Index[str, Claim] = Index()
         self.selectors: Index[SelectorKey, tuple[str, models.LabelSelector]] = Index()
-        self._specs: dict[tuple[str, str], tuple[dict[str, Any], models.InferenceModelSpec | None]]
-        self._specs = {}
-        """Each model's spec as it came, and its validation (None: invalid)."""
+        self._specs: dict[tuple[str, str], models.SpecMemo] = {}
 
     def pod(self, body: Mapping[str, Any], *, deleted: bool = False) -> PodInfo:
         info = pod_info(body)
@@ -137,12 +127,8 @@ class Indexes:
             self.selectors.remove(obj)
             self._specs.pop(obj, None)
             return None, None
-        # Validated when the spec changed only: most events of a model are its status writes.
-        raw = dict(body.get("spec") or {})
-        known = self._specs.get(obj)
-        if known is None or known[0] != raw:
-            known = self._specs[obj] = (copy.deepcopy(raw), _spec(raw))
-        spec = known[1]
+        validated = self.spec_memo(obj).validate(dict(body.get("spec") or {}))
+        spec = None if isinstance(validated, models.SpecError) else validated
         # Every valid model's claim on its model name, across namespaces: who holds a name
         # claimed twice is decided from these (policy.claims.holder), by every loop alike.
         claim = claim_of(body, spec)
@@ -155,6 +141,10 @@ class Indexes:
             else {key: (name, selector) for key in selector_keys(namespace, selector)},
         )
         return claim, selector
+
+    def spec_memo(self, obj: tuple[str, str]) -> models.SpecMemo:
+        """The model's validated spec, shared by this index and the model's loop."""
+        return self._specs.setdefault(obj, models.SpecMemo())
 
     def pods_for(self, namespace: str, selector: models.LabelSelector) -> list[PodInfo]:
         """The pods of a namespace the selector may select (candidates: under its first

@@ -78,9 +78,9 @@ class EngineMemory:
     probe_failures: int = 0
     """Probes in a row that got no answer; at UNREACHABLE_AFTER the engine counts as unreachable."""
     probe_error: str = ""
+    """What the last failed probe met (names the URL it tried)."""
     unanswered_since: float | None = None
     """When the first of the probes in a row that got no answer failed."""
-    """What the last failed probe met (names the URL it tried)."""
     sleep_failures: int = 0
     """Failed sleeps in a row: each backs the next try off, as failed wakes do."""
     last_sleep_failure: float | None = None
