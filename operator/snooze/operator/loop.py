@@ -303,13 +303,17 @@ class ModelLoop:
             await self.scaler.apply(decision, spec)
             if decision.kind is scale_policy.ScaleKind.UP:
                 replicas = decision.replicas
-        awake = sum(1 for p in pods if p.ready and p.state is EngineState.AWAKE)
-        self.scaler.check_cold_start(spec, awake, now)
         if labelling:
             # A label is one pod patch: the status written once it is on says so, where one
             # written now would say "unknown" and need a second write (every model wrote its
             # status twice at start-up).
             await asyncio.wait(labelling, timeout=self.settings.probe_timeout)
+        # Counted as the status counts (after the labels above): a status saying Awake after a
+        # scale-up then also carries the wake's duration.
+        awake = sum(
+            1 for p in pods if p.ready and status.operator_view(self.memory, p) is EngineState.AWAKE
+        )
+        self.scaler.check_cold_start(spec, awake, now)
         await self._write_status(
             spec, selected, generation, now, replicas=replicas, conflicts=conflicts, waiting=waiting
         )
