@@ -6,6 +6,7 @@ its wake of the held request's model."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
@@ -22,17 +23,22 @@ from test_gateway import MESSAGES, engine_config
 CHAT = "/v1/chat/completions"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """Ports free now, all different (each socket is held until all are chosen)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
 
 
 class GatewayProcess:
     def __init__(self, *flags: str) -> None:
-        self.port = free_port()
+        self.port, metrics_port = free_ports(2)
         self.url = f"http://127.0.0.1:{self.port}"
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         command = [sys.executable, "-m", "snooze.cli", "gateway", "--host", "127.0.0.1"]
+        command += ["--metrics-port", str(metrics_port)]
         self.proc = subprocess.Popen(
             [*command, "--port", str(self.port), "--keepalive-seconds", "0.2", *flags],
             stdout=subprocess.PIPE,
@@ -119,6 +125,34 @@ def test_sigterm_lets_the_stream_and_the_held_request_finish_then_exits_0(
     assert chat.requests_served == 1
     assert process.proc.wait(30) == 0
     keep_alive.close()
+
+
+@pytest.mark.parametrize(
+    "process", [("--shutdown-grace-seconds", "30", "--keepalive-seconds", "30")], indirect=True
+)
+def test_a_request_on_a_kept_connection_while_draining_is_refused_and_counted(
+    cluster: Cluster, process: GatewayProcess
+) -> None:
+    kept = httpx.Client(base_url=process.url, timeout=5)
+    assert kept.get("/healthz").status_code == 200  # a connection opened before the drain
+    with ThreadPoolExecutor(1) as pool:
+        streaming = pool.submit(stream, process.url, "chat", 60)  # keeps the drain going
+        wait_for("the stream under way", lambda: cluster.engines["chat-0"].running == 1)
+        process.proc.send_signal(signal.SIGTERM)
+        wait_for("new connections refused", process.refuses_connections)
+
+        refused = kept.post(CHAT, json={"model": "chat", "messages": MESSAGES})
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "shutting_down"
+        assert refused.headers["Retry-After"] == "1"
+        page = httpx.get(process.metrics_url, timeout=5).text
+        code, events = streaming.result(30)
+    counted = 'snooze_gateway_rejected_requests_total{model="",namespace="",reason="shutting_down"}'
+    assert f"{counted} 1.0" in page, [line for line in page.splitlines() if counted in line]
+    assert cluster.engines["chat-0"].requests_served == 1  # the refused one never reached it
+    assert code == 200 and events[-1] == "data: [DONE]"
+    assert process.proc.wait(30) == 0
+    kept.close()
 
 
 @pytest.mark.parametrize("process", [("--shutdown-grace-seconds", "1")], indirect=True)

@@ -219,12 +219,13 @@ class Inference:
         status, message, code = _failure(
             model, waited, retry, name_it=self.settings.expose_model_status
         )
+        reason = "shutting_down" if code == "shutting_down" else REASONS[status]
         if response is None:
             headers = {"Retry-After": str(retry)} if status == 503 else None
-            return error_response(status, message, code=code, headers=headers)
+            return error_response(status, message, code=code, headers=headers, reason=reason)
         await response.write(sse_error(status, message, code=code))
         await response.write_eof()
-        response[REJECTED] = REASONS[status]
+        response[REJECTED] = reason
         return response
 
     def _retry_after(self, model: Model, asked_at: float | None) -> int:

@@ -37,6 +37,7 @@ RejectReason = Literal[
     "unavailable",  # the model cannot be woken (wake.onRequest false, no wake possible): 503
     "upstream_error",  # no awake pod could be reached, or it failed while answering: 502
     "upstream_timeout",  # the engine sent nothing for longer than an --upstream-* bound: 504
+    "shutting_down",  # this replica is draining (SIGTERM): 503, another replica answers
 ]
 REJECT_REASONS: tuple[RejectReason, ...] = get_args(RejectReason)
 # Reasons that name a model; their series are created at zero when a model is first seen, so

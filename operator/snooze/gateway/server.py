@@ -196,6 +196,10 @@ class Gateway:
                     code="shutting_down",
                     headers={"Retry-After": "1"},
                 )
+                # Counted here: the request never reaches the inference handler, which
+                # counts every other answer.
+                self.metrics.request_done("", "", 503, 0.0)
+                self.metrics.rejected("shutting_down")
             else:
                 response = await _checked(request, handler)
             if self.draining and not response.prepared:
