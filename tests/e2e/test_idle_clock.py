@@ -6,10 +6,12 @@ that idle time (probes that time out under load do not restart every clock they 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
-from conftest import Cluster, _addresses, wait_for
+from conftest import FAST, Cluster, _addresses, wait_for
 
 from snooze.operator.embedded import OperatorThread
+from snooze.sandbox import Sandbox
 from snooze.sim import SimulatedEngine
 
 LABELS = {"app": "chat"}
@@ -69,3 +71,25 @@ def test_idle_time_before_the_engine_stopped_answering_still_counts(
     # whole idle.after has passed since it came back.
     wait_for("asleep", lambda: engine.is_sleeping, timeout=30)
     assert time.monotonic() - back < IDLE - 0.5
+
+
+def test_an_idle_engine_sleeps_when_idle_after_ends_not_at_the_next_cycle(
+    cluster: Cluster, sandbox: Sandbox
+) -> None:
+    """With a probe interval three times idle.after, the sleep still comes at idle.after: the
+    loop's next cycle is at the engine's idle deadline, not a whole interval later."""
+    operator = OperatorThread(replace(FAST, probe_interval=6.0, drift_interval=30.0)).start()
+    try:
+        engine = cluster.create_pod("chat-0", labels=LABELS)
+        cluster.create_model("chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": "2s"}})
+        labelled = wait_for(
+            "labelled awake",
+            lambda: cluster.pod_state("chat-0") == "awake" and time.monotonic(),
+            timeout=30,
+        )
+        slept = wait_for("asleep", lambda: engine.sleep_calls > 0 and time.monotonic(), timeout=30)
+    finally:
+        operator.stop()
+    # Its idle clock started when it was labelled awake; a cycle every 6 s would sleep it
+    # 2 to 8 s after that.
+    assert slept - labelled < 2.0 + 2.5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,7 @@ from snooze.policy.sleep import (
     ModelView,
     decide,
     may_try_sleep,
+    next_idle_deadline,
     phase,
     retry_delay,
     wants_wake,
@@ -1040,3 +1042,95 @@ def test_a_failed_sleep_is_not_retried_at_every_probe(
     engine: EngineView, desired: str, expected: list[str]
 ) -> None:
     assert summary(decide([engine], model(spec(desired=desired)))) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# When time alone makes an idle engine sleep (the loop cycles then, not an interval later)
+
+
+@table(
+    Case("one idle engine: when its idle.after ends", [awake("a", idle_for=60)], model()),
+    Case("the earliest of two", [awake("a", idle_for=60), awake("b", idle_for=500)], model()),
+    Case("a deadline gone by is not one", [awake("a", idle_for=IDLE + 1)], model()),
+    Case("a busy engine has none", [awake("a", idle_for=60, busy=True)], model()),
+    Case("nor one that acts", [awake("a", idle_for=60, action_running=True)], model()),
+    Case("nor one asleep", [asleep("a")], model()),
+    Case("nor one not ready", [awake("a", idle_for=60, ready=False)], model()),
+    Case("nor one that cannot sleep", [awake("a", idle_for=60, sleep_blocked=True)], model()),
+    Case("desiredState Awake: none", [awake("a", idle_for=60)], model(spec(desired="Awake"))),
+    Case("idle.after Never: none", [awake("a", idle_for=60)], model(spec(idle_after="Never"))),
+    Case("a wake request's quiet period", [awake("a", idle_for=595)], model(requested_ago=10)),
+    Case(
+        "a failed sleep's backoff",
+        [awake("a", idle_for=IDLE + 1, sleep_failures=3, last_sleep_failure=NOW - 1)],
+        model(),
+    ),
+)
+def test_next_idle_deadline(case: Case) -> None:
+    expected = {
+        "one idle engine: when its idle.after ends": NOW + IDLE - 60,
+        "the earliest of two": NOW + IDLE - 500,
+        "a deadline gone by is not one": None,
+        "a busy engine has none": None,
+        "nor one that acts": None,
+        "nor one asleep": None,
+        "nor one not ready": None,
+        "nor one that cannot sleep": None,
+        "desiredState Awake: none": None,
+        "idle.after Never: none": None,
+        "a wake request's quiet period": math.nextafter(NOW - 10 + IDLE, math.inf),
+        "a failed sleep's backoff": NOW - 1 + retry_delay(3),
+    }[case.id]
+    assert next_idle_deadline(case.engines, case.model) == expected
+
+
+def idle_sleeps(engines: Sequence[EngineView], view: ModelView) -> list[str]:
+    return sorted(a.pod for a in decide(engines, view) if a.reason == "Idle")
+
+
+@PROPERTY
+@given(situations(), st.floats(min_value=0.001, max_value=0.999))
+def test_no_idle_sleep_comes_due_before_the_next_idle_deadline(
+    situation: Situation, fraction: float
+) -> None:
+    """Between now and the deadline the idle sleeps are those of now: a loop that waits until
+    the deadline (or its regular interval, if sooner) misses none."""
+    engines, view = situation
+    deadline = next_idle_deadline(engines, view)
+    later = NOW + fraction * ((deadline if deadline is not None else NOW + 3 * IDLE) - NOW)
+    assert idle_sleeps(engines, replace(view, now=later)) == idle_sleeps(engines, view)
+
+
+@st.composite
+def idle_ones(draw: st.DrawFn) -> Situation:
+    """Awake engines idle for part of idle.after, some of them backing off from a failed
+    sleep, some busy; desiredState Auto, no minAwake: each deadline is a sleep."""
+    engines = []
+    for i in range(draw(st.integers(1, 4))):
+        failures = draw(st.integers(0, 3))
+        engines.append(
+            awake(
+                f"pod-{i}",
+                idle_for=draw(st.floats(0, 2 * IDLE)),
+                busy=draw(MOSTLY_FALSE),
+                sleep_failures=failures,
+                last_sleep_failure=NOW - draw(st.floats(0, 120)) if failures else None,
+            )
+        )
+    requested = draw(st.none() | st.floats(0, 2 * IDLE))
+    return engines, model(spec(), requested_ago=requested)
+
+
+@PROPERTY
+@given(idle_ones(), st.floats(min_value=0.001, max_value=0.999))
+def test_the_next_idle_deadline_is_the_first_idle_sleep_time_brings(
+    situation: Situation, fraction: float
+) -> None:
+    engines, view = situation
+    deadline = next_idle_deadline(engines, view)
+    now = idle_sleeps(engines, view)
+    if deadline is None:
+        assert idle_sleeps(engines, replace(view, now=NOW + 10 * IDLE)) == now
+        return
+    assert idle_sleeps(engines, replace(view, now=NOW + fraction * (deadline - NOW))) == now
+    assert len(idle_sleeps(engines, replace(view, now=deadline))) > len(now)

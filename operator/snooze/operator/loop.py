@@ -93,6 +93,9 @@ class Neighbours:
     labels (at least every one that does)."""
 
 
+# A cycle meant for an idle deadline comes this long after it: the clock read in the cycle
+# must be past the deadline for the sleep decision to see it.
+DEADLINE_SLACK = 0.05
 NO_NEIGHBOURS = Neighbours(claims=lambda _: (), selectors=lambda _, __: ())
 
 
@@ -130,6 +133,9 @@ class ModelLoop:
         """The pods this loop acts on, as of its last cycle."""
         self._asked: set[str] = set()
         """The pools this model asked room of at its last cycle."""
+        self._idle_deadline: float | None = None
+        """When an awake engine's idle.after ends, if before the next regular cycle could see
+        it (policy/sleep.py next_idle_deadline): the loop's next cycle comes then."""
         self._mismatched: set[str] = set()
         """Pods told (once) to be in another pool than spec.pool.name says."""
         self._pool_seen: tuple[Any, ...] = ()
@@ -200,6 +206,11 @@ class ModelLoop:
             # of requests at once; a random first wait spreads them over the interval for good.
             wait = self.settings.probe_interval * (random.random() if first else 1.0)
             first = False
+            if self._idle_deadline is not None:
+                # An engine's idle.after ends before the next regular cycle: the cycle then
+                # decides its sleep (on a probe at most one interval old), where waiting for
+                # the regular one would add up to a whole interval to every sleep.
+                wait = min(wait, max(0.0, self._idle_deadline - time.time()) + DEADLINE_SLACK)
             # asyncio.timeout, not wait_for: on Python 3.11, wait_for loses a cancellation that
             # arrives as the poke does, and a cancelled loop would then carry on.
             with contextlib.suppress(TimeoutError):
@@ -233,6 +244,7 @@ class ModelLoop:
                 engine.task.cancel()
 
     async def cycle(self) -> None:
+        self._idle_deadline = None
         now = time.time()
         meta = self.body.get("metadata", {})
         generation = meta.get("generation")
@@ -287,6 +299,7 @@ class ModelLoop:
         )
         by_name = {p.name: p for p in pods}
         actions = sleep_policy.decide(views, model)
+        self._idle_deadline = sleep_policy.next_idle_deadline(views, model)
         labelling = []
         for action in actions:
             if action.kind is not sleep_policy.ActionKind.ASK_ROOM:

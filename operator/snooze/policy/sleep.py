@@ -3,6 +3,7 @@ actions out; and the phase those engines add up to."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -138,6 +139,38 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     kept from a sleep the pool ordered, and sleeps when the pool makes room with it.
     """
     return _with_levels(_through_pool(_decide(engines, model), engines, model), engines, model)
+
+
+def next_idle_deadline(engines: Sequence[EngineView], model: ModelView) -> float | None:
+    """The earliest instant after `model.now` at which an awake engine may sleep as idle by
+    the passing of time alone: idle for `idle.after`, any wake request older than its quiet
+    period, any failed sleep's backoff over. The loop cycles then rather than at its next
+    regular cycle, which would add up to a whole interval to the sleep; None if there is none.
+    """
+    spec = model.spec
+    if spec.desired_state is not DesiredState.AUTO:
+        return None
+    idle_after = spec.idle_after_seconds
+    if not math.isfinite(idle_after):
+        return None
+    quiet_until = -math.inf
+    if model.wake_requested is not None:
+        # The quiet period includes its last instant (see _decide).
+        quiet = max(idle_after, REQUEST_RESOLUTION_SECONDS)
+        quiet_until = math.nextafter(model.wake_requested + quiet, math.inf)
+    deadlines = []
+    for e in engines:
+        # Whatever its label says: one out of date is set right in the same cycle.
+        if not e.ready or e.action_running or e.busy or e.sleeping is not False:
+            continue
+        if e.sleep_blocked:
+            continue
+        deadline = max(e.last_activity + idle_after, quiet_until)
+        if e.last_sleep_failure is not None:
+            deadline = max(deadline, e.last_sleep_failure + retry_delay(e.sleep_failures))
+        if deadline > model.now:
+            deadlines.append(deadline)
+    return min(deadlines, default=None)
 
 
 def _with_levels(
