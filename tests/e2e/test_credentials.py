@@ -228,6 +228,7 @@ def test_the_gateway_logs_in_with_an_exec_plugin(guarded: Cluster, tmp_path: Pat
     assert guarded.sandbox.tokens_seen().get("token-1", 0) > 0
     # Its API calls are debug chatter: nothing per request at the default level.
     assert "HTTP Request:" not in gateway.output()
+    assert "API GET" not in gateway.output()
 
 
 def test_context_picks_the_cluster(cluster: Cluster, tmp_path: Path) -> None:

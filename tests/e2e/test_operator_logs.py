@@ -69,7 +69,7 @@ def test_each_action_is_one_info_line(cluster: Cluster, tmp_path: Path) -> None:
     assert warnings == [invalid], "\n".join(warnings)
     assert "Traceback" not in operator.output()
     # API and engine requests are debug chatter.
-    assert not [entry for entry in lines if "HTTP Request:" in entry]
+    assert not [entry for entry in lines if "HTTP Request:" in entry or "API GET" in entry]
 
 
 def test_json_lines_carry_the_model_and_reason(cluster: Cluster, tmp_path: Path) -> None:
@@ -93,8 +93,8 @@ def test_verbose_shows_the_api_calls(cluster: Cluster, tmp_path: Path) -> None:
     cluster.create_model("chat", {"selector": {"matchLabels": LABELS}})
     operator = Process(tmp_path / "operator.log", *OPERATOR, "-v")
     try:
-        # The engine probes of the operator's own client, and kopf's watch streams.
-        wait_for("requests logged", lambda: "HTTP Request: GET" in operator.output())
+        # The operator's own API calls, and kopf's watch streams.
+        wait_for("API calls logged", lambda: "API GET /api" in operator.output())
         wait_for("kopf's debug", lambda: " DEBUG kopf" in operator.output())
     finally:
         operator.stop()

@@ -1,10 +1,12 @@
-"""A small async Kubernetes API client over httpx, with the credentials kubectl would use.
+"""A small async Kubernetes API client over aiohttp, with the credentials kubectl would use.
 
 The operator and the gateway need a handful of calls (patch a pod's labels, delete a pod,
 patch a status, annotate a model, list and watch). kopf's own client is private, and the
-`kubernetes` package is synchronous, so this module speaks the REST API directly over a
-tuned transport, with the credentials that `credentials.py` reads through the `kubernetes`
-library (and reads again when they expire or the API answers 401).
+`kubernetes` package is synchronous, so this module speaks the REST API directly, with the
+credentials that `credentials.py` reads through the `kubernetes` library (and reads again
+when they expire or the API answers 401). aiohttp (kopf's own HTTP client) keeps its pooled
+connections per host and hands one out in O(1): at thousands of models the operator's writes
+come in bursts of thousands, each of which opened a connection of its own through httpx.
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 import kopf
 
 from snooze import models
 from snooze.kube import credentials
 from snooze.kube.credentials import Login, Source
-from snooze.kube.transport import BoundedTransport
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -90,34 +91,50 @@ class KubeApi:
     """The API calls Snooze makes, each retried on transient errors, logged in again when the
     login expires or the API refuses it (401)."""
 
-    def __init__(self, source: Source, *, timeout: float = 10.0) -> None:
+    def __init__(self, source: Source, *, timeout: float = 10.0, slots: int = 100) -> None:
         self.source = source
         self.timeout = timeout
+        """Seconds for one call, counted once it has its slot (not while it queues)."""
+        self.slots = slots
+        """Calls at once (watches apart): the others queue here, in order."""
         self._login = source.login()
-        self._client = self._new_client(self._login)
         self._renewal = asyncio.Lock()
-        self._retired: list[httpx.AsyncClient] = []
+        self._session: aiohttp.ClientSession | None = None
+        self._bound: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._retired: list[aiohttp.ClientSession] = []
         self.logins = 1
         """How many times this client logged in (tests read it)."""
 
-    def _new_client(self, login: Login) -> httpx.AsyncClient:
+    def _client(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+        """The session and the call slots of the running event loop (made at first use: an
+        aiohttp session belongs to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or loop is not self._loop:
+            self._session, self._loop = self._new_session(self._login), loop
+            self._bound = asyncio.Semaphore(self.slots)
+        assert self._bound is not None
+        return self._session, self._bound
+
+    @staticmethod
+    def _new_session(login: Login) -> aiohttp.ClientSession:
+        # No connection limit here: the slots bound the calls, and a watch (which holds its
+        # connection while it streams) must never wait behind them.
+        connector = aiohttp.TCPConnector(limit=0, ssl=_ssl_context(login))
+        return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+
+    def _headers(self, login: Login, content_type: str | None = None) -> dict[str, str]:
         headers = {"Accept": "application/json"}
         if login.authorization:
             headers["Authorization"] = login.authorization
-        # A watch holds its slot while it streams: the gateway keeps two per namespace. The
-        # pool itself is looser, so that requests never queue inside httpcore (see engine.py).
-        slots = 100
-        limits = httpx.Limits(max_connections=4 * slots, max_keepalive_connections=20)
-        inner = httpx.AsyncHTTPTransport(
-            verify=_ssl_context(login), limits=limits, proxy=login.proxy
-        )
-        return httpx.AsyncClient(
-            base_url=login.server,
-            headers=headers,
-            # A thousand models writing at once queue in O(1) here, not in httpcore's pool.
-            transport=BoundedTransport(inner, slots),
-            timeout=self.timeout,
-        )
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        return headers
+
+    @staticmethod
+    def _url(login: Login, path: str) -> str:
+        # The server may have a path of its own (an API behind a proxy): joined, not replaced.
+        return login.server.rstrip("/") + path
 
     @property
     def server(self) -> str:
@@ -129,8 +146,9 @@ class KubeApi:
         return cls(credentials.default())
 
     async def aclose(self) -> None:
-        for client in (*self._retired, self._client):
-            await client.aclose()
+        for session in (*self._retired, self._session):
+            if session is not None and not session.closed:
+                await session.close()
 
     async def _renew(self, refused: Login, *, why: str = "the API refused it") -> None:
         """Log in again, unless another call did since `refused` was used. An exec plugin may
@@ -139,7 +157,7 @@ class KubeApi:
             if self._login is not refused:
                 return
             login = await asyncio.to_thread(self.source.login)
-            old, self._login = self._client, login
+            self._login = login
             self.logins += 1
             same_tls = (login.ca_path, login.cert_path, login.key_path, login.insecure) == (
                 refused.ca_path,
@@ -147,17 +165,15 @@ class KubeApi:
                 refused.key_path,
                 refused.insecure,
             )
-            if same_tls and login.server == refused.server and login.proxy == refused.proxy:
-                if login.authorization:
-                    self._client.headers["Authorization"] = login.authorization
-                else:
-                    self._client.headers.pop("Authorization", None)
-            else:
+            old = self._session
+            if not same_tls and old is not None:
                 # New client certificates (an exec plugin may rotate them): a new pool; the
-                # old one ends once the calls that use it do.
-                self._client = self._new_client(login)
+                # old one ends once the calls that use it do. (The token, the server and the
+                # proxy are read at each call.)
+                self._session = self._new_session(login)
+                self._retired.append(old)
                 asyncio.get_running_loop().call_later(
-                    60, lambda: asyncio.ensure_future(old.aclose())
+                    60, lambda: asyncio.ensure_future(old.close())
                 )
             # A refusal is news; a credential renewed before it expired is routine.
             level = logging.DEBUG if why == EXPIRED else logging.INFO
@@ -179,7 +195,6 @@ class KubeApi:
     ) -> JSON:
         """One call, retried on transient failures; the decoded answer."""
         content = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": content_type} if content is not None else {}
         last = ""
         renewed = False
         for delay in (*BACKOFF, None):
@@ -188,37 +203,79 @@ class KubeApi:
                 await self._renew(login, why=EXPIRED)
                 login = self._login
             try:
-                response = await self._client.request(
-                    method, path, content=content, headers=headers, params=params
+                status, answer = await self._call(
+                    login,
+                    method,
+                    path,
+                    content=content,
+                    params=params,
+                    content_type=None if content is None else content_type,
                 )
-            except httpx.TransportError as exc:
-                last = f"{type(exc).__name__}: {exc}"
+            except aiohttp.ClientConnectorCertificateError as exc:
+                # Not transient: no retry makes the certificate valid.
+                raise KubeError(
+                    f"{method} {path}: the API server {login.server} presented a certificate "
+                    f"that cannot be verified ({exc.certificate_error}); check the cluster's "
+                    f"certificate-authority in {self.source.describe()}"
+                ) from None
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             else:
-                if response.status_code < 300:
-                    return response.json() if response.content else {}
-                message = _status_message(response)
-                if response.status_code == 401 and not renewed:
+                if status < 300:
+                    return json.loads(answer) if answer else {}
+                message = _status_message(status, answer)
+                if status == 401 and not renewed:
                     # Expired or revoked: log in once more (an exec plugin gives a fresh
                     # token), then try again at once.
                     renewed = True
                     await self._renew(login)
                     continue
-                if response.status_code == 401:
+                if status == 401:
                     raise KubeError(
                         f"{method} {path}: {message}: the API refuses the credentials of "
                         f"{self.source.describe()}, even after a fresh login",
                         status=401,
                     )
-                if response.status_code == 404:
+                if status == 404:
                     raise NotFound(f"{method} {path}: {message}", status=404)
-                if response.status_code not in RETRIABLE:
-                    raise KubeError(f"{method} {path}: {message}", status=response.status_code)
-                last = f"HTTP {response.status_code}: {message}"
+                if status not in RETRIABLE:
+                    raise KubeError(f"{method} {path}: {message}", status=status)
+                last = f"HTTP {status}: {message}"
             if delay is None:
                 break
             log.debug("%s %s failed (%s); retrying in %ss", method, path, last, delay)
             await asyncio.sleep(delay)
         raise KubeError(f"{method} {path} kept failing: {last}")
+
+    async def _call(
+        self,
+        login: Login,
+        method: str,
+        path: str,
+        *,
+        content: bytes | None,
+        params: Mapping[str, str] | None,
+        content_type: str | None,
+    ) -> tuple[int, bytes]:
+        """One attempt: the status and the body. Its timeout starts once it has its slot: a
+        burst of thousands of writes queues here for seconds, and that is this process's
+        delay, not the server's."""
+        session, bound = self._client()
+        async with (
+            bound,
+            asyncio.timeout(self.timeout),
+            session.request(
+                method,
+                self._url(login, path),
+                data=content,
+                params=params,
+                headers=self._headers(login, content_type),
+                proxy=login.proxy,
+            ) as response,
+        ):
+            answer = await response.read()
+        log.debug("API %s %s: HTTP %d", method, path, response.status)
+        return response.status, answer
 
     async def serves(self, group: str, version: str, plural: str) -> bool:
         """Whether the API serves a resource now, from discovery (readable by every client)."""
@@ -252,29 +309,47 @@ class KubeApi:
             "timeoutSeconds": str(timeout_seconds),
             "allowWatchBookmarks": "true",
         }
-        timeout = httpx.Timeout(10.0, read=timeout_seconds + 30.0)
+        # No deadline for the whole stream (it lasts up to timeoutSeconds), but one for the
+        # connection and for silence between events (the server sends bookmarks).
+        timeout = aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=timeout_seconds + 30.0)
         login = self._login
         if login.expired():
             await self._renew(login, why=EXPIRED)
             login = self._login
-        async with self._client.stream("GET", ref.path, params=params, timeout=timeout) as response:
-            if response.status_code >= 300:
-                await response.aread()
-                if response.status_code == 401:
+        session, _ = self._client()
+        async with session.get(
+            self._url(login, ref.path),
+            params=params,
+            headers=self._headers(login),
+            proxy=login.proxy,
+            timeout=timeout,
+        ) as response:
+            if response.status >= 300:
+                answer = await response.read()
+                if response.status == 401:
                     await self._renew(login)  # the caller's next attempt uses the new one
                 raise KubeError(
-                    f"watch {ref.path}: {_status_message(response)}", status=response.status_code
+                    f"watch {ref.path}: {_status_message(response.status, answer)}",
+                    status=response.status,
                 )
-            async for line in response.aiter_lines():
-                if line.strip():
-                    yield json.loads(line)
+            # One event per line, of any length (a big object's line outgrows aiohttp's own
+            # line reader): split here.
+            pending = b""
+            async for chunk in response.content.iter_any():
+                lines = (pending + chunk).split(b"\n")
+                pending = lines.pop()
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+            if pending.strip():
+                yield json.loads(pending)
 
 
-def _status_message(response: httpx.Response) -> str:
+def _status_message(status: int, answer: bytes) -> str:
     try:
-        body = response.json()
+        body = json.loads(answer)
     except ValueError:
-        return response.text[:300] or f"HTTP {response.status_code}"
+        return answer[:300].decode(errors="replace") or f"HTTP {status}"
     if isinstance(body, dict) and body.get("message"):
         return str(body["message"])
-    return f"HTTP {response.status_code}"
+    return f"HTTP {status}"
