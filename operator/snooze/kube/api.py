@@ -94,7 +94,8 @@ class KubeApi:
     def __init__(self, source: Source, *, timeout: float = 10.0, slots: int = 100) -> None:
         self.source = source
         self.timeout = timeout
-        """Seconds for one call, counted once it has its slot (not while it queues)."""
+        """Seconds a call may take to connect, and to wait for each part of its answer; counted
+        once it has its slot (not while it queues)."""
         self.slots = slots
         """Calls at once (watches apart): the others queue here, in order."""
         self._login = source.login()
@@ -257,13 +258,14 @@ class KubeApi:
         params: Mapping[str, str] | None,
         content_type: str | None,
     ) -> tuple[int, bytes]:
-        """One attempt: the status and the body. Its timeout starts once it has its slot: a
+        """One attempt: the status and the body. Its timeouts start once it has its slot: a
         burst of thousands of writes queues here for seconds, and that is this process's
-        delay, not the server's."""
+        delay, not the server's. They bound the connection and each wait for data, not the
+        whole answer: a list of ten thousand pods takes longer, and is not stuck."""
         session, bound = self._client()
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_read=self.timeout)
         async with (
             bound,
-            asyncio.timeout(self.timeout),
             session.request(
                 method,
                 self._url(login, path),
@@ -271,6 +273,7 @@ class KubeApi:
                 params=params,
                 headers=self._headers(login, content_type),
                 proxy=login.proxy,
+                timeout=timeout,
             ) as response,
         ):
             answer = await response.read()
