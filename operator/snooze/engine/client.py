@@ -26,7 +26,7 @@ from snooze.engine.errors import (
     EngineUnreachableError,
     classify_answer,
 )
-from snooze.kube.transport import DEADLINE, BoundedTransport
+from snooze.engine.transport import DEADLINE, BoundedTransport
 
 __all__ = [
     "ACTIVITY_METRICS",
