@@ -314,7 +314,9 @@ class KubeApi:
         }
         # No deadline for the whole stream (it lasts up to timeoutSeconds), but one for the
         # connection and for silence between events (the server sends bookmarks).
-        timeout = aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=timeout_seconds + 30.0)
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=self.timeout, sock_read=timeout_seconds + 30.0
+        )
         login = self._login
         if login.expired():
             await self._renew(login, why=EXPIRED)
