@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from snooze.gateway.model import model_from
 from snooze.gateway.registry import MODELS, PODS, Registry, resolve
@@ -165,3 +167,76 @@ async def test_a_dropped_watch_is_followed_by_a_fresh_list() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+NAMES = st.sampled_from(["a", "b", "c"])
+SPACES = st.sampled_from(["ns", "other"])
+LABEL_SETS = st.dictionaries(
+    st.sampled_from(["app", "tier"]), st.sampled_from(["a", "b"]), max_size=2
+)
+EVENTS = st.one_of(
+    st.tuples(st.just("model"), SPACES, NAMES, NAMES, st.one_of(st.none(), NAMES), LABEL_SETS),
+    st.tuples(st.just("pod"), SPACES, NAMES, LABEL_SETS),
+    st.tuples(st.just("delete"), st.sampled_from([MODELS, PODS]), SPACES, NAMES),
+    st.tuples(st.just("relist"), st.sampled_from([MODELS, PODS]), SPACES),
+)
+
+
+@given(st.lists(EVENTS, max_size=40))
+@example(  # a deleted pod and a renamed model must leave the indexes too
+    [
+        ("model", "ns", "m", "a", "b", {"app": "a"}),
+        ("pod", "ns", "p", {"app": "a"}),
+        ("delete", PODS, "ns", "p"),
+        ("model", "ns", "m", "c", None, {"app": "a"}),
+    ]
+)
+def test_indexed_lookups_answer_as_a_scan_of_everything(events: list[tuple[Any, ...]]) -> None:
+    # Lookups go through indexes by name and by label; whatever the order of events, they must
+    # find what scanning every model and pod would.
+    registry = Registry(scopes=["ns", "other"])
+    for event in events:
+        if event[0] == "model":
+            _, namespace, name, asked, claimed, labels = event
+            selector = (
+                {"matchLabels": labels}
+                if labels
+                else {"matchExpressions": [{"key": "tier", "operator": "Exists"}]}
+            )
+            body = model(
+                name,
+                namespace=namespace,
+                status={"modelName": claimed} if claimed else None,
+                modelName=asked,
+                selector=selector,
+            )
+            registry.apply(MODELS, "MODIFIED", body)
+        elif event[0] == "pod":
+            _, namespace, name, labels = event
+            body = pod(name, "x")
+            body["metadata"].update(namespace=namespace, labels=labels)
+            registry.apply(PODS, "ADDED", body)
+        elif event[0] == "delete":
+            _, kind, namespace, name = event
+            registry.apply(kind, "DELETED", {"metadata": {"namespace": namespace, "name": name}})
+        else:  # a fresh list of one namespace: what it had, less its first object
+            _, kind, namespace = event
+            store: dict[Any, Any] = registry.models if kind == MODELS else registry.pods
+            kept = sorted(k for k in store if k[0] == namespace)[1:]
+            if kind == MODELS:
+                items = [model(k[1], namespace=k[0], modelName="a") for k in kept]
+            else:  # the pods lost their labels meanwhile
+                items = [{"metadata": {"namespace": k[0], "name": k[1]}} for k in kept]
+            registry.replace(kind, namespace, items)
+    for name in ["a", "b", "c"]:
+        assert registry.resolve(name) == resolve(name, registry.models.values())
+    for known in registry.models.values():
+        assert known.spec is not None
+        scanned = [
+            p
+            for (namespace, _), p in registry.pods.items()
+            if namespace == known.namespace and known.spec.selector.matches(p.labels)
+        ]
+        assert sorted(registry.pods_of(known), key=lambda p: p.name) == sorted(
+            scanned, key=lambda p: p.name
+        )

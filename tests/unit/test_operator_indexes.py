@@ -23,13 +23,13 @@ def model(name: str, namespace: str = "ns", **match: str) -> dict[str, Any]:
 def test_a_pod_moves_between_labels_and_leaves_at_deletion() -> None:
     indexes = Indexes()
     indexes.pod(pod("chat-0", app="chat", tier="a"))
-    assert [p.name for p in indexes.pods_by_label.get(("ns", "app", "chat"))] == ["chat-0"]
+    assert [p.name for p in indexes.pods.by_label.get(("ns", "app", "chat"))] == ["chat-0"]
     indexes.pod(pod("chat-0", app="chat", tier="b"))  # relabelled: the old entry goes
-    assert indexes.pods_by_label.get(("ns", "tier", "a")) == []
-    assert [p.name for p in indexes.pods_by_label.get(("ns", "tier", "b"))] == ["chat-0"]
+    assert indexes.pods.by_label.get(("ns", "tier", "a")) == []
+    assert [p.name for p in indexes.pods.by_label.get(("ns", "tier", "b"))] == ["chat-0"]
     indexes.pod(pod("chat-0"), deleted=True)
-    assert indexes.pods_by_namespace.get("ns") == []
-    assert indexes.pods_by_label.get(("ns", "app", "chat")) == []
+    assert indexes.pods.by_namespace.get("ns") == []
+    assert indexes.pods.by_label.get(("ns", "app", "chat")) == []
 
 
 def test_models_file_their_claims_and_selectors() -> None:
@@ -98,7 +98,7 @@ def test_the_start_up_list_covers_what_kopf_watches() -> None:
     }
     everything = Indexes()
     asyncio.run(everything.load(Api(objects)))  # type: ignore[arg-type]
-    assert {p.name for ns in ("ns", "team-b") for p in everything.pods_by_namespace.get(ns)} == {
+    assert {p.name for ns in ("ns", "team-b") for p in everything.pods.by_namespace.get(ns)} == {
         "a-0",
         "b-0",
     }
@@ -106,16 +106,16 @@ def test_the_start_up_list_covers_what_kopf_watches() -> None:
     api = Api(objects)
     asyncio.run(one.load(api, ["ns"]))  # type: ignore[arg-type]
     assert all("/namespaces/ns/" in path for path in api.paths)
-    assert one.pods_by_namespace.get("team-b") == [] and one.claims.get("b-model") == []
+    assert one.pods.by_namespace.get("team-b") == [] and one.claims.get("b-model") == []
     patterned = Indexes()
     asyncio.run(patterned.load(Api(objects), ["team-*"]))  # type: ignore[arg-type]
-    assert [p.name for p in patterned.pods_by_namespace.get("team-b")] == ["b-0"]
-    assert patterned.pods_by_namespace.get("ns") == []
+    assert [p.name for p in patterned.pods.by_namespace.get("team-b")] == ["b-0"]
+    assert patterned.pods.by_namespace.get("ns") == []
     excluded = Indexes()  # kopf's exclusions: everything but team-*
     asyncio.run(excluded.load(Api(objects), ["!team-*"]))  # type: ignore[arg-type]
-    assert [p.name for p in excluded.pods_by_namespace.get("ns")] == ["a-0"]
-    assert excluded.pods_by_namespace.get("team-b") == []
+    assert [p.name for p in excluded.pods.by_namespace.get("ns")] == ["a-0"]
+    assert excluded.pods.by_namespace.get("team-b") == []
     # Before the CRD is installed: the pods, and no model.
     early = Indexes()
     asyncio.run(early.load(Api(objects, missing=True)))  # type: ignore[arg-type]
-    assert len(early.pods_by_namespace.get("ns")) == 1 and early.claims.get("a-model") == []
+    assert len(early.pods.by_namespace.get("ns")) == 1 and early.claims.get("a-model") == []

@@ -371,7 +371,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         # Deleting a model must not strand its engines asleep (requests would hang there) or
         # its workload at zero: give everything back as it was before Snooze.
         assert runtime.api is not None
-        index = runtime.indexes.pods_by_namespace
+        index = runtime.indexes.pods.by_namespace
         emit = teller(body)
         await release(
             api=runtime.api,

@@ -12,7 +12,7 @@ by the watch events kopf hands to the event handlers.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from kopf._cogs.structs.references import (  # kopf is pinned (pyproject.toml)
     NamespaceName,
@@ -21,45 +21,12 @@ from kopf._cogs.structs.references import (  # kopf is pinned (pyproject.toml)
 
 from snooze import models
 from snooze.kube.api import KubeApi, NotFound, models_ref, pods_ref
+from snooze.kube.index import Index, LabelKey, PodIndex
 from snooze.kube.pods import PodInfo, pod_info
 from snooze.policy.claims import Claim
 
-K = TypeVar("K")
-V = TypeVar("V")
-Object = tuple[str, str]
-"""(namespace, name) of the object an entry came from."""
-SelectorKey = tuple[str, str, str]
-"""(namespace, label key, label value)."""
 
-
-class Index(Generic[K, V]):
-    """Values by key; each object files its values under keys of its own, replaced whole at
-    each change of the object (as kopf's indexes)."""
-
-    def __init__(self) -> None:
-        self._by_key: dict[K, dict[Object, V]] = {}
-        self._keys_of: dict[Object, list[K]] = {}
-
-    def put(self, obj: Object, entries: Mapping[K, V]) -> None:
-        self.remove(obj)
-        for key, value in entries.items():
-            self._by_key.setdefault(key, {})[obj] = value
-        self._keys_of[obj] = list(entries)
-
-    def remove(self, obj: Object) -> None:
-        for key in self._keys_of.pop(obj, []):
-            bucket = self._by_key.get(key)
-            if bucket is not None:
-                bucket.pop(obj, None)
-                if not bucket:
-                    del self._by_key[key]
-
-    def get(self, key: K, default: Sequence[V] = ()) -> list[V]:
-        bucket = self._by_key.get(key)
-        return list(bucket.values()) if bucket else list(default)
-
-
-def selector_keys(namespace: str, selector: models.LabelSelector) -> list[SelectorKey]:
+def selector_keys(namespace: str, selector: models.LabelSelector) -> list[LabelKey]:
     """A model's selector is filed under each of its matchLabels pairs (a pod it selects
     carries them all, so any one finds it); one without matchLabels under ("", ""), checked
     for every pod."""
@@ -90,28 +57,24 @@ def claim_of(
 
 
 class Indexes:
-    """The four views the handlers and loops read."""
+    """What the handlers and loops read: pods by namespace and label, claims on model names,
+    and selectors by label."""
 
     def __init__(self) -> None:
-        self.pods_by_namespace: Index[str, PodInfo] = Index()
-        self.pods_by_label: Index[SelectorKey, PodInfo] = Index()
+        self.pods = PodIndex()
         self.claims: Index[str, Claim] = Index()
-        self.selectors: Index[SelectorKey, tuple[str, models.LabelSelector]] = Index()
+        self.selectors: Index[LabelKey, tuple[str, models.LabelSelector]] = Index()
         self._specs: dict[tuple[str, str], models.SpecMemo] = {}
 
     def pod(self, body: Mapping[str, Any], *, deleted: bool = False) -> PodInfo:
         info = pod_info(body)
-        obj = (info.namespace, info.name)
         if deleted:
-            self.pods_by_namespace.remove(obj)
-            self.pods_by_label.remove(obj)
-            return info
-        self.pods_by_namespace.put(obj, {info.namespace: info})
-        # Under each of its labels: a model finds its pods without scanning the namespace
-        # (a thousand models each scanning two thousand pods every cycle took a third of a core).
-        self.pods_by_label.put(
-            obj, {(info.namespace, key, value): info for key, value in info.labels.items()}
-        )
+            self.pods.remove((info.namespace, info.name))
+        else:
+            # Under each of its labels: a model finds its pods without scanning the namespace
+            # (a thousand models each scanning two thousand pods every cycle took a third of a
+            # core).
+            self.pods.put(info)
         return info
 
     def model(
@@ -149,10 +112,7 @@ class Indexes:
     def pods_for(self, namespace: str, selector: models.LabelSelector) -> list[PodInfo]:
         """The pods of a namespace the selector may select (candidates: under its first
         matchLabels pair, or all the namespace's; the caller applies the whole selector)."""
-        if selector.match_labels:
-            key, value = min(selector.match_labels.items())
-            return self.pods_by_label.get((namespace, key, value))
-        return self.pods_by_namespace.get(namespace)
+        return self.pods.candidates(namespace, selector)
 
     async def load(self, api: KubeApi, namespaces: Iterable[str] = ()) -> None:
         """List every pod and model kopf is going to watch (all namespaces, or the given
@@ -181,7 +141,7 @@ def _wanted(item: Mapping[str, Any], scopes: Sequence[str]) -> bool:
 
 
 def candidates(
-    index: Index[SelectorKey, tuple[str, models.LabelSelector]],
+    index: Index[LabelKey, tuple[str, models.LabelSelector]],
     namespace: str,
     labels: Mapping[str, str],
 ) -> list[tuple[str, models.LabelSelector]]:
