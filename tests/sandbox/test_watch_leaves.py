@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import struct
 import time
 
 import httpx
@@ -38,6 +39,38 @@ def test_a_watch_whose_client_left_ends_without_an_error(
     with httpx.Client(base_url=sandbox.url) as http:
         for n in range(3):
             http.post(PODS, json=pod(f"left-{n}")).raise_for_status()
+    deadline = time.monotonic() + 30
+    while len(watchers) > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(watchers) == before, "the watch never noticed its client left"
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert errors == [], [r.getMessage() for r in errors]
+
+
+def test_a_watch_whose_client_reset_a_full_connection_ends_without_an_error(
+    sandbox: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A client that stops reading (a busy process) and is then killed: the sandbox is waiting
+    # for room to write when the connection is reset, which aiohttp reports as a plain
+    # ConnectionError("Connection lost"), not a ConnectionResetError.
+    caplog.set_level(logging.INFO)
+    watchers = sandbox.emulator.watches._watchers
+    before = len(watchers)
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect((sandbox.host, sandbox.port))
+    client.sendall(f"GET {PODS}?watch=true HTTP/1.1\r\nHost: sandbox\r\n\r\n".encode())
+    assert client.recv(4096).startswith(b"HTTP/1.1 200")
+    big = "x" * 200_000
+    with httpx.Client(base_url=sandbox.url) as http:
+        for n in range(40):  # 8 MB of events the client never reads
+            body = pod(f"full-{n}")
+            body["metadata"] = {"name": f"full-{n}", "annotations": {"big": big}}
+            http.post(PODS, json=body).raise_for_status()
+        time.sleep(0.5)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # a reset, with the sandbox's writes still waiting
+        http.post(PODS, json=pod("after-reset")).raise_for_status()
     deadline = time.monotonic() + 30
     while len(watchers) > before and time.monotonic() < deadline:
         time.sleep(0.05)

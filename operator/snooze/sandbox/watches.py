@@ -110,9 +110,10 @@ class Watches:
                 if event is not None:
                     await response.write(json.dumps(render(event)).encode() + b"\n")
             return response
-        except ConnectionResetError:
+        except ConnectionError:
             # The client left (`kubectl wait` does once its condition holds) and this change
-            # was the first to find out: the watch simply ends, as an API server's does.
+            # was the first to find out: the watch simply ends, as an API server's does. A
+            # reset while a write waited for room comes as aiohttp's plain ConnectionError.
             return response
         finally:
             self._watchers.discard(queue)
