@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_asgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from snooze.engine.activity import PROBE_METRICS
@@ -16,7 +20,6 @@ from snooze.engine.client import (
     ActivitySnapshot,
     EngineClient,
     SleepState,
-    new_http_client,
     parse_activity,
 )
 from snooze.engine.errors import (
@@ -30,6 +33,7 @@ from snooze.engine.errors import (
     classify_answer,
     error_message,
 )
+from snooze.engine.http import Answer, EngineHttp, Params
 
 URL = "http://10.0.0.7:8000"
 HYBRID_JSON = json.dumps(
@@ -49,6 +53,34 @@ HYBRID_TEXT = (
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
 
+class FakeHttp(EngineHttp):
+    """The engine client's session, answered by a FakeEngine instead of the network (the
+    session's own handling of sockets is tested against real ones below)."""
+
+    def __init__(self, engine: FakeEngine) -> None:
+        super().__init__()
+        self.engine = engine
+        self.closed = False
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        total: float,
+        connect: float,
+        params: Params = None,
+        json: Any = None,
+    ) -> Answer:
+        request = httpx.Request(method, url, params=params, json=json)
+        async with asyncio.timeout(total):
+            response = await self.engine(request)
+        return Answer(response.status_code, response.content)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
 class FakeEngine:
     """Answers from a table of (method, path) -> response and records every request."""
 
@@ -66,20 +98,15 @@ class FakeEngine:
         return await answer(request)
 
     def client(self, *, timeout: float = 5.0) -> EngineClient:
-        return EngineClient(URL, transport=httpx.MockTransport(self), timeout=timeout)
+        client = EngineClient(URL, timeout=timeout)
+        client._client = FakeHttp(self)
+        return client
 
     def calls(self) -> list[str]:
         return [
             f"{r.method} {r.url.path}" + (f"?{r.url.query.decode()}" if r.url.query else "")
             for r in self.requests
         ]
-
-
-def raising(error: Exception) -> Handler:
-    async def handler(request: httpx.Request) -> httpx.Response:
-        raise error
-
-    return handler
 
 
 def slow(seconds: float) -> Handler:
@@ -321,26 +348,61 @@ async def test_wake_timeout_covers_the_whole_sequence() -> None:
 # --- transport failures -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("error", "expected"),
-    [
-        (httpx.ConnectError("refused"), EngineUnreachableError),
-        (httpx.ConnectTimeout("no route"), EngineUnreachableError),
-        (httpx.RemoteProtocolError("Server disconnected"), EngineUnreachableError),
-        (httpx.ReadError("connection reset by peer"), EngineUnreachableError),
-        (httpx.ReadTimeout("slow"), EngineTimeoutError),
-        (httpx.PoolTimeout("pool full"), EngineTimeoutError),
-    ],
-)
-async def test_transport_failures_are_classified(
-    error: Exception, expected: type[EngineError]
-) -> None:
-    engine = FakeEngine({("GET", "/is_sleeping"): raising(error)})
-    async with engine.client() as client:
-        with pytest.raises(expected) as caught:
+async def serve_raw(reply: Callable[[asyncio.StreamWriter], Awaitable[None]]) -> asyncio.Server:
+    """A loopback server that reads a request's head and answers with `reply`."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reply(writer)
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def url_of(server: asyncio.Server) -> str:
+    return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def awake(writer: asyncio.StreamWriter) -> None:
+    body = b'{"is_sleeping": false}'
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
+    writer.close()
+
+
+async def test_a_refused_connection_is_unreachable() -> None:
+    server = await serve_raw(awake)
+    url = url_of(server)
+    server.close()
+    await server.wait_closed()  # nothing listens there any more
+    async with EngineClient(url, timeout=2) as client:
+        with pytest.raises(EngineUnreachableError, match="cannot connect") as caught:
             await client.is_sleeping()
-    assert caught.value.url == URL + "/is_sleeping"
-    assert caught.value.__cause__ is error
+    assert caught.value.url == url + "/is_sleeping"
+
+
+async def test_an_answer_cut_short_is_unreachable() -> None:
+    async def half(writer: asyncio.StreamWriter) -> None:
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"is_sl')
+        await writer.drain()
+        writer.transport.abort()  # the engine died mid-answer
+
+    async with await serve_raw(half) as server, EngineClient(url_of(server)) as client:
+        with pytest.raises(EngineUnreachableError, match="broke before a whole answer"):
+            await client.is_sleeping()
+
+
+async def test_a_silent_engine_times_out() -> None:
+    async def silent(writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(30)
+
+    async with (
+        await serve_raw(silent) as server,
+        EngineClient(url_of(server), timeout=0.2) as client,
+    ):
+        with pytest.raises(EngineTimeoutError, match=r"longer than 0\.2s"):
+            await client.is_sleeping()
+        with pytest.raises(EngineTimeoutError, match=r"longer than 0\.3s"):
+            await client.sleep(1, timeout=0.3)
 
 
 async def test_every_call_has_a_deadline() -> None:
@@ -466,26 +528,46 @@ def vllm_like_registry(*, running: float, success: int) -> CollectorRegistry:
     return registry
 
 
+@contextlib.contextmanager
+def exposition(registry: CollectorRegistry) -> Iterator[tuple[str, list[str]]]:
+    """prometheus_client's own exposition app (what vLLM mounts at /metrics, with the same
+    `name[]` filter) served on a loopback port; yields its URL and each request's query."""
+    app = make_wsgi_app(registry=registry)
+    queries: list[str] = []
+
+    def spy(environ: dict[str, Any], start_response: Any) -> Any:
+        queries.append(environ.get("QUERY_STRING", ""))
+        return app(environ, start_response)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = make_server("127.0.0.1", 0, spy, handler_class=Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", queries
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 async def test_activity_against_prometheus_clients_own_app() -> None:
-    # The exposition vLLM mounts at /metrics: proves the `name[]` values are the ones it filters
+    # Proves the `name[]` values, as sent on the wire, are the ones vLLM's exposition filters
     # by (sample names: `vllm:request_success_total`, not the family `vllm:request_success`).
-    app = make_asgi_app(registry=vllm_like_registry(running=2, success=7))
-    requests: list[httpx.Request] = []
-
-    async def spy(request: httpx.Request) -> None:
-        requests.append(request)
-
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, event_hooks={"request": [spy]}) as shared:
-        client = EngineClient(URL, client=shared)
-        assert await client.activity() == ActivitySnapshot(
-            running=2, waiting=1, success_total=8.0, sleep_state=SleepState.AWAKE
-        )
-        assert len(requests) == 1  # the filter worked: no fallback scrape
-        filtered = await shared.get(URL + "/metrics", params={"name[]": list(PROBE_METRICS)})
-        assert "e2e_request_latency" not in filtered.text
-        family = await shared.get(URL + "/metrics", params={"name[]": "vllm:request_success"})
-        assert family.text == ""
+    registry = vllm_like_registry(running=2, success=7)
+    with exposition(registry) as (url, queries):
+        async with EngineClient(url) as client:
+            assert await client.activity() == ActivitySnapshot(
+                running=2, waiting=1, success_total=8.0, sleep_state=SleepState.AWAKE
+            )
+        assert len(queries) == 1  # the filter worked: no fallback scrape
+        async with httpx.AsyncClient() as http:
+            filtered = await http.get(url + "/metrics", params={"name[]": list(PROBE_METRICS)})
+            assert "e2e_request_latency" not in filtered.text
+            family = await http.get(url + "/metrics", params={"name[]": "vllm:request_success"})
+            assert family.text == ""
 
 
 class NamelessCollector:
@@ -503,18 +585,11 @@ class NamelessCollector:
 async def test_activity_falls_back_once_when_the_filter_finds_nothing() -> None:
     registry = CollectorRegistry()
     registry.register(NamelessCollector())
-    app = make_asgi_app(registry=registry)
-    queries: list[str] = []
-
-    async def spy(request: httpx.Request) -> None:
-        queries.append(request.url.query.decode())
-
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, event_hooks={"request": [spy]}) as shared:
-        client = EngineClient(URL, client=shared)
-        expected = ActivitySnapshot(running=1, waiting=0, success_total=0.0, sleep_state=None)
-        assert await client.activity() == expected
-        assert await client.activity() == expected
+    with exposition(registry) as (url, queries):
+        async with EngineClient(url) as client:
+            expected = ActivitySnapshot(running=1, waiting=0, success_total=0.0, sleep_state=None)
+            assert await client.activity() == expected
+            assert await client.activity() == expected
     assert [bool(q) for q in queries] == [True, False, False]  # filtered once, then whole
 
 
@@ -539,32 +614,19 @@ async def test_activity_not_prometheus_text() -> None:
 # --- connection pool ownership -----------------------------------------------------------------
 
 
-async def test_a_shared_pool_outlives_its_engine_clients() -> None:
+async def test_a_shared_session_outlives_its_engine_clients() -> None:
     answer = httpx.Response(200, json={"is_sleeping": False})
-    shared = new_http_client(
-        transport=httpx.MockTransport(FakeEngine({("GET", "/is_sleeping"): answer}))
-    )
-    async with shared:
-        for host in ("http://10.0.0.1:8000", "http://10.0.0.2:8000/"):
-            async with EngineClient(host, client=shared) as client:
-                assert await client.is_sleeping() is False
-        assert not shared.is_closed
-    private = FakeEngine({}).client()
-    await private.aclose()
-    assert private._client.is_closed
-
-
-async def test_client_or_transport_not_both() -> None:
-    async with httpx.AsyncClient() as shared:
-        with pytest.raises(ValueError, match="not both"):
-            EngineClient(URL, client=shared, transport=httpx.MockTransport(FakeEngine({})))
-
-
-async def test_an_empty_transport_message_still_names_the_failure() -> None:
-    engine = FakeEngine({("GET", "/health"): raising(httpx.ConnectError(""))})
-    async with engine.client() as client:
-        with pytest.raises(EngineUnreachableError, match="ConnectError"):
-            await client.health()
+    shared = FakeHttp(FakeEngine({("GET", "/is_sleeping"): answer}))
+    for host in ("http://10.0.0.1:8000", "http://10.0.0.2:8000/"):
+        async with EngineClient(host, client=shared) as client:
+            assert await client.is_sleeping() is False
+    assert not shared.closed
+    async with await serve_raw(awake) as server:
+        private = EngineClient(url_of(server))
+        assert await private.is_sleeping() is False
+        await private.aclose()
+    session = private._client._session
+    assert session is not None and session.closed
 
 
 # --- the operator's prober ----------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from snooze.engine.client import EngineClient, SleepState, new_http_client
+from snooze.engine.client import EngineClient, EngineHttp, SleepState, new_http_client
 from snooze.engine.errors import (
     EngineHTTPError,
     EngineTimeoutError,
@@ -42,14 +42,14 @@ def config(host: str, **changes: Any) -> EngineConfig:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
+async def http() -> AsyncIterator[EngineHttp]:
     async with new_http_client() as client:
         yield client
 
 
 @contextlib.asynccontextmanager
 async def engine_and_client(
-    http: httpx.AsyncClient, cfg: EngineConfig
+    http: EngineHttp, cfg: EngineConfig
 ) -> AsyncIterator[tuple[SimulatedEngine, EngineClient]]:
     async with serve_engines([cfg]) as (engine,):
         yield engine, EngineClient(engine.url, client=http, timeout=2.0)
@@ -68,12 +68,13 @@ async def until(predicate: Callable[[], Any], *, within: float = 3.0) -> None:
         await asyncio.sleep(0.005)
 
 
-async def complete(http: httpx.AsyncClient, engine: SimulatedEngine, tokens: int = 4) -> str:
-    response = await http.post(
-        engine.url + "/v1/completions",
-        json={"model": engine.config.model, "prompt": "hello", "max_tokens": tokens},
-        timeout=10,
-    )
+async def complete(engine: SimulatedEngine, tokens: int = 4) -> str:
+    async with httpx.AsyncClient() as client:  # a user of the engine, not the operator
+        response = await client.post(
+            engine.url + "/v1/completions",
+            json={"model": engine.config.model, "prompt": "hello", "max_tokens": tokens},
+            timeout=10,
+        )
     response.raise_for_status()
     text: str = response.json()["choices"][0]["text"]
     return text
@@ -86,7 +87,7 @@ def free_port(host: str) -> int:
         return port
 
 
-async def test_level_1_sleep_and_wake(http: httpx.AsyncClient) -> None:
+async def test_level_1_sleep_and_wake(http: EngineHttp) -> None:
     async with engine_and_client(http, config("127.0.0.2")) as (engine, client):
         assert await client.health() is True
         assert (await client.activity()).sleep_state is SleepState.AWAKE
@@ -98,10 +99,10 @@ async def test_level_1_sleep_and_wake(http: httpx.AsyncClient) -> None:
         assert not engine.is_sleeping
         assert await client.is_sleeping() is False
         assert (await client.activity()).sleep_state is SleepState.AWAKE
-        assert GARBAGE_MARKER not in await complete(http, engine)
+        assert GARBAGE_MARKER not in await complete(engine)
 
 
-async def test_level_1_staged_wake(http: httpx.AsyncClient) -> None:
+async def test_level_1_staged_wake(http: EngineHttp) -> None:
     async with engine_and_client(http, config("127.0.0.3")) as (engine, client):
         await client.sleep(1)
         calls = engine.wake_calls
@@ -110,24 +111,24 @@ async def test_level_1_staged_wake(http: httpx.AsyncClient) -> None:
         assert engine.wake_calls == calls + 2
 
 
-async def test_level_2_wake_reloads_the_weights(http: httpx.AsyncClient) -> None:
+async def test_level_2_wake_reloads_the_weights(http: EngineHttp) -> None:
     async with engine_and_client(http, config("127.0.0.4")) as (engine, client):
         await client.sleep(2)
         assert (await client.activity()).sleep_state is SleepState.DISCARD_ALL
         await client.wake(2)
         assert not engine.is_sleeping
-        assert GARBAGE_MARKER not in await complete(http, engine)
+        assert GARBAGE_MARKER not in await complete(engine)
 
 
-async def test_level_2_woken_like_level_1_serves_garbage(http: httpx.AsyncClient) -> None:
+async def test_level_2_woken_like_level_1_serves_garbage(http: EngineHttp) -> None:
     # The control for the test above: it shows the simulator would catch a missing reload.
     async with engine_and_client(http, config("127.0.0.4")) as (engine, client):
         await client.sleep(2)
         await client.wake(1)
-        assert GARBAGE_MARKER in await complete(http, engine)
+        assert GARBAGE_MARKER in await complete(engine)
 
 
-async def test_hybrid_crash_leaves_the_engine_asleep(http: httpx.AsyncClient) -> None:
+async def test_hybrid_crash_leaves_the_engine_asleep(http: EngineHttp) -> None:
     cfg = config("127.0.0.5", hybrid_wake_crash=True)
     async with engine_and_client(http, cfg) as (engine, client):
         await client.sleep(1)
@@ -141,7 +142,7 @@ async def test_hybrid_crash_leaves_the_engine_asleep(http: httpx.AsyncClient) ->
         assert await client.health() is True  # why health alone cannot detect it
 
 
-async def test_wake_longer_than_its_timeout(http: httpx.AsyncClient) -> None:
+async def test_wake_longer_than_its_timeout(http: EngineHttp) -> None:
     async with engine_and_client(http, config("127.0.0.6", wake_seconds=0.15)) as (engine, client):
         await client.sleep(1)
         with pytest.raises(EngineTimeoutError, match="may still be working") as caught:
@@ -152,7 +153,7 @@ async def test_wake_longer_than_its_timeout(http: httpx.AsyncClient) -> None:
         assert await client.is_sleeping() is False
 
 
-async def test_nothing_listening_is_unreachable(http: httpx.AsyncClient) -> None:
+async def test_nothing_listening_is_unreachable(http: EngineHttp) -> None:
     client = EngineClient(f"http://127.0.0.7:{free_port('127.0.0.7')}", client=http)
     with pytest.raises(EngineUnreachableError) as caught:
         await client.health()
@@ -161,7 +162,7 @@ async def test_nothing_listening_is_unreachable(http: httpx.AsyncClient) -> None
         await client.activity()
 
 
-async def test_killed_and_restarted_engine(http: httpx.AsyncClient) -> None:
+async def test_killed_and_restarted_engine(http: EngineHttp) -> None:
     pool = EnginePool()
     try:
         engine = await pool.add(config("127.0.0.8", wake_seconds=5.0))
@@ -184,7 +185,7 @@ async def test_killed_and_restarted_engine(http: httpx.AsyncClient) -> None:
         await pool.close()
 
 
-async def test_other_engine_error(http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_other_engine_error(http: EngineHttp, monkeypatch: pytest.MonkeyPatch) -> None:
     async with engine_and_client(http, config("127.0.0.9")) as (engine, client):
 
         async def broken() -> None:
@@ -202,7 +203,7 @@ async def test_other_engine_error(http: httpx.AsyncClient, monkeypatch: pytest.M
 
 
 async def test_out_of_memory_is_its_own_error(
-    http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    http: EngineHttp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # torch's own wording (a reload), and vLLM's allocator's (a wake: see the pool tests).
     async with engine_and_client(http, config("127.0.0.31")) as (engine, client):
@@ -218,7 +219,7 @@ async def test_out_of_memory_is_its_own_error(
         assert "GPUPool" in str(caught.value)
 
 
-async def test_dev_mode_off(http: httpx.AsyncClient) -> None:
+async def test_dev_mode_off(http: EngineHttp) -> None:
     async with engine_and_client(http, config("127.0.0.10", dev_mode=False)) as (_, client):
         calls = [lambda: client.sleep(1), lambda: client.wake(1), client.is_sleeping]
         for call in calls:
@@ -231,12 +232,12 @@ async def test_dev_mode_off(http: httpx.AsyncClient) -> None:
         assert (await client.activity()).in_flight == 0
 
 
-async def test_activity_moves_with_traffic(http: httpx.AsyncClient) -> None:
+async def test_activity_moves_with_traffic(http: EngineHttp) -> None:
     cfg = config("127.0.0.11", max_concurrency=2, token_seconds=0.02)
     async with engine_and_client(http, cfg) as (engine, client):
         before = await client.activity()
         assert (before.running, before.waiting) == (0, 0)
-        requests = [asyncio.create_task(complete(http, engine, tokens=5)) for _ in range(4)]
+        requests = [asyncio.create_task(complete(engine, tokens=5)) for _ in range(4)]
 
         async def busy() -> bool:
             snapshot = await client.activity()
@@ -249,7 +250,7 @@ async def test_activity_moves_with_traffic(http: httpx.AsyncClient) -> None:
         assert after.success_total == before.success_total + 4
 
 
-async def test_one_pool_many_engines(http: httpx.AsyncClient) -> None:
+async def test_one_pool_many_engines(http: EngineHttp) -> None:
     configs = [config(f"127.0.1.{n}") for n in range(1, 41)]
     async with serve_engines(configs) as engines:
         clients = [EngineClient(e.url, client=http) for e in engines]

@@ -1,4 +1,4 @@
-"""An async HTTP client for one vLLM engine's sleep, wake, health and activity endpoints."""
+"""An async client for one vLLM engine's sleep, wake, health and activity endpoints."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from types import TracebackType
 from typing import Any, Self
-
-import httpx
 
 from snooze.engine.activity import (
     ACTIVITY_METRICS,
@@ -23,15 +21,15 @@ from snooze.engine.errors import (
     EngineError,
     EngineHTTPError,
     EngineTimeoutError,
-    EngineUnreachableError,
     classify_answer,
 )
-from snooze.engine.transport import DEADLINE, BoundedTransport
+from snooze.engine.http import Answer, EngineHttp, Params
 
 __all__ = [
     "ACTIVITY_METRICS",
     "ActivitySnapshot",
     "EngineClient",
+    "EngineHttp",
     "SleepState",
     "new_http_client",
     "parse_activity",
@@ -42,35 +40,19 @@ SLEEP_MODES = ("abort", "wait", "keep")
 WEIGHTS, RELOAD, KV_CACHE = "weights", "reload_weights", "kv_cache"
 
 
-def new_http_client(
-    *, transport: httpx.AsyncBaseTransport | None = None, max_connections: int = 64
-) -> httpx.AsyncClient:
-    """Return an `httpx.AsyncClient` for `EngineClient`s to share (the operator's sleeps and
-    wakes; its probes go through engine/probe.py's Prober, which costs half the CPU).
-
-    `max_connections` bounds the requests in flight; more wait their turn in
-    `BoundedTransport`, in O(1), not in httpcore's pool, whose matching of queued requests to
-    connections is quadratic. Connections are not kept alive: an engine is called again only
-    after seconds, by when vLLM's uvicorn has closed an idle connection (after 5 s).
-    """
-    # httpcore's own limit is looser than ours: a finished connection still counts there until
-    # it is closed, and a request queued inside httpcore is what costs the quadratic matching.
-    limits = httpx.Limits(max_connections=4 * max_connections, max_keepalive_connections=0)
-    inner = transport or httpx.AsyncHTTPTransport(limits=limits)
-    return httpx.AsyncClient(
-        transport=BoundedTransport(inner, max_connections),
-        limits=limits,
-        trust_env=False,
-    )
+def new_http_client(*, max_connections: int = 64) -> EngineHttp:
+    """Return the HTTP session for `EngineClient`s to share (the operator's sleeps and wakes;
+    its probes go through engine/probe.py's Prober). At most `max_connections` requests are
+    in flight; more wait their turn."""
+    return EngineHttp(limit=max_connections)
 
 
 class EngineClient:
     """Talks to one vLLM engine; every method raises only `EngineError` subclasses.
 
-    Pass `client` (from `new_http_client`) to share one connection pool among many engines;
-    then `aclose` leaves it open. Without it the engine client owns a private pool, built on
-    `transport` if given (tests inject `httpx.MockTransport` there). `timeout` bounds quick
-    calls (health, probes, metrics); `sleep` and `wake` take their own, longer, timeout.
+    Pass `client` (from `new_http_client`) to share one session among many engines; then
+    `aclose` leaves it open. Without it the engine client owns a private one. `timeout` bounds
+    quick calls (health, probes, metrics); `sleep` and `wake` take their own, longer, timeout.
     The client does not retry: the caller owns backoff and knows whether a retry is safe.
     """
 
@@ -78,16 +60,13 @@ class EngineClient:
         self,
         base_url: str,
         *,
-        client: httpx.AsyncClient | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        client: EngineHttp | None = None,
         timeout: float = 5.0,
     ) -> None:
-        if client is not None and transport is not None:
-            raise ValueError("pass either a shared client or a transport, not both")
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._owns_client = client is None
-        self._client = client if client is not None else new_http_client(transport=transport)
+        self._client = client if client is not None else new_http_client()
         # Set to False once an engine ignores `name[]` (vLLM with several API servers uses
         # prometheus_client's multiprocess collector, which the filter cannot find).
         self._metrics_filter_works = True
@@ -104,7 +83,7 @@ class EngineClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the connection pool if this client owns it."""
+        """Close the session if this client owns it."""
         if self._owns_client:
             await self._client.aclose()
 
@@ -125,8 +104,8 @@ class EngineClient:
             raise self._unreadable("/is_sleeping", 'expected {"is_sleeping": true|false}')
         return value
 
-    # A `timeout` argument, not the caller's asyncio.timeout: it also sets httpx's own socket
-    # timeouts, and a wake's budget spans several requests.
+    # A `timeout` argument, not the caller's asyncio.timeout: it is counted from the request's
+    # turn in the shared session, and a wake's budget spans several requests.
     async def sleep(self, level: int, mode: str = "wait", *, timeout: float = 120.0) -> None:  # noqa: ASYNC109
         """Put the engine to sleep at `level` (0 pause, 1 offload weights, 2 discard all).
 
@@ -179,7 +158,7 @@ class EngineClient:
             ]
         else:
             steps = [("all", "/wake_up", {})]
-        response: httpx.Response | None = None
+        response: Answer | None = None
         for name, path, kwargs in steps:
             if name in done and name != steps[-1][0]:
                 continue  # the last step always runs: its answer says whether the engine woke
@@ -196,16 +175,14 @@ class EngineClient:
                 await on_step(name)
         assert response is not None
         # 0.32+ says where the wake left the engine; earlier releases answer an empty body.
-        status = (
-            self._json(response, "/wake_up").get("status") if response.content.strip() else None
-        )
+        status = self._json(response, "/wake_up").get("status") if response.body.strip() else None
         still_sleeping = status == "sleeping" if status is not None else await self.is_sleeping()
         if still_sleeping:
             raise EngineHTTPError(
                 f"{self.base_url} still sleeps after a level-{level} wake-up answered "
-                f"{response.status_code}. Read the engine's log; restart the pod if it persists.",
+                f"{response.status}. Read the engine's log; restart the pod if it persists.",
                 url=self.base_url + "/wake_up",
-                status=response.status_code,
+                status=response.status,
                 message="still sleeping after wake-up",
             )
 
@@ -215,7 +192,7 @@ class EngineClient:
         One small filtered scrape per probe, so that thousands of engines stay cheap to watch.
         """
         if self._metrics_filter_works:
-            snapshot = await self._scrape({"name[]": list(PROBE_METRICS)})
+            snapshot = await self._scrape([("name[]", name) for name in PROBE_METRICS])
             if snapshot is not None:
                 return snapshot
         snapshot = await self._scrape(None)
@@ -225,7 +202,7 @@ class EngineClient:
         self._metrics_filter_works = False
         return snapshot
 
-    async def _scrape(self, params: dict[str, list[str]] | None) -> ActivitySnapshot | None:
+    async def _scrape(self, params: Params) -> ActivitySnapshot | None:
         response = await self._request("GET", "/metrics", params=params)
         try:
             return parse_activity(response.text)
@@ -239,51 +216,36 @@ class EngineClient:
         *,
         budget: float | None = None,
         ok_statuses: range | None = None,
-        **kwargs: Any,
-    ) -> httpx.Response:
+        params: Params = None,
+        json: Any = None,
+    ) -> Answer:
         """Send one request with a total deadline and turn every failure into an EngineError."""
         total = self.timeout if budget is None else budget
         url = self.base_url + path
-        # Connecting is quick or hopeless, even during a minutes-long wake.
-        limits = httpx.Timeout(total, connect=min(total, self.timeout))
         try:
-            # The deadline counts from when the request has its slot in the shared client
-            # (BoundedTransport): at a sleep wave, requests queue there for seconds, and a
-            # check that a sleep took could time out in that queue and count as its failure.
+            # Connecting is quick or hopeless, even during a minutes-long wake. The deadline
+            # counts from the request's turn in the shared session (see EngineHttp).
             response = await self._client.request(
-                method, url, timeout=limits, extensions={DEADLINE: total}, **kwargs
+                method,
+                url,
+                total=total,
+                connect=min(total, self.timeout),
+                params=params,
+                json=json,
             )
-        except (httpx.ConnectError, httpx.ConnectTimeout) as error:
-            raise EngineUnreachableError(
-                f"cannot connect to {url}: {_describe(error)}. The pod may be "
-                "starting, gone or dead; check that it runs and that the operator may reach "
-                "its port (NetworkPolicy).",
-                url=url,
-            ) from error
-        except (TimeoutError, httpx.TimeoutException) as error:
+        except TimeoutError as error:
             raise self._timed_out(path, total) from error
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
-            raise EngineUnreachableError(
-                f"the connection to {url} broke before a whole answer: "
-                f"{_describe(error)}. The engine may have crashed or restarted; "
-                "check the pod.",
-                url=url,
-            ) from error
-        except httpx.HTTPError as error:
-            raise EngineUnreachableError(
-                f"cannot talk to {url}: {_describe(error)}.", url=url
-            ) from error
-        if response.is_success or (ok_statuses is not None and response.status_code in ok_statuses):
+        if response.is_success or (ok_statuses is not None and response.status in ok_statuses):
             return response
-        raise classify_answer(response.status_code, response.text, url=url, path=path)
+        raise classify_answer(response.status, response.text, url=url, path=path)
 
-    def _json(self, response: httpx.Response, path: str) -> dict[str, Any]:
+    def _json(self, response: Answer, path: str) -> dict[str, Any]:
         try:
-            data = json.loads(response.content)
+            data = json.loads(response.body)
         except ValueError as error:
-            raise self._unreadable(path, "not JSON", status=response.status_code) from error
+            raise self._unreadable(path, "not JSON", status=response.status) from error
         if not isinstance(data, dict):
-            raise self._unreadable(path, "not a JSON object", status=response.status_code)
+            raise self._unreadable(path, "not a JSON object", status=response.status)
         return data
 
     def _unreadable(self, path: str, what: str, *, status: int = 200) -> EngineError:
@@ -302,8 +264,3 @@ class EngineClient:
             "ask /is_sleeping before retrying, and raise the timeout if the model is large.",
             url=self.base_url + path,
         )
-
-
-def _describe(error: Exception) -> str:
-    # Some httpx errors carry an empty message; the class name still says what happened.
-    return str(error) or type(error).__name__

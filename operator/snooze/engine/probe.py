@@ -3,28 +3,24 @@ cheap (about half the CPU of an httpx request, measured in benchmarks/scrape.py)
 
 from __future__ import annotations
 
-import asyncio
 import json
 import ssl
-
-import aiohttp
 
 from snooze.engine.activity import ACTIVITY_METRICS, PROBE_METRICS, ActivitySnapshot, parse_activity
 from snooze.engine.errors import (
     EngineError,
     EngineHTTPError,
     EngineTimeoutError,
-    EngineUnreachableError,
     classify_answer,
 )
+from snooze.engine.http import EngineHttp
 
 
 class Prober:
     """Scrapes engines' `/metrics` (and `/is_sleeping`) for the operator's probes.
 
-    One session for every engine, at most `limit` requests at once. Connections are not kept
-    alive: an engine is probed again only after seconds, by when vLLM's server has closed an
-    idle one (after 5 s). Every method raises only EngineError subclasses.
+    One session for every engine (EngineHttp), at most `limit` requests at once. Every method
+    raises only EngineError subclasses.
     """
 
     def __init__(
@@ -32,27 +28,13 @@ class Prober:
     ) -> None:
         self.limit = limit
         self.timeout = timeout
-        self._ssl = ssl_context
-        self._session: aiohttp.ClientSession | None = None
-        self._slots: asyncio.Semaphore | None = None
+        self._http = EngineHttp(limit=limit, ssl_context=ssl_context)
         self._unfiltered: set[str] = set()
         """Engines whose `name[]` filter finds nothing (vLLM with several API servers uses the
         multiprocess collector, which the filter cannot see): scraped whole."""
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self.limit, force_close=True, ssl=self._ssl if self._ssl is not None else True
-            )
-            # The deadline is _get's, started once a slot is held.
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=aiohttp.ClientTimeout(total=None)
-            )
-        return self._session
-
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._http.aclose()
 
     async def activity(self, base_url: str, *, share_known: bool = False) -> ActivitySnapshot:
         """The engine's activity, from a filtered scrape (the whole page if the filter fails)."""
@@ -80,42 +62,21 @@ class Prober:
         return value
 
     async def _get(self, base_url: str, path: str, query: list[tuple[str, str]] | None) -> str:
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.limit)
-        # The timeout starts once the request has its slot: a queue of probes (thousands of
-        # models probing at once, an operator busy with a sleep wave) is the operator's delay,
-        # not the engine's. aiohttp's own timeout counted the wait for a pooled connection,
-        # and healthy engines were reported unreachable (217 of 3,000 in one wave).
-        async with self._slots:
-            return await self._get_now(base_url, path, query)
-
-    async def _get_now(self, base_url: str, path: str, query: list[tuple[str, str]] | None) -> str:
         url = base_url + path
+        # The timeout starts once the request has its turn (EngineHttp): aiohttp's own timeout
+        # counted the wait for a pooled connection, and healthy engines were reported
+        # unreachable (217 of 3,000 in one wave).
         try:
-            async with (
-                asyncio.timeout(self.timeout),
-                self._client().get(url, params=query) as response,
-            ):
-                text = await response.text()
-        except aiohttp.ClientConnectorError as exc:
-            raise EngineUnreachableError(
-                f"cannot connect to {url}: {exc}. The pod may be starting, gone or dead; check "
-                "that it runs and that the operator may reach its port (NetworkPolicy).",
-                url=url,
-            ) from exc
+            answer = await self._http.request(
+                "GET", url, params=query, total=self.timeout, connect=self.timeout
+            )
         except TimeoutError as exc:
             raise EngineTimeoutError(
                 f"{base_url} took longer than {self.timeout:g}s answering {path}.", url=url
             ) from exc
-        except (aiohttp.ClientError, asyncio.IncompleteReadError) as exc:
-            raise EngineUnreachableError(
-                f"the connection to {url} broke before a whole answer: "
-                f"{exc or type(exc).__name__}. The engine may have crashed; check the pod.",
-                url=url,
-            ) from exc
-        if response.status >= 300:
-            raise classify_answer(response.status, text, url=url, path=path)
-        return text
+        if answer.status >= 300:
+            raise classify_answer(answer.status, answer.text, url=url, path=path)
+        return answer.text
 
 
 def parse_or_raise(text: str, base_url: str) -> ActivitySnapshot | None:

@@ -13,9 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import httpx
-
-from snooze.engine.client import RELOAD, WEIGHTS, EngineClient
+from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
 from snooze.engine.errors import EngineError, SleepModeDisabledError
 from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import (
@@ -100,7 +98,7 @@ class Executor:
         *,
         namespace: str,
         api: KubeApi,
-        http: httpx.AsyncClient,
+        http: EngineHttp,
         memory: ModelMemory,
         settings: Settings,
         emit: Emit,

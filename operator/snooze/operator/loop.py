@@ -12,9 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
-from snooze.engine.client import SleepState
+from snooze.engine.client import EngineHttp, SleepState
 from snooze.engine.errors import EngineError
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi, models_ref
@@ -111,7 +109,7 @@ class ModelLoop:
         pods: Callable[[LabelSelector], Iterable[PodInfo]],
         api: KubeApi,
         prober: Prober,
-        action_http: httpx.AsyncClient,
+        action_http: EngineHttp,
         settings: Settings,
         emit: Emit,
         metrics: OperatorMetrics,

@@ -7,9 +7,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import httpx
-
-from snooze.engine.client import EngineClient
+from snooze.engine.client import EngineClient, EngineHttp
 from snooze.engine.errors import EngineError
 from snooze.kube.api import MERGE_PATCH, KubeApi, KubeError, NotFound, pods_ref
 from snooze.kube.pods import (
@@ -28,7 +26,7 @@ log = logging.getLogger(__name__)
 async def release(
     *,
     api: KubeApi,
-    http: httpx.AsyncClient,
+    http: EngineHttp,
     namespace: str,
     raw_spec: dict[str, Any],
     status: dict[str, Any],

@@ -1,0 +1,132 @@
+"""The operator's HTTP to engines: one aiohttp session, a bounded number of requests at once,
+each request timed from its turn, and every transport failure turned into an EngineError.
+
+aiohttp, not httpx: in a sleep wave of 2,500 engines, httpx's requests (a sleep, a drain check
+and a confirmation per engine) were a third of the operator's CPU, most of it anyio's cancel
+scopes and httpcore's pool (benchmarks/README.md); aiohttp is kopf's own client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+
+from snooze.engine.errors import EngineUnreachableError
+
+Params = dict[str, Any] | list[tuple[str, str]] | None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An engine's whole answer to one request."""
+
+    status: int
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status < 300
+
+
+class EngineHttp:
+    """Requests to many engines over one session, at most `limit` at once (the others wait
+    their turn in O(1) on a semaphore).
+
+    Connections are not kept alive: an engine is called again only after seconds, by when
+    vLLM's server has closed an idle one (after 5 s). Use it as an async context manager, or
+    call `aclose`.
+    """
+
+    def __init__(self, *, limit: int = 64, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.limit = limit
+        self._ssl = ssl_context
+        self._session: aiohttp.ClientSession | None = None
+        self._slots: asyncio.Semaphore | None = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=0, force_close=True, ssl=self._ssl if self._ssl is not None else True
+            )
+            # Deadlines are request()'s, started once a slot is held.
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+            )
+        return self._session
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        total: float,
+        connect: float,
+        params: Params = None,
+        json: Any = None,
+    ) -> Answer:
+        """Send one request and read its whole answer within `total` seconds of its turn
+        (connecting within `connect`). Raises EngineUnreachableError when the engine cannot
+        be reached or the connection breaks, and TimeoutError (for the caller to word) when
+        the answer takes too long; an answer of any status is returned."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limit)
+        # The deadline starts once the request has its slot: a queue of requests (thousands of
+        # models at once, an operator busy with a sleep wave) is the operator's delay, not the
+        # engine's, and a healthy engine must not be reported unreachable for it.
+        async with self._slots:
+            try:
+                async with (
+                    asyncio.timeout(total),
+                    self._client().request(
+                        method,
+                        url,
+                        params=params,
+                        json=json,
+                        timeout=aiohttp.ClientTimeout(total=None, connect=connect),
+                    ) as response,
+                ):
+                    return Answer(response.status, await response.read())
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+                raise EngineUnreachableError(
+                    f"cannot connect to {url}: {_describe(exc)}. The pod may be starting, gone "
+                    "or dead; check that it runs and that the operator may reach its port "
+                    "(NetworkPolicy).",
+                    url=url,
+                ) from exc
+            except TimeoutError:
+                raise
+            except (aiohttp.ClientError, asyncio.IncompleteReadError) as exc:
+                raise EngineUnreachableError(
+                    f"the connection to {url} broke before a whole answer: {_describe(exc)}. "
+                    "The engine may have crashed or restarted; check the pod.",
+                    url=url,
+                ) from exc
+
+
+def _describe(error: Exception) -> str:
+    # Some errors carry an empty message; the class name still says what happened.
+    return str(error) or type(error).__name__
