@@ -14,6 +14,7 @@ import httpx
 import pytest
 from conftest import _addresses
 
+from snooze.engine.client import new_http_client
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi, Ref
 from snooze.kube.pods import PodInfo
@@ -107,7 +108,7 @@ def test_a_step_that_ends_while_the_cycle_probes_is_left_to_end(
             await task
 
         prober = GatedProber(other.config.host, end_the_step)
-        async with httpx.AsyncClient() as http:
+        async with new_http_client() as http:
             loop = ModelLoop(
                 namespace="default",
                 name="chat",

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from conftest import _addresses
 
+from snooze.engine.client import EngineHttp, new_http_client
 from snooze.kube.pods import PodInfo
 from snooze.models import InferenceModelSpec, parse_spec
 from snooze.operator.actions import Executor, Settings
@@ -64,7 +65,7 @@ class Member:
     def poke(self) -> None:
         pass
 
-    async def wake(self, http: httpx.AsyncClient) -> None:
+    async def wake(self, http: EngineHttp) -> None:
         """The operator's wake of this member (label, /wake_up, confirm, label), to its end."""
         executor = Executor(
             namespace="default",
@@ -149,7 +150,7 @@ def test_a_member_the_operator_woke_counts_awake_before_its_next_probe(sim: Simu
     pool = pool_of(members.values())
 
     async def run() -> None:
-        async with httpx.AsyncClient() as http:
+        async with new_http_client() as http:
             pool.ask("b", ["b-0"], now=1.0)
             await pool.cycle()
             assert pool.decision is not None and pool.decision.grant == {"b-0"}
@@ -173,12 +174,14 @@ def test_a_member_whose_wake_ran_out_of_memory_can_wake_once_there_is_room(
     members["b"].probe()  # a and b awake: no room for c
 
     async def run() -> None:
-        async with httpx.AsyncClient() as http:
+        async with new_http_client() as http:
             await members["c"].wake(http)  # as a wake granted in error would
             assert members["c"].state.last_failure_reason == "OutOfMemory"
             assert members["c"].engine.memory.oom_total["wake"] == 1
-            for name in "ab":  # the others sleep: the device is free but for the residues
-                (await http.post(f"{members[name].engine.url}/sleep?level=1")).raise_for_status()
+            async with httpx.AsyncClient() as user:
+                for name in "ab":  # the others sleep: the device is free but for the residues
+                    url = f"{members[name].engine.url}/sleep?level=1"
+                    (await user.post(url)).raise_for_status()
             for member in members.values():
                 member.probe()
             assert members["a"].engine.device.used_bytes < 40 * GIB
