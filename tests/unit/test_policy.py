@@ -1065,6 +1065,15 @@ def test_a_failed_sleep_is_not_retried_at_every_probe(
         [awake("a", idle_for=IDLE + 1, sleep_failures=3, last_sleep_failure=NOW - 1)],
         model(),
     ),
+    Case(
+        "a drain left over with its sleep sent: when its grace ends",
+        [
+            awake(
+                "a", idle_for=IDLE + 1, label=DRAINING, sleep_started=NOW - 10, sleep_sent=NOW - 10
+            )
+        ],
+        replace(model(), sleep_grace=60.0),
+    ),
 )
 def test_next_idle_deadline(case: Case) -> None:
     expected = {
@@ -1080,6 +1089,7 @@ def test_next_idle_deadline(case: Case) -> None:
         "idle.after Never: none": None,
         "a wake request's quiet period": math.nextafter(NOW - 10 + IDLE, math.inf),
         "a failed sleep's backoff": NOW - 1 + retry_delay(3),
+        "a drain left over with its sleep sent: when its grace ends": NOW - 10 + 60.0,
     }[case.id]
     assert next_idle_deadline(case.engines, case.model) == expected
 

@@ -144,7 +144,8 @@ def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
 def next_idle_deadline(engines: Sequence[EngineView], model: ModelView) -> float | None:
     """The earliest instant after `model.now` at which an awake engine may sleep as idle by
     the passing of time alone: idle for `idle.after`, any wake request older than its quiet
-    period, any failed sleep's backoff over. The loop cycles then rather than at its next
+    period, any failed sleep's backoff over, the grace of a drain left over with its sleep
+    sent over. The loop cycles then rather than at its next
     regular cycle, which would add up to a whole interval to the sleep; None if there is none.
     """
     spec = model.spec
@@ -166,6 +167,16 @@ def next_idle_deadline(engines: Sequence[EngineView], model: ModelView) -> float
         if e.sleep_blocked:
             continue
         deadline = max(e.last_activity + idle_after, quiet_until)
+        if (
+            e.label is EngineState.DRAINING
+            and e.sleep_sent is not None
+            and _sent_for_this_drain(e)
+            and e.sleep_running is not False
+            and not _wanted(e, model)
+        ):
+            # A drain left over with its /sleep sent stands until its grace is over; only then
+            # is the engine published awake again and slept as idle (_settled_label).
+            deadline = max(deadline, e.sleep_sent + model.sleep_grace)
         if e.last_sleep_failure is not None:
             deadline = max(deadline, e.last_sleep_failure + retry_delay(e.sleep_failures))
         if deadline > model.now:
