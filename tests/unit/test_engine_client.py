@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from snooze.engine import http as http_module
 from snooze.engine.activity import PROBE_METRICS
 from snooze.engine.client import (
     ActivitySnapshot,
@@ -669,3 +670,35 @@ def test_the_fast_reader_refuses_a_broken_line(text: str) -> None:
 
     with pytest.raises(ValueError):
         parse_activity(text)
+
+
+async def test_a_steps_requests_share_a_connection_kept_shorter_than_vllms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A sleep's drain check, sleep and confirmation reuse one connection; one kept past
+    # KEEPALIVE_SECONDS is not taken again (vLLM closes an idle one after 5 s, and a request
+    # sent on a connection it is closing would fail).
+    monkeypatch.setattr(http_module, "KEEPALIVE_SECONDS", 0.3)
+    connections = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        body = b'{"is_sleeping": true}'
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:  # HTTP/1.1 keep-alive: one answer per request, until the client leaves
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+        writer.close()
+
+    async with (
+        await asyncio.start_server(handle, "127.0.0.1", 0) as server,
+        EngineClient(url_of(server)) as client,
+    ):
+        for _ in range(3):
+            assert await client.is_sleeping() is True
+        assert connections == 1
+        await asyncio.sleep(0.5)
+        assert await client.is_sleeping() is True
+        assert connections == 2
