@@ -25,6 +25,22 @@ def pod(name: str) -> dict[str, object]:
     }
 
 
+def watch(client: socket.socket) -> None:
+    """Open a watch of the pods on a connected socket; return once it has begun."""
+    client.sendall(f"GET {PODS}?watch=true HTTP/1.1\r\nHost: sandbox\r\n\r\n".encode())
+    assert client.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def let_go_quietly(watchers: set[object], before: int, caplog: pytest.LogCaptureFixture) -> None:
+    """The sandbox drops the watch, and logs no warning or error on the way."""
+    deadline = time.monotonic() + 30
+    while len(watchers) > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(watchers) == before, "the watch never noticed its client left"
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert errors == [], [r.getMessage() for r in errors]
+
+
 def test_a_watch_whose_client_left_ends_without_an_error(
     sandbox: Sandbox, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -32,19 +48,13 @@ def test_a_watch_whose_client_left_ends_without_an_error(
     watchers = sandbox.emulator.watches._watchers
     before = len(watchers)
     with socket.create_connection((sandbox.host, sandbox.port)) as client:
-        client.sendall(f"GET {PODS}?watch=true HTTP/1.1\r\nHost: sandbox\r\n\r\n".encode())
-        assert client.recv(4096).startswith(b"HTTP/1.1 200")
+        watch(client)
         assert len(watchers) == before + 1
     # The client is gone; the next change is the sandbox's first write to its connection.
     with httpx.Client(base_url=sandbox.url) as http:
         for n in range(3):
             http.post(PODS, json=pod(f"left-{n}")).raise_for_status()
-    deadline = time.monotonic() + 30
-    while len(watchers) > before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(watchers) == before, "the watch never noticed its client left"
-    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert errors == [], [r.getMessage() for r in errors]
+    let_go_quietly(watchers, before, caplog)
 
 
 def test_a_watch_whose_client_reset_a_full_connection_ends_without_an_error(
@@ -59,8 +69,7 @@ def test_a_watch_whose_client_reset_a_full_connection_ends_without_an_error(
     client = socket.socket()
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     client.connect((sandbox.host, sandbox.port))
-    client.sendall(f"GET {PODS}?watch=true HTTP/1.1\r\nHost: sandbox\r\n\r\n".encode())
-    assert client.recv(4096).startswith(b"HTTP/1.1 200")
+    watch(client)
     big = "x" * 200_000
     with httpx.Client(base_url=sandbox.url) as http:
         for n in range(40):  # 8 MB of events the client never reads
@@ -71,9 +80,4 @@ def test_a_watch_whose_client_reset_a_full_connection_ends_without_an_error(
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         client.close()  # a reset, with the sandbox's writes still waiting
         http.post(PODS, json=pod("after-reset")).raise_for_status()
-    deadline = time.monotonic() + 30
-    while len(watchers) > before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(watchers) == before, "the watch never noticed its client left"
-    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert errors == [], [r.getMessage() for r in errors]
+    let_go_quietly(watchers, before, caplog)

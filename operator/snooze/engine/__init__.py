@@ -1,2 +1,2 @@
 """Clients of inference engines: vLLM's sleep-mode HTTP contract (sleep and wake, probes), the
-one HTTP session they share, and the errors they can raise."""
+HTTP client code they share (engine/http.py), and the errors they can raise."""

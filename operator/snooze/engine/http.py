@@ -1,5 +1,6 @@
-"""The operator's HTTP to engines: one aiohttp session, a bounded number of requests at once,
-each request timed from its turn, and every transport failure turned into an EngineError.
+"""The operator's HTTP to engines (its probes, and its sleeps and wakes, each on a session of
+its own): aiohttp, a bounded number of requests at once, each request timed from its turn,
+and every transport failure turned into an EngineError.
 
 aiohttp, not httpx: in a sleep wave of 2,500 engines, httpx's requests (a sleep, a drain check
 and a confirmation per engine) were a third of the operator's CPU, most of it anyio's cancel
@@ -125,7 +126,7 @@ class EngineHttp:
                     url=url,
                 ) from exc
             except TimeoutError:
-                raise
+                raise  # before ClientError: aiohttp's read timeouts are both
             except (aiohttp.ClientError, asyncio.IncompleteReadError) as exc:
                 raise EngineUnreachableError(
                     f"the connection to {url} broke before a whole answer: {_describe(exc)}. "

@@ -26,7 +26,6 @@ class Prober:
     def __init__(
         self, *, limit: int = 64, timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None
     ) -> None:
-        self.limit = limit
         self.timeout = timeout
         self._http = EngineHttp(limit=limit, ssl_context=ssl_context)
         self._unfiltered: set[str] = set()

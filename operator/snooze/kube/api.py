@@ -151,6 +151,10 @@ class KubeApi:
             if session is not None and not session.closed:
                 await session.close()
 
+    async def _close_retired(self, session: aiohttp.ClientSession) -> None:
+        await session.close()
+        self._retired.remove(session)
+
     async def _renew(self, refused: Login, *, why: str = "the API refused it") -> None:
         """Log in again, unless another call did since `refused` was used. An exec plugin may
         take seconds: it runs in a thread, not in the event loop."""
@@ -168,13 +172,14 @@ class KubeApi:
             )
             old = self._session
             if not same_tls and old is not None:
-                # New client certificates (an exec plugin may rotate them): a new pool; the
-                # old one ends once the calls that use it do. (The token, the server and the
-                # proxy are read at each call.)
+                # New client certificates (an exec plugin may rotate them): a new pool. The
+                # old one is closed a minute later, once the calls on it have ended (a watch
+                # still on it is cut, and its caller watches again on the new one). The token,
+                # the server and the proxy are read at each call.
                 self._session = self._new_session(login)
                 self._retired.append(old)
                 asyncio.get_running_loop().call_later(
-                    60, lambda: asyncio.ensure_future(old.close())
+                    60, lambda: asyncio.ensure_future(self._close_retired(old))
                 )
             # A refusal is news; a credential renewed before it expired is routine.
             level = logging.DEBUG if why == EXPIRED else logging.INFO

@@ -145,8 +145,8 @@ def next_idle_deadline(engines: Sequence[EngineView], model: ModelView) -> float
     """The earliest instant after `model.now` at which an awake engine may sleep as idle by
     the passing of time alone: idle for `idle.after`, any wake request older than its quiet
     period, any failed sleep's backoff over, the grace of a drain left over with its sleep
-    sent over. The loop cycles then rather than at its next
-    regular cycle, which would add up to a whole interval to the sleep; None if there is none.
+    sent over. The loop cycles then rather than at its next regular cycle, which would add
+    up to a whole interval to the sleep; None if there is none.
     """
     spec = model.spec
     if spec.desired_state is not DesiredState.AUTO:
@@ -167,16 +167,11 @@ def next_idle_deadline(engines: Sequence[EngineView], model: ModelView) -> float
         if e.sleep_blocked:
             continue
         deadline = max(e.last_activity + idle_after, quiet_until)
-        if (
-            e.label is EngineState.DRAINING
-            and e.sleep_sent is not None
-            and _sent_for_this_drain(e)
-            and e.sleep_running is not False
-            and not _wanted(e, model)
-        ):
+        standing = _drain_sent_at(e, model)
+        if standing is not None:
             # A drain left over with its /sleep sent stands until its grace is over; only then
             # is the engine published awake again and slept as idle (_settled_label).
-            deadline = max(deadline, e.sleep_sent + model.sleep_grace)
+            deadline = max(deadline, standing + model.sleep_grace)
         if e.last_sleep_failure is not None:
             deadline = max(deadline, e.last_sleep_failure + retry_delay(e.sleep_failures))
         if deadline > model.now:
@@ -418,17 +413,24 @@ def _settled_label(engine: EngineView, model: ModelView) -> EngineState | None:
     if engine.sleeping:
         keep = (EngineState.ASLEEP, EngineState.FAILED)
         return None if engine.label in keep else EngineState.ASLEEP
-    if engine.label is EngineState.DRAINING:
-        sent = engine.sleep_sent
-        if (
-            not _wanted(engine, model)
-            and _sent_for_this_drain(engine)
-            and engine.sleep_running is not False
-            and sent is not None
-            and model.now - sent < model.sleep_grace
-        ):
-            return None
+    sent = _drain_sent_at(engine, model)
+    if sent is not None and model.now - sent < model.sleep_grace:
+        return None
     return None if engine.label is EngineState.AWAKE else EngineState.AWAKE
+
+
+def _drain_sent_at(engine: EngineView, model: ModelView) -> float | None:
+    """When the /sleep of a `draining` engine not known asleep was sent, if that sleep may
+    still be running and the model does not want the engine (the drain then stands for
+    `sleep_grace` from that instant); None otherwise."""
+    if (
+        engine.label is EngineState.DRAINING
+        and _sent_for_this_drain(engine)
+        and engine.sleep_running is not False
+        and not _wanted(engine, model)
+    ):
+        return engine.sleep_sent
+    return None
 
 
 def phase(labels: Sequence[EngineState | None], *, ready: int, spec_valid: bool) -> Phase:
