@@ -27,6 +27,12 @@ HOT = 2
 """The strength from which a slot is pre-woken: one arrival is enough to expect the next."""
 
 
+CLOCK_CHANGE_SLOTS = 2 * 3600 // SLOT_SECONDS
+"""Slots of real time a week of local time can gain when the clocks go back (one hour in most
+zones; two is the most any zone has used): a slot hot on the Sunday of a change, seen from the
+week before, is that much further away."""
+
+
 @cache
 def _zone(name: str) -> ZoneInfo:
     return ZoneInfo(name)
@@ -94,11 +100,12 @@ class Profile:
         return slot_start(ahead, self.zone) if self.hot(ahead) else None
 
     def next_prewake(self, now: float, lead: float) -> float | None:
-        """The earliest instant at or after `now` when `due` holds (within a week)."""
+        """The earliest instant at or after `now` when `due` holds (within a week of local
+        time, which is up to two hours more in real time when the clocks go back)."""
         if self.due(now, lead) is not None:
             return now
         boundary = slot_start(now + lead, self.zone) + SLOT_SECONDS
-        for _ in range(SLOTS + 1):
+        for _ in range(SLOTS + 1 + CLOCK_CHANGE_SLOTS):
             if self.hot(boundary):
                 return boundary - lead
             boundary += SLOT_SECONDS
