@@ -280,6 +280,9 @@ def measure(
     progress("stopping the traffic")
     traffic.stop()
     stopped = time.monotonic()
+    for url in control_urls:  # from here on the engines stamp the wave's probes
+        httpx.post(url + "/reset")
+    w2 = writes(emulator)
     last_end = last_requests(traffic, hosts, per, gateway_url if gateway else None)
     c2 = cpu_seconds(pid)
     try:
@@ -295,6 +298,10 @@ def measure(
         progress(str(exc))
         wave_complete = False
     wave_cpu = (cpu_seconds(pid) - c2) / ((time.monotonic() - stopped) / 60)
+    wave_writes = writes(emulator) - w2
+    wave_probes = 0
+    for url in control_urls:
+        wave_probes += sum(len(s) for s in httpx.get(url + "/probes", timeout=60).json().values())
     latencies = [
         watch.since[pod] - end - args.idle_after
         for pod, end in last_end.items()
@@ -332,6 +339,11 @@ def measure(
         else round(percentiles(latencies)["p99"] / interval, 2),  # type: ignore[operator]
         "asleep_measured": len(latencies),
         "sleep_wave_complete": wave_complete,
+        # What each engine cost from the end of the traffic to the end of the wave.
+        "wave_probes_per_engine": round(wave_probes / engines_total, 2),
+        "wave_api_writes_per_engine_by_path": {
+            k: round(v / engines_total, 2) for k, v in wave_writes.items()
+        },
         "traffic_requests": traffic.sent,
         "traffic_errors": traffic.errors,
         "traffic_failures": dict(traffic.failures),
