@@ -10,12 +10,14 @@ scopes and httpcore's pool (benchmarks/README.md); aiohttp is kopf's own client.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
+import yarl
 
 from snooze.engine.errors import EngineUnreachableError
 
@@ -25,6 +27,15 @@ Params = dict[str, Any] | list[tuple[str, str]] | None
 # then nothing for seconds. Well under vLLM's own keep-alive (5 s), so that the engine never
 # closes a connection just as it is taken again.
 KEEPALIVE_SECONDS = 2.0
+
+
+# Parsed URLs by text and query. An engine's probe URL is asked for again every interval, and
+# parsing it (its host checked as an IP address, the query encoded) was 7 to 10% of the
+# operator's CPU in a 10,000-engine start-up and sleep wave. Bounded: ten thousand engines'
+# probe URLs fit, about 0.7 kB each; a sleep wave's other URLs only push some out.
+@functools.lru_cache(maxsize=16384)
+def _parsed(url: str, query: tuple[tuple[str, str], ...]) -> yarl.URL:
+    return yarl.URL(url).extend_query(query) if query else yarl.URL(url)
 
 
 @dataclass(frozen=True)
@@ -105,13 +116,17 @@ class EngineHttp:
         # The deadline starts once the request has its slot: a queue of requests (thousands of
         # models at once, an operator busy with a sleep wave) is the operator's delay, not the
         # engine's, and a healthy engine must not be reported unreachable for it.
+        if isinstance(params, dict):
+            target = _parsed(url, ())  # aiohttp adds the params
+        else:
+            target, params = _parsed(url, tuple(params or ())), None
         async with self._slots:
             try:
                 async with (
                     asyncio.timeout(total),
                     self._client().request(
                         method,
-                        url,
+                        target,
                         params=params,
                         json=json,
                         timeout=aiohttp.ClientTimeout(total=None, connect=connect),
