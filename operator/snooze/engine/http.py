@@ -10,8 +10,11 @@ scopes and httpcore's pool (benchmarks/README.md); aiohttp is kopf's own client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import ssl
+from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -38,6 +41,56 @@ def _parsed(url: str, query: tuple[tuple[str, str], ...]) -> yarl.URL:
     return yarl.URL(url).extend_query(query) if query else yarl.URL(url)
 
 
+class Turns:
+    """At most `limit` holders at once; waiters marked urgent take their turn before the others,
+    each kind first come, first served.
+
+    Urgent requests are those a decision is blocked on: the first probe of an engine that has
+    never answered, which stays unlabelled (so the gateway sends it nothing) until it does. At
+    start-up, the first probes of ten thousand engines otherwise wait behind the routine probes
+    of the engines already labelled, which come round every interval.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._free = limit
+        self._urgent: deque[asyncio.Future[None]] = deque()
+        self._routine: deque[asyncio.Future[None]] = deque()
+
+    @contextlib.asynccontextmanager
+    async def turn(self, *, urgent: bool = False) -> AsyncIterator[None]:
+        await self._take(urgent)
+        try:
+            yield
+        finally:
+            self._give_back()
+
+    async def _take(self, urgent: bool) -> None:
+        if self._free > 0 and not self._urgent and not self._routine:
+            self._free -= 1
+            return
+        queue = self._urgent if urgent else self._routine
+        turn = asyncio.get_running_loop().create_future()
+        queue.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.cancelled():
+                with contextlib.suppress(ValueError):
+                    queue.remove(turn)
+            else:
+                self._give_back()  # given its turn, then cancelled: the next waiter has it
+            raise
+
+    def _give_back(self) -> None:
+        for queue in (self._urgent, self._routine):
+            while queue:
+                turn = queue.popleft()
+                if not turn.done():
+                    turn.set_result(None)
+                    return
+        self._free += 1
+
+
 @dataclass(frozen=True)
 class Answer:
     """An engine's whole answer to one request."""
@@ -56,7 +109,7 @@ class Answer:
 
 class EngineHttp:
     """Requests to many engines over one session, at most `limit` at once (the others wait
-    their turn in O(1) on a semaphore).
+    their turn in O(1), the urgent ones first).
 
     A connection is kept for `KEEPALIVE_SECONDS` after its request, for the next request of
     the same step (opening a TCP connection per request was a sixth of a sleep wave's CPU).
@@ -67,7 +120,7 @@ class EngineHttp:
         self.limit = limit
         self._ssl = ssl_context
         self._session: aiohttp.ClientSession | None = None
-        self._slots: asyncio.Semaphore | None = None
+        self._turns = Turns(limit)
 
     async def __aenter__(self) -> Self:
         return self
@@ -106,13 +159,13 @@ class EngineHttp:
         connect: float,
         params: Params = None,
         json: Any = None,
+        urgent: bool = False,
     ) -> Answer:
         """Send one request and read its whole answer within `total` seconds of its turn
-        (connecting within `connect`). Raises EngineUnreachableError when the engine cannot
-        be reached or the connection breaks, and TimeoutError (for the caller to word) when
-        the answer takes too long; an answer of any status is returned."""
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.limit)
+        (connecting within `connect`); `urgent` requests take their turn before the others.
+        Raises EngineUnreachableError when the engine cannot be reached or the connection
+        breaks, and TimeoutError (for the caller to word) when the answer takes too long; an
+        answer of any status is returned."""
         # The deadline starts once the request has its slot: a queue of requests (thousands of
         # models at once, an operator busy with a sleep wave) is the operator's delay, not the
         # engine's, and a healthy engine must not be reported unreachable for it.
@@ -120,7 +173,7 @@ class EngineHttp:
             target = _parsed(url, ())  # aiohttp adds the params
         else:
             target, params = _parsed(url, tuple(params or ())), None
-        async with self._slots:
+        async with self._turns.turn(urgent=urgent):
             try:
                 async with (
                     asyncio.timeout(total),

@@ -35,23 +35,27 @@ class Prober:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def activity(self, base_url: str, *, share_known: bool = False) -> ActivitySnapshot:
-        """The engine's activity, from a filtered scrape (the whole page if the filter fails)."""
+    async def activity(
+        self, base_url: str, *, share_known: bool = False, urgent: bool = False
+    ) -> ActivitySnapshot:
+        """The engine's activity, from a filtered scrape (the whole page if the filter fails);
+        `urgent` probes go before the others (EngineHttp)."""
         if base_url not in self._unfiltered:
             names = PROBE_METRICS if share_known else ACTIVITY_METRICS
             query = [("name[]", name) for name in names]
-            snapshot = parse_or_raise(await self._get(base_url, "/metrics", query), base_url)
+            text = await self._get(base_url, "/metrics", query, urgent)
+            snapshot = parse_or_raise(text, base_url)
             if snapshot is not None:
                 return snapshot
-        snapshot = parse_or_raise(await self._get(base_url, "/metrics", None), base_url)
+        snapshot = parse_or_raise(await self._get(base_url, "/metrics", None, urgent), base_url)
         if snapshot is None:
             raise _unreadable(base_url, "/metrics", "no request gauges in the payload")
         self._unfiltered.add(base_url)  # only a whole page with the gauges blames the filter
         return snapshot
 
-    async def is_sleeping(self, base_url: str) -> bool:
+    async def is_sleeping(self, base_url: str, *, urgent: bool = False) -> bool:
         """For engines that do not publish vllm:engine_sleep_state (before vLLM 0.11.1)."""
-        text = await self._get(base_url, "/is_sleeping", None)
+        text = await self._get(base_url, "/is_sleeping", None, urgent)
         try:
             value = json.loads(text).get("is_sleeping")
         except (ValueError, AttributeError):
@@ -60,14 +64,16 @@ class Prober:
             raise _unreadable(base_url, "/is_sleeping", 'expected {"is_sleeping": true|false}')
         return value
 
-    async def _get(self, base_url: str, path: str, query: list[tuple[str, str]] | None) -> str:
+    async def _get(
+        self, base_url: str, path: str, query: list[tuple[str, str]] | None, urgent: bool = False
+    ) -> str:
         url = base_url + path
         # The timeout starts once the request has its turn (EngineHttp): aiohttp's own timeout
         # counted the wait for a pooled connection, and healthy engines were reported
         # unreachable (217 of 3,000 in one wave).
         try:
             answer = await self._http.request(
-                "GET", url, params=query, total=self.timeout, connect=self.timeout
+                "GET", url, params=query, total=self.timeout, connect=self.timeout, urgent=urgent
             )
         except TimeoutError as exc:
             raise EngineTimeoutError(

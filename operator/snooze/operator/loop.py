@@ -56,16 +56,19 @@ class Probe:
     """Why the probe got no answer (names the URL), when it got none."""
 
 
-async def probe(prober: Prober, url: str, pod: str, *, share_known: bool) -> Probe:
+async def probe(
+    prober: Prober, url: str, pod: str, *, share_known: bool, urgent: bool = False
+) -> Probe:
     """A filtered `/metrics` scrape; `/is_sleeping` too when the engine does not publish
     `vllm:engine_sleep_state` (before vLLM 0.11.1). One request per probe rather than two:
-    at a thousand models, HTTP requests are most of the operator's CPU."""
+    at a thousand models, HTTP requests are most of the operator's CPU. `urgent` probes take
+    their turn before routine ones."""
     try:
-        activity = await prober.activity(url, share_known=share_known)
+        activity = await prober.activity(url, share_known=share_known, urgent=urgent)
         if activity.sleep_state is not None:
             sleeping = activity.sleep_state is not SleepState.AWAKE
         else:
-            sleeping = await prober.is_sleeping(url)
+            sleeping = await prober.is_sleeping(url, urgent=urgent)
     except EngineError as exc:
         log.debug("probe of %s failed: %s", pod, exc)
         return Probe(pod=pod, sleeping=None, error=str(exc))
@@ -78,6 +81,11 @@ async def probe(prober: Prober, url: str, pod: str, *, share_known: bool) -> Pro
         gpu_share=activity.gpu_memory_utilization,
         sleeps_in_flight=activity.sleeps_in_flight,
     )
+
+
+def first_try(engine: EngineMemory) -> bool:
+    """Whether this is the first probe of an engine that has never answered one."""
+    return engine.last_probe is None and not engine.answered
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -465,6 +473,9 @@ class ModelLoop:
                     engine_url(spec, p),
                     p.name,
                     share_known=self.memory.engine(p.name, now=now).gpu_share is not None,
+                    # An engine that never answered is unlabelled, so unroutable: its first
+                    # probe goes before the routine probes of engines already published.
+                    urgent=first_try(self.memory.engine(p.name, now=now)),
                 )
                 for p in targets
             )
