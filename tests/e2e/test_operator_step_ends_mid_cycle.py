@@ -1,8 +1,11 @@
-"""A step that ends while a model's cycle probes its other engines: the cycle must judge every
+"""Steps and cycles that overlap while the pod index lags behind the operator's own writes.
+
+A step that ends while a model's cycle probes its other engines: the cycle must judge every
 engine as it was when the cycle began, not mix an engine's finished step with a probe older
 than that step. Two engines of one model sleep (or wake) together, as in the sandbox
 walkthrough; one step ends while the cycle probes the other engine, and the pod index still
-shows the step's label and marks (it lags behind the operator's own writes)."""
+shows the step's label and marks. And a cycle during a drain, while the index still shows the
+previous sleep's mark, must not take an older wake request for a new one."""
 
 from __future__ import annotations
 
@@ -15,10 +18,11 @@ import pytest
 from conftest import _addresses
 
 from snooze.engine.client import new_http_client
+from snooze.engine.http import Answer, EngineHttp, Params
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi, Ref
-from snooze.kube.pods import PodInfo
-from snooze.models import STATE_LABEL
+from snooze.kube.pods import PodInfo, format_time
+from snooze.models import STATE_LABEL, WAKE_REQUESTED_ANNOTATION
 from snooze.operator.actions import Settings
 from snooze.operator.loop import ModelLoop
 from snooze.operator.metrics import OperatorMetrics
@@ -45,10 +49,12 @@ class GatedProber(Prober):
         super().__init__()
         self.host, self.first = host, first
 
-    async def _get(self, base_url: str, path: str, query: list[tuple[str, str]] | None) -> str:
+    async def _get(
+        self, base_url: str, path: str, query: list[tuple[str, str]] | None, urgent: bool = False
+    ) -> str:
         if httpx.URL(base_url).host == self.host and path == "/metrics":
             await self.first()
-        return await super()._get(base_url, path, query)
+        return await super()._get(base_url, path, query, urgent)
 
 
 @pytest.mark.parametrize("step", ["sleep", "wake"])
@@ -144,3 +150,109 @@ def test_a_step_that_ends_while_the_cycle_probes_is_left_to_end(
     assert [label for label in labels if label[0] == "chat-1"] == [], (labels, events)
     assert events == []
     assert ending.is_sleeping is (step == "sleep")
+
+
+class VersioningApi(RecordingApi):
+    """Each patch makes a new version of the object, as the API server does."""
+
+    version = 40
+
+    async def patch(self, ref: Ref, name: str, body: dict[str, Any], *, sub: str = "") -> Any:
+        await super().patch(ref, name, body, sub=sub)
+        self.version += 1
+        return {"metadata": {"resourceVersion": str(self.version)}}
+
+
+class DrainGate(EngineHttp):
+    """The operator's engine requests, the drain check held until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checking = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        total: float,
+        connect: float,
+        params: Params = None,
+        json: Any = None,
+        urgent: bool = False,
+    ) -> Answer:
+        if method == "GET" and url.endswith("/metrics"):
+            self.checking.set()
+            await self.release.wait()
+        return await super().request(
+            method, url, total=total, connect=connect, params=params, json=json, urgent=urgent
+        )
+
+
+def test_a_drain_is_not_cancelled_by_a_wake_request_older_than_it(sim: SimulatorHost) -> None:
+    """A model woken by a request earlier falls idle and drains; a cycle during the drain (a
+    poke: in a GPU pool, the pool's next decision) reads the pod index, which still shows the
+    previous sleep's mark. Before the fix the old wake request looked newer than the drain,
+    which was cancelled ("the model is wanted"): a member a pool was putting to sleep to make
+    room stayed awake, and the wake waiting for that room waited for another choice."""
+    engine = sim.add(
+        EngineConfig(model="chat", host=next(_addresses), port=8000, sleep_seconds=0.01)
+    )
+    now = time.time()
+    pods = [
+        PodInfo(
+            namespace="default",
+            name="chat-0",
+            uid="u0",
+            labels={**LABELS, STATE_LABEL: "awake"},
+            ip=engine.config.host,
+            ready=True,
+            sleep_started=now - 100,  # its previous sleep, before the wake below
+            resource_version="40",  # and the index stays at this version: it lags
+        )
+    ]
+    body = {
+        "metadata": {
+            "name": "chat",
+            "namespace": "default",
+            "generation": 1,
+            "annotations": {WAKE_REQUESTED_ANNOTATION: format_time(now - 50)},
+        },
+        "spec": {"selector": {"matchLabels": LABELS}, "idle": {"after": "1s"}},
+    }
+    events: list[tuple[str, str, str]] = []
+    api = VersioningApi()
+
+    async def main() -> None:
+        prober = Prober()
+        async with DrainGate() as http:
+            loop = ModelLoop(
+                namespace="default",
+                name="chat",
+                body=body,
+                pods=lambda _: pods,
+                api=cast(KubeApi, api),
+                prober=prober,
+                action_http=http,
+                settings=Settings(probe_interval=2),
+                emit=lambda kind, reason, message: events.append((kind, reason, message)),
+                metrics=OperatorMetrics(),
+            )
+            state = loop.memory.engine("chat-0", now=now)
+            state.answered, state.sleeps_in_flight, state.sleeping = True, 0, False
+            state.last_activity = now - 10  # idle for longer than idle.after
+            await loop.cycle()  # decides the sleep; its drain check is held
+            await asyncio.wait_for(http.checking.wait(), 5)
+            await loop.cycle()  # a poke while the drain runs
+            http.release.set()
+            task = state.task
+            assert task is not None
+            await task
+        await prober.aclose()
+
+    asyncio.run(main())
+    reasons = [reason for _, reason, _ in events]
+    assert "SleepCancelled" not in reasons, events
+    assert reasons.count("Draining") == 1 and "Slept" in reasons, events
+    assert engine.is_sleeping

@@ -288,6 +288,7 @@ class Executor:
                 WAKE_PROGRESS_ANNOTATION: None,
             },
         )
+        engine.drain_started = started
         self.emit("Normal", "Draining", f"{pod.name}: {_why(action)}; draining before sleep")
         deadline = started + self.settings.drain_timeout
         while time.time() < deadline and not engine.cancel.is_set():

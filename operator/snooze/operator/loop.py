@@ -543,7 +543,7 @@ class ModelLoop:
                     busy=engine.busy,
                     last_activity=engine.last_activity,
                     action_running=pod.name in acting,
-                    sleep_started=pod.sleep_started,
+                    sleep_started=engine.sleep_started_of(pod),
                     sleep_sent=pod.sleep_sent,
                     sleep_running=None
                     if engine.sleeps_in_flight is None

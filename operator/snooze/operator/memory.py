@@ -86,6 +86,8 @@ class EngineMemory:
     last_sleep_failure: float | None = None
     sleep_failure_reason: str = ""
     sleep_failure_message: str = ""
+    drain_started: float | None = None
+    """When this process began the engine's latest drain (the mark it wrote on the pod)."""
     sleep_blocked: tuple[str, int | None] | None = None
     """(pod uid, spec generation) at which the engine was found unable to sleep at all (no
     sleep mode): no sleep is tried again until the pod or the spec changes."""
@@ -108,6 +110,15 @@ class EngineMemory:
             if version and version != after and version not in self.stale_versions:
                 self.stale_versions.append(version)
         self.written_version = after
+
+    def sleep_started_of(self, pod: PodInfo) -> float | None:
+        """When the engine's latest drain began: the pod's mark, or the mark this process wrote
+        since, which the lagging pod index may not show yet. With the older mark, a wake request
+        made after the previous sleep looked newer than this drain and cancelled it (a member a
+        GPU pool was putting to sleep to make room stayed awake, and the wake it made room for
+        waited for another choice)."""
+        marks = [t for t in (pod.sleep_started, self.drain_started) if t is not None]
+        return max(marks) if marks else None
 
     def label_of(self, pod: PodInfo) -> EngineState | None:
         """The pod's state label: the one this process wrote last, while the pod index still
