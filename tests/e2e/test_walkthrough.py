@@ -186,6 +186,15 @@ def test_the_readme_prints_these_steps() -> None:
     assert phases == ["Awake", "Asleep", "Awake"]
 
 
+def _interruptible() -> None:
+    # As in a terminal: Ctrl-C and Ctrl-\ do what they do by default. Started from a shell
+    # in the background (`pytest ... &`), this process ignores both and its children would
+    # inherit that, and a shell cannot undo an ignore it was started with: `snooze sim`,
+    # which leaves SIGINT to Python, then never saw Ctrl-C.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 class Machine:
     """Where the terminals run: a network and mount namespace of their own (a loopback and a
     /tmp of their own) when unshare allows it, else this machine as it is."""
@@ -262,6 +271,7 @@ class Terminal:
                 cwd=ROOT,
                 pass_fds=(read,),
                 start_new_session=True,
+                preexec_fn=_interruptible,
             )
         os.close(read)
 
