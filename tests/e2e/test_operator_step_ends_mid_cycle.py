@@ -57,6 +57,29 @@ class GatedProber(Prober):
         return await super()._get(base_url, path, query, urgent)
 
 
+def chat_loop(
+    body: dict[str, Any],
+    pods: list[PodInfo],
+    api: RecordingApi,
+    prober: Prober,
+    http: EngineHttp,
+    events: list[tuple[str, str, str]],
+) -> ModelLoop:
+    """The loop of model `chat` on these pods (the pod index, frozen), its Events in `events`."""
+    return ModelLoop(
+        namespace="default",
+        name="chat",
+        body=body,
+        pods=lambda _: pods,
+        api=cast(KubeApi, api),
+        prober=prober,
+        action_http=http,
+        settings=Settings(probe_interval=2),
+        emit=lambda kind, reason, message: events.append((kind, reason, message)),
+        metrics=OperatorMetrics(),
+    )
+
+
 @pytest.mark.parametrize("step", ["sleep", "wake"])
 def test_a_step_that_ends_while_the_cycle_probes_is_left_to_end(
     sim: SimulatorHost, step: str
@@ -115,18 +138,7 @@ def test_a_step_that_ends_while_the_cycle_probes_is_left_to_end(
 
         prober = GatedProber(other.config.host, end_the_step)
         async with new_http_client() as http:
-            loop = ModelLoop(
-                namespace="default",
-                name="chat",
-                body=body,
-                pods=lambda _: pods,
-                api=cast(KubeApi, api),
-                prober=prober,
-                action_http=http,
-                settings=Settings(probe_interval=2),
-                emit=lambda kind, reason, message: events.append((kind, reason, message)),
-                metrics=OperatorMetrics(),
-            )
+            loop = chat_loop(body, pods, api, prober, http, events)
             # chat-0 is due a probe; chat-1 was last probed before its step began.
             for name in ("chat-0", "chat-1"):
                 engine = loop.memory.engine(name, now=now)
@@ -227,18 +239,7 @@ def test_a_drain_is_not_cancelled_by_a_wake_request_older_than_it(sim: Simulator
     async def main() -> None:
         prober = Prober()
         async with DrainGate() as http:
-            loop = ModelLoop(
-                namespace="default",
-                name="chat",
-                body=body,
-                pods=lambda _: pods,
-                api=cast(KubeApi, api),
-                prober=prober,
-                action_http=http,
-                settings=Settings(probe_interval=2),
-                emit=lambda kind, reason, message: events.append((kind, reason, message)),
-                metrics=OperatorMetrics(),
-            )
+            loop = chat_loop(body, pods, api, prober, http, events)
             state = loop.memory.engine("chat-0", now=now)
             state.answered, state.sleeps_in_flight, state.sleeping = True, 0, False
             state.last_activity = now - 10  # idle for longer than idle.after

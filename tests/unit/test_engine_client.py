@@ -72,6 +72,7 @@ class FakeHttp(EngineHttp):
         connect: float,
         params: Params = None,
         json: Any = None,
+        urgent: bool = False,
     ) -> Answer:
         request = httpx.Request(method, url, params=params, json=json)
         async with asyncio.timeout(total):
