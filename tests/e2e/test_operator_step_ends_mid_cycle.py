@@ -18,7 +18,7 @@ import pytest
 from conftest import _addresses
 
 from snooze.engine.client import new_http_client
-from snooze.engine.http import Answer, EngineHttp, Params
+from snooze.engine.http import Answer, EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi, Ref
 from snooze.kube.pods import PodInfo, format_time
@@ -26,7 +26,7 @@ from snooze.models import STATE_LABEL, WAKE_REQUESTED_ANNOTATION
 from snooze.operator.actions import Settings
 from snooze.operator.loop import ModelLoop
 from snooze.operator.metrics import OperatorMetrics
-from snooze.sim import EngineConfig, SimulatorHost
+from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 
 LABELS = {"app.kubernetes.io/name": "chat"}
 
@@ -55,6 +55,19 @@ class GatedProber(Prober):
         if httpx.URL(base_url).host == self.host and path == "/metrics":
             await self.first()
         return await super()._get(base_url, path, query, urgent)
+
+
+def chat_pod(index: int, engine: SimulatedEngine, state: str, **fields: Any) -> PodInfo:
+    """Pod chat-`index` of `engine`, Ready, labelled `state`, as the pod index shows it."""
+    return PodInfo(
+        namespace="default",
+        name=f"chat-{index}",
+        uid=f"u{index}",
+        labels={**LABELS, STATE_LABEL: state},
+        ip=engine.config.host,
+        ready=True,
+        **fields,
+    )
 
 
 def chat_loop(
@@ -98,23 +111,8 @@ def test_a_step_that_ends_while_the_cycle_probes_is_left_to_end(
     # operator has since written the outcome (the watch event is on its way).
     marks = {"sleep_started": now - 6, "sleep_sent": now - 5.9} if step == "sleep" else {}
     pods = [
-        PodInfo(
-            namespace="default",
-            name="chat-0",
-            uid="u0",
-            labels={**LABELS, STATE_LABEL: "awake"},
-            ip=other.config.host,
-            ready=True,
-        ),
-        PodInfo(
-            namespace="default",
-            name="chat-1",
-            uid="u1",
-            labels={**LABELS, STATE_LABEL: "draining" if step == "sleep" else "waking"},
-            ip=ending.config.host,
-            ready=True,
-            **marks,
-        ),
+        chat_pod(0, other, "awake"),
+        chat_pod(1, ending, "draining" if step == "sleep" else "waking", **marks),
     ]
     body = {
         "metadata": {"name": "chat", "namespace": "default", "generation": 1},
@@ -183,23 +181,11 @@ class DrainGate(EngineHttp):
         self.checking = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        total: float,
-        connect: float,
-        params: Params = None,
-        json: Any = None,
-        urgent: bool = False,
-    ) -> Answer:
+    async def request(self, method: str, url: str, **kwargs: Any) -> Answer:
         if method == "GET" and url.endswith("/metrics"):
             self.checking.set()
             await self.release.wait()
-        return await super().request(
-            method, url, total=total, connect=connect, params=params, json=json, urgent=urgent
-        )
+        return await super().request(method, url, **kwargs)
 
 
 def test_a_drain_is_not_cancelled_by_a_wake_request_older_than_it(sim: SimulatorHost) -> None:
@@ -213,13 +199,10 @@ def test_a_drain_is_not_cancelled_by_a_wake_request_older_than_it(sim: Simulator
     )
     now = time.time()
     pods = [
-        PodInfo(
-            namespace="default",
-            name="chat-0",
-            uid="u0",
-            labels={**LABELS, STATE_LABEL: "awake"},
-            ip=engine.config.host,
-            ready=True,
+        chat_pod(
+            0,
+            engine,
+            "awake",
             sleep_started=now - 100,  # its previous sleep, before the wake below
             resource_version="40",  # and the index stays at this version: it lags
         )

@@ -74,10 +74,9 @@ class Turns:
         try:
             await turn
         except asyncio.CancelledError:
-            if turn.cancelled():
-                with contextlib.suppress(ValueError):
-                    queue.remove(turn)
-            else:
+            # A waiter cancelled before its turn stays queued, skipped by _give_back (which
+            # empties the queues of such waiters before a turn goes free): O(1) either way.
+            if not turn.cancelled():
                 self._give_back()  # given its turn, then cancelled: the next waiter has it
             raise
 
@@ -166,13 +165,13 @@ class EngineHttp:
         Raises EngineUnreachableError when the engine cannot be reached or the connection
         breaks, and TimeoutError (for the caller to word) when the answer takes too long; an
         answer of any status is returned."""
-        # The deadline starts once the request has its slot: a queue of requests (thousands of
-        # models at once, an operator busy with a sleep wave) is the operator's delay, not the
-        # engine's, and a healthy engine must not be reported unreachable for it.
         if isinstance(params, dict):
             target = _parsed(url, ())  # aiohttp adds the params
         else:
             target, params = _parsed(url, tuple(params or ())), None
+        # The deadline starts once the request has its slot: a queue of requests (thousands of
+        # models at once, an operator busy with a sleep wave) is the operator's delay, not the
+        # engine's, and a healthy engine must not be reported unreachable for it.
         async with self._turns.turn(urgent=urgent):
             try:
                 async with (

@@ -467,18 +467,7 @@ class ModelLoop:
             )
         ]
         probes = await asyncio.gather(
-            *(
-                probe(
-                    self.prober,
-                    engine_url(spec, p),
-                    p.name,
-                    share_known=self.memory.engine(p.name, now=now).gpu_share is not None,
-                    # An engine that never answered is unlabelled, so unroutable: its first
-                    # probe goes before the routine probes of engines already published.
-                    urgent=first_try(self.memory.engine(p.name, now=now)),
-                )
-                for p in targets
-            )
+            *(self._probe(spec, p, self.memory.engine(p.name, now=now)) for p in targets)
         )
         results = {p.pod: p for p in probes}
         probed_at = time.time()  # the answers are no older than this
@@ -562,6 +551,17 @@ class ModelLoop:
                 )
             )
         return views
+
+    async def _probe(self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory) -> Probe:
+        return await probe(
+            self.prober,
+            engine_url(spec, pod),
+            pod.name,
+            share_known=engine.gpu_share is not None,
+            # An engine that never answered is unlabelled, so unroutable: its first probe goes
+            # before the routine probes of engines already published.
+            urgent=first_try(engine),
+        )
 
     def _note_reachability(self, pod: str, engine: EngineMemory, result: Probe) -> None:
         """Count probes in a row without an answer; tell when an engine becomes unreachable
