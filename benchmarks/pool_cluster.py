@@ -139,6 +139,8 @@ class Cluster:
             self.sim.add_device(name=f"gpu-{p}", memory_gib=args.pool_gib)
             spec = {"memory": f"{args.pool_gib}Gi", "minResidency": d(args.min_residency)}
             spec["eviction"] = args.eviction
+            if args.headroom:
+                spec["headroom"] = {"wakes": 1, "idleAfter": d(args.headroom)}
             body = {"apiVersion": "snooze.dev/v1alpha1", "kind": "GPUPool"}
             self.api.post(POOLS, json={**body, "metadata": {"name": f"gpu-{p}"}, "spec": spec})
         for i in range(args.models):

@@ -49,6 +49,7 @@ from pool_trace import Request, TraceShape, generate
 from prometheus_client.parser import text_string_to_metric_families
 
 from snooze.durations import DurationError, parse_duration
+from snooze.operator.metrics import POOL_EVICTION_REASONS as EVICTION_REASONS
 from snooze.sim import SimulatorHost
 
 
@@ -246,6 +247,7 @@ def summarize(
             "idle_after": args.idle_after,
             "min_residency": args.min_residency,
             "eviction": args.eviction,
+            "headroom_idle_after": args.headroom or None,
             "engine_sleep_seconds": SLEEP_SECONDS,
             "engine_wake_seconds": wake,
         },
@@ -275,8 +277,8 @@ def summarize(
         },
         "failed_sleeps_or_wakes": during["failed_sleeps_or_wakes"],
         "evictions_metric": {
-            "trace": {r: moved(f"evictions_{r}") for r in ("wake", "start")},
-            "startup": {r: before.get(f"evictions_{r}", 0.0) for r in ("wake", "start")},
+            "trace": {r: moved(f"evictions_{r}") for r in EVICTION_REASONS},
+            "startup": {r: before.get(f"evictions_{r}", 0.0) for r in EVICTION_REASONS},
         },
         "swaps_startup": start["swaps"],
         "wake_ooms": {"trace": during["wake_ooms"], "startup": start["wake_ooms"]},
@@ -395,7 +397,8 @@ def check(args: argparse.Namespace) -> str | None:
         return "--models must be at most 240 (one loopback address per engine)"
     if not (args.time_scale > 0 and args.minutes > 0):
         return "--time-scale and --minutes must be greater than zero"
-    for flag, value in (("--idle-after", args.idle_after), ("--min-residency", args.min_residency)):
+    flags = [("--idle-after", args.idle_after), ("--min-residency", args.min_residency)]
+    for flag, value in flags + ([("--headroom", args.headroom)] if args.headroom else []):
         if value == "Never" and flag == "--idle-after":
             continue
         try:
@@ -426,6 +429,12 @@ def main() -> None:
     parser.add_argument("--min-residency", default="30s", help="the pools' minResidency")
     parser.add_argument(
         "--eviction", default="LeastRecentlyUsed", choices=("LeastRecentlyUsed", "Cheapest")
+    )
+    parser.add_argument(
+        "--headroom",
+        default="",
+        help="give each pool a headroom of one wake, slept for by members idle this long "
+        "(trace time, such as 20s); default: none (room is made when a wake asks)",
     )
     parser.add_argument("--zipf", type=float, default=1.0, help="popularity exponent")
     parser.add_argument("--bursts-per-hour", type=float, default=60.0)

@@ -32,6 +32,20 @@ class Eviction(StrEnum):
     CHEAPEST = "Cheapest"
 
 
+class HeadroomSpec(Wire):
+    """Room the pool keeps free ahead of wakes, by putting idle members to sleep early."""
+
+    wakes: int = Field(default=1, ge=1, le=16)
+    """Keep room for this many wakes of the largest sleeping members (1: the next wake of any
+    sleeping member finds room at once)."""
+    idle_after: Duration = "30s"
+    """Only a member that has served nothing for this long sleeps for headroom."""
+
+    @property
+    def idle_after_seconds(self) -> float:
+        return parse_duration(self.idle_after)
+
+
 class GPUPoolSpec(Wire):
     """One device (a GPU shared through a DRA ResourceClaim, or time-slicing) and its members."""
 
@@ -46,6 +60,11 @@ class GPUPoolSpec(Wire):
     wake costs least and whose next request is least likely soon). Lower priorities first."""
     min_residency: Duration = "30s"
     """A woken member is not put to sleep for another one sooner than this (no thrashing)."""
+    headroom: HeadroomSpec | None = None
+    """Optional: once no wake waits and the next wake would not fit, idle members sleep ahead
+    of need (never a busy one, never inside minResidency or below minAwake), so that a request
+    for a sleeping member waits for its wake only, not for another member's sleep first.
+    Without it, room is made only when a wake asks for it (lazy)."""
     resource_claim_name: str | None = Field(
         default=None, min_length=1, max_length=253, pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"
     )
@@ -132,6 +151,7 @@ __all__ = [
     "Eviction",
     "GPUPoolSpec",
     "GPUPoolStatus",
+    "HeadroomSpec",
     "PoolMember",
     "parse_pool_spec",
 ]

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_pools_benchmark_reports_figures_that_add_up(tmp_path: Path) -> None:
     command = [
         sys.executable, "pools.py", "--models", "3", "--pools", "1", "--minutes", "2",
-        "--time-scale", "20", "--bursts-per-hour", "600", "--logs", str(tmp_path),
+        "--time-scale", "20", "--bursts-per-hour", "600", "--headroom", "20s",
+        "--logs", str(tmp_path),
     ]  # fmt: skip
     done = subprocess.run(
         command, cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=180
@@ -35,6 +36,8 @@ def test_the_pools_benchmark_reports_figures_that_add_up(tmp_path: Path) -> None
     assert report["wake_ooms"]["trace"] == 0
     assert report["start_refusals"]["trace"] == 0
     assert report["target"]["models_per_gpu_at_least_4"] is False
+    assert report["scenario"]["headroom_idle_after"] == "20s"
+    assert set(report["evictions_metric"]["trace"]) == {"wake", "start", "headroom"}
 
     logged = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert len(logged) == requests["sent"]

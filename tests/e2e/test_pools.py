@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -50,19 +51,17 @@ class Kubelet:
         self.cluster.http.post(PODS, json=pod).raise_for_status()
         self.cluster.set_pod_ready(f"{name}-0", host, ready=False)
         time.sleep(CONTAINER_START_SECONDS)
+        defaults: dict[str, Any] = {
+            "gpu_memory_gib": 10,
+            "kv_cache_gib": 19,
+            "asleep_memory_gib": 1,
+            "sleep_seconds": 0.2,
+            "wake_seconds": 0.2,
+            "token_seconds": 0.01,
+            "start_retry_seconds": 0.2,
+        }
         config = EngineConfig(
-            model=name,
-            host=host,
-            port=8000,
-            device=self.device.name,
-            gpu_memory_gib=10,
-            kv_cache_gib=19,
-            asleep_memory_gib=1,
-            sleep_seconds=0.2,
-            wake_seconds=0.2,
-            token_seconds=0.01,
-            start_retry_seconds=0.2,
-            **options,
+            model=name, host=host, port=8000, device=self.device.name, **(defaults | options)
         )
         engine = self.cluster.sim.add(config)
         self.engines[name] = engine
@@ -262,6 +261,49 @@ def test_the_operator_stopped_mid_swap_converges_without_overcommitting(
         watcher.stop()
         if first.error is None:
             first.stop()
+
+
+def test_headroom_sleeps_an_idle_member_ahead_of_the_next_wake(
+    cluster: Cluster, pool: Kubelet, operator: OperatorThread, gateway: GatewayThread
+) -> None:
+    watcher = Watcher(pool.engines)
+    try:
+        for name in NAMES:
+            pool.start(name)
+        wait_for("two asleep", lambda: sum(e.is_sleeping for e in pool.engines.values()) == 2)
+        # From now on sleeps are slow (as vLLM's level-1 sleep is, seconds) and wakes fast: a
+        # wake that has to wait for another member's sleep is plain to see in its wait.
+        sleep_seconds = 3.0
+        for engine in pool.engines.values():
+            engine.config = replace(engine.config, sleep_seconds=sleep_seconds)
+        # The user turns headroom on: the least recently used idle member sleeps, unasked.
+        cluster.http.patch(
+            f"{POOLS}/gpu-0",
+            json={"spec": {"headroom": {"wakes": 1, "idleAfter": "1s"}}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        ).raise_for_status()
+        wait_for("three asleep", lambda: sum(e.is_sleeping for e in pool.engines.values()) == 3)
+        events = wait_for("its Event", lambda: cluster.events("MakingRoom"))
+        assert any("keep room free for the next wake (headroom)" in e["message"] for e in events)
+        headroom = operator.metrics.pool_evictions.labels("default", "gpu-0", "headroom")
+        assert headroom._value.get() == 1
+
+        # A request for a sleeping model finds room at once: its wake waits for no sleep.
+        asleep = next(n for n, e in pool.engines.items() if e.is_sleeping)
+        assert ask(gateway, asleep) == "lorem ipsum"
+        [waited] = [w for w in operator.metrics.pool_waits if w.model == asleep]
+        assert waited.seconds < sleep_seconds, waited
+        # Then the pool is full again, and the other idle member sleeps for the next wake.
+        wait_for("room again", lambda: headroom._value.get() == 2, timeout=30)
+        wait_for(
+            "three asleep again",
+            lambda: sum(e.is_sleeping for e in pool.engines.values()) == 3,
+        )
+        assert not pool.engines[asleep].is_sleeping  # the one just woken stays
+        assert watcher.most_awake <= 2
+        assert wake_ooms(pool) == 0 and start_refusals(pool) == 0
+    finally:
+        watcher.stop()
 
 
 def test_a_pool_that_cannot_fit_its_members_says_why(

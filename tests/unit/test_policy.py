@@ -993,6 +993,12 @@ def pooled(engine: EngineView, **kw: Any) -> EngineView:
         model(requested_ago=5),
     ),
     Case(
+        "a drain the pool ordered only for headroom is cancelled by a request",
+        [pooled(draining("a", sleep_started=NOW - 10), pool_evict=True, pool_headroom=True)],
+        model(requested_ago=5),
+        ["CancelSleep a"],
+    ),
+    Case(
         "desiredState Awake keeps a member awake whatever the pool says",
         [pooled(awake("a"), pool_evict=True)],
         model(spec(desired="Awake")),
@@ -1008,17 +1014,20 @@ def test_pool_members(case: Case) -> None:
 
 
 @PROPERTY
-@given(situations(), st.booleans(), st.booleans())
+@given(situations(), st.booleans(), st.booleans(), st.booleans())
 def test_a_pool_member_never_wakes_without_a_grant(
-    situation: Situation, grant: bool, evict: bool
+    situation: Situation, grant: bool, evict: bool, headroom: bool
 ) -> None:
     engines, view = situation
-    members = [replace(e, pooled=True, pool_grant=grant, pool_evict=evict) for e in engines]
+    members = [
+        replace(e, pooled=True, pool_grant=grant, pool_evict=evict, pool_headroom=headroom)
+        for e in engines
+    ]
     for action in decide(members, view):
         if action.kind is ActionKind.WAKE:
             assert grant
         if action.kind is ActionKind.CANCEL_SLEEP:
-            assert not evict
+            assert not evict or headroom
 
 
 @pytest.mark.parametrize(

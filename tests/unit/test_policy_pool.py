@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from snooze.gpupool import Eviction
 from snooze.policy.pool import (
+    HEADROOM,
+    Headroom,
     Member,
     MemberState,
     ModelNeeds,
@@ -199,6 +201,78 @@ def test_cheapest_prefers_cheap_wakes_of_long_idle_members() -> None:
     assert lru[-1] == "c-0"
 
 
+HEADROOM_1 = Headroom(wakes=1, idle_after=60.0)
+
+
+def test_headroom_puts_the_least_recently_used_idle_member_to_sleep_ahead_of_wakes() -> None:
+    view = pool(
+        member("a-0", last_used=NOW - 100),
+        member("b-0", last_used=NOW - 900),
+        member("c-0", ASLEEP),
+        member("d-0", ASLEEP),
+        headroom=HEADROOM_1,
+    )
+    decision = decide_pool(view)
+    assert dict(decision.evict) == {"b-0": HEADROOM}
+    assert not decision.grant and not decision.waiting
+    # Without a headroom the pool is lazy: nobody sleeps before a wake asks.
+    assert not decide_pool(replace(view, headroom=None)).evict
+
+
+def test_headroom_does_nothing_while_the_next_wake_fits_or_a_sleep_already_frees_it() -> None:
+    fits = pool(member("a-0"), member("c-0", ASLEEP), member("d-0", ASLEEP), headroom=HEADROOM_1)
+    assert not decide_pool(fits).evict
+    freeing = pool(
+        member("a-0"), member("b-0", DRAINING), member("c-0", ASLEEP), headroom=HEADROOM_1
+    )
+    assert not decide_pool(freeing).evict
+    everyone_awake = pool(member("a-0"), member("b-0"), memory=61 * GIB, headroom=HEADROOM_1)
+    assert not decide_pool(everyone_awake).evict  # no sleeper, nothing to keep room for
+
+
+@pytest.mark.parametrize(
+    ("spared", "why"),
+    [
+        ({"last_used": NOW - 30}, "served a request less than idleAfter ago"),
+        ({"busy": True}, "busy"),
+        ({"awake_since": NOW - 10, "last_used": NOW - 600}, "inside minResidency"),
+    ],
+)
+def test_headroom_spares_recent_busy_and_young_members(spared: dict[str, object], why: str) -> None:
+    view = pool(
+        member("a-0", **spared),
+        member("b-0", last_used=NOW - 30),
+        member("c-0", ASLEEP),
+        headroom=HEADROOM_1,
+    )
+    assert not decide_pool(view).evict, why
+
+
+def test_headroom_honours_min_awake_and_waits_behind_a_waiting_wake() -> None:
+    view = pool(
+        member("a-0"),
+        member("b-0"),
+        member("c-0", ASLEEP),
+        member("d-0", ASLEEP),
+        models={"a": ModelNeeds(min_awake=1)},
+        headroom=HEADROOM_1,
+    )
+    assert dict(decide_pool(view).evict) == {"b-0": HEADROOM}
+    asked = replace(view, asks=[WakeAsk(pod="c-0", asked_at=NOW)])
+    decision = decide_pool(asked)
+    assert dict(decision.evict) == {"b-0": "c"}  # the wake's own eviction, and nothing more
+
+
+def test_headroom_for_two_wakes_sleeps_as_many_as_it_takes_or_none() -> None:
+    members = [member(f"{m}-0", last_used=NOW - 100 * (i + 1)) for i, m in enumerate("ab")]
+    sleepers = [member("c-0", ASLEEP), member("d-0", ASLEEP)]
+    two = Headroom(wakes=2, idle_after=60.0)
+    decision = decide_pool(pool(*members, *sleepers, headroom=two))
+    assert dict(decision.evict) == {"a-0": HEADROOM, "b-0": HEADROOM}
+    busy = replace(members[0], busy=True)
+    assert not decide_pool(pool(busy, members[1], *sleepers, headroom=two)).evict  # in vain
+
+
 def test_overcommitted_says_the_arithmetic() -> None:
     assert overcommitted(70 * GIB, [member("a-0"), member("b-0")]) is None
     message = overcommitted(20 * GIB, [member("a-0", ASLEEP), member("b-0", ASLEEP)])
@@ -217,6 +291,7 @@ class World:
     asked: dict[str, float] = field(default_factory=dict)
     now: float = NOW
     granted: list[str] = field(default_factory=list)
+    headroom: Headroom | None = None
 
     def view(self) -> PoolView:
         return PoolView(
@@ -228,6 +303,7 @@ class World:
             asks=[WakeAsk(pod=p, asked_at=t) for p, t in self.asked.items()],
             models=self.models,
             now=self.now,
+            headroom=self.headroom,
         )
 
     def used(self) -> int:
@@ -269,10 +345,13 @@ class World:
         assert decision.unplaced <= {
             p for p, m in self.members.items() if m.state is MemberState.STARTING
         }
-        for pod in decision.evict:
+        for pod, why in decision.evict.items():
             m = self.members[pod]
             assert m.state is AWAKE and not m.busy  # never a busy member
             assert m.awake_since is None or self.now - m.awake_since >= 30.0
+            if why == HEADROOM:
+                assert self.headroom is not None and not decision.waiting
+                assert self.now - m.last_used >= self.headroom.idle_after
             self.members[pod] = replace(m, state=DRAINING)
         for pod in decision.grant:
             m = self.members[pod]
@@ -298,7 +377,13 @@ def worlds(draw: st.DrawFn) -> World:
     memory = max(m.footprint for m in members.values()) + sum(m.residue for m in members.values())
     memory += draw(st.integers(0, 60)) * GIB
     needs = {f"m{i}": ModelNeeds(min_awake=draw(st.sampled_from([0, 0, 1]))) for i in range(count)}
-    return World(memory=memory, members=members, models=needs)
+    headroom = draw(
+        st.one_of(
+            st.none(),
+            st.builds(Headroom, wakes=st.integers(1, 3), idle_after=st.sampled_from([0.0, 30.0])),
+        )
+    )
+    return World(memory=memory, members=members, models=needs, headroom=headroom)
 
 
 EVENTS = st.lists(
@@ -345,6 +430,34 @@ def test_no_wake_starves_when_members_go_idle(world: World, asks: list[int]) -> 
         world.apply(("confirm", 0))
         world.apply(("tick", 6))  # 70 s: past minResidency
     assert not world.asked, (world.asked, world.members)
+
+
+@settings(max_examples=150, deadline=None)
+@given(worlds(), EVENTS, st.integers(0, 20))
+def test_with_headroom_a_settled_pool_grants_the_next_wake_at_once(
+    world: World, events: list[tuple[str, int]], asker: int
+) -> None:
+    # Whatever happened before: once members are idle past idleAfter and minResidency and the
+    # sleeps under way are confirmed, any sleeping member's wake is granted when it asks.
+    world.models = {name: ModelNeeds() for name in world.models}
+    world.headroom = Headroom(wakes=1, idle_after=30.0)
+    for event in events:
+        world.apply(event)
+        world.decide()
+    world.asked.clear()
+    world.members = {p: replace(m, busy=False) for p, m in world.members.items()}
+    for _ in range(3):
+        world.apply(("confirm", 0))
+        world.apply(("tick", 6))  # 70 s: past idleAfter and minResidency
+        world.decide()
+    world.apply(("confirm", 0))
+    world.asked.clear()
+    sleepers = sorted(p for p, m in world.members.items() if m.state is ASLEEP)
+    if not sleepers:
+        return
+    pod = sleepers[asker % len(sleepers)]
+    world.asked[pod] = world.now
+    assert decide_pool(world.view()).grant == {pod}, world.members
 
 
 @pytest.mark.parametrize("eviction", list(Eviction))

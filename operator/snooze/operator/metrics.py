@@ -36,7 +36,7 @@ STATES = [state.value for state in EngineState]
 # cost). The first event of a series is then invisible to rate() and increase(); the alert
 # rules that must see it (SnoozeWakeFailures) also match series that did not exist earlier.
 # Why a pool put a member to sleep: room for another member's wake, or for one starting.
-POOL_EVICTION_REASONS = ("wake", "start")
+POOL_EVICTION_REASONS = ("wake", "start", "headroom")
 
 # `_created` samples double every counter's and histogram's series and no panel or rule
 # reads them: at a thousand models the page is megabytes, scraped every few seconds.
@@ -177,7 +177,8 @@ class OperatorMetrics:
         )
         self.pool_evictions = Counter(
             "snooze_pool_evictions_total",
-            "Pool members put to sleep to make room: for a wake, or for a member starting.",
+            "Pool members put to sleep to make room: for a wake, for a member starting, or "
+            "ahead of wakes (headroom).",
             ["namespace", "pool", "reason"],
             registry=r,
         )

@@ -21,6 +21,8 @@ from snooze.operator.memory import EngineMemory
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.status import ConditionValue, conditions
 from snooze.policy.pool import (
+    HEADROOM,
+    Headroom,
     Member,
     MemberState,
     ModelNeeds,
@@ -53,6 +55,8 @@ class Directive:
 
     grant: bool = False
     evict: bool = False
+    headroom: bool = False
+    """Its sleep only keeps room ahead of wakes: a request for it may still cancel it."""
     level: int | None = None
     """The level to sleep at if it sleeps now (None: the model's own)."""
 
@@ -160,6 +164,7 @@ class PoolLoop:
         return Directive(
             grant=pod in decision.grant,
             evict=pod in decision.evict,
+            headroom=decision.evict.get(pod) == HEADROOM,
             level=decision.levels.get(pod),
         )
 
@@ -179,16 +184,17 @@ class PoolLoop:
         MakingRoom Event, now (one chosen on an old probe and found busy is spared, and is
         neither)."""
         for_what = self._room_for.pop(pod, "")
-        reason = "start" if for_what.startswith("starting ") else "wake"
+        if for_what == HEADROOM:
+            reason, why = "headroom", "keep room free for the next wake (headroom)"
+        elif for_what.startswith("starting "):
+            reason, why = "start", f"make room for {for_what}"
+        else:
+            reason, why = "wake", f"make room for {for_what or 'another member'}"
         self._evictions += 1
         self.metrics.pool_evictions.labels(self.namespace, self.name, reason).inc()
         source = self._sources.get(pod)
         owner = source.name if source is not None else "?"
-        self.emit(
-            "Normal",
-            "MakingRoom",
-            f"{pod} ({owner}) sleeps to make room for {for_what or 'another member'}",
-        )
+        self.emit("Normal", "MakingRoom", f"{pod} ({owner}) sleeps to {why}")
 
     def waiting_for(self, pods: Iterable[str]) -> Waiting | None:
         decision = self.decision
@@ -248,6 +254,9 @@ class PoolLoop:
             asks=[WakeAsk(pod=p, asked_at=t) for p, (_, t) in self.asks.items()],
             models=needs,
             now=now,
+            headroom=None
+            if spec.headroom is None
+            else Headroom(wakes=spec.headroom.wakes, idle_after=spec.headroom.idle_after_seconds),
         )
         decision = decide_pool(view)
         self._publish(decision, members, sources, now)

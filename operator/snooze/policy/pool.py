@@ -10,7 +10,10 @@ place:
   than `min_residency` ago, never one its model needs (desiredState Awake, minAwake), never
   one of the model that asks; lower priorities first, then by the pool's eviction order;
 - a wake is granted only once the memory is free: a member put to sleep still holds its
-  footprint until its engine has confirmed the sleep (it is `draining` until then).
+  footprint until its engine has confirmed the sleep (it is `draining` until then);
+- with a headroom, once no wake waits, members idle for its `idle_after` are put to sleep
+  ahead of need until the next wakes of sleeping members would find room at once (a wake
+  that meets a full device waits for a whole sleep, seconds, before its own wake begins).
 Pure: frozen views in, a decision out; tested by tables and properties.
 """
 
@@ -98,6 +101,19 @@ class WakeAsk:
     """When it first asked; the queue's order."""
 
 
+# What `PoolDecision.evict` says a member makes room for when no wake has asked yet.
+HEADROOM = "headroom"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Headroom:
+    """Room kept free ahead of wakes: for the next `wakes` wakes of the largest sleepers."""
+
+    wakes: int = 1
+    idle_after: float = 30.0
+    """Only a member that has served nothing for this long sleeps for headroom."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class PoolView:
     memory: int
@@ -108,6 +124,7 @@ class PoolView:
     asks: Sequence[WakeAsk]
     models: Mapping[str, ModelNeeds] = field(default_factory=dict)
     now: float = 0.0
+    headroom: Headroom | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +146,7 @@ class PoolDecision:
     """Members that may wake now."""
     evict: Mapping[str, str]
     """Members to put to sleep now, with what they make room for: the model whose wake asked,
-    or `starting POD[, POD]` for members that start."""
+    `starting POD[, POD]` for members that start, or HEADROOM for wakes to come."""
     levels: Mapping[str, int]
     """The level each awake member sleeps at if it sleeps now (host memory may force 2)."""
     waiting: Sequence[Waiting]
@@ -229,6 +246,11 @@ def decide_pool(view: PoolView) -> PoolDecision:
             )
         if member is not None:
             waiting.append(_wait(member, need, True, "members are being put to sleep for it"))
+    if view.headroom is not None and not waiting and free >= 0:
+        room = free + sum(releasing)
+        spare = _headroom_evictions(view, view.headroom, candidates, room, grant, awake_count)
+        for candidate in spare:
+            evict[candidate.pod] = HEADROOM
     held, unplaced = _placed(view)
     return PoolDecision(
         grant=frozenset(grant),
@@ -238,6 +260,39 @@ def decide_pool(view: PoolView) -> PoolDecision:
         used=held,
         unplaced=unplaced,
     )
+
+
+def _headroom_evictions(
+    view: PoolView,
+    headroom: Headroom,
+    candidates: Sequence[Member],
+    room: int,
+    woken: set[str],
+    awake_count: Mapping[str, int],
+) -> list[Member]:
+    """The idle members to put to sleep so that `room` (free now, or once the sleeps under way
+    are confirmed) covers the wakes of the `wakes` largest sleepers; none if it cannot be
+    covered (nothing is slept in vain)."""
+    sleepers = sorted(
+        (m.frees for m in view.members if m.state is MemberState.ASLEEP and m.pod not in woken),
+        reverse=True,
+    )
+    short = sum(sleepers[: headroom.wakes]) - room
+    if short <= 0:
+        return []
+    awake = dict(awake_count)  # after the evictions already chosen
+    chosen: list[Member] = []
+    for candidate in candidates:
+        if short <= 0:
+            break
+        if view.now - candidate.last_used < headroom.idle_after:
+            continue
+        if awake[candidate.model] <= view.models.get(candidate.model, ModelNeeds()).min_awake:
+            continue
+        chosen.append(candidate)
+        awake[candidate.model] -= 1
+        short -= candidate.frees
+    return chosen if short <= 0 else []
 
 
 def _placed(view: PoolView) -> tuple[int, frozenset[str]]:

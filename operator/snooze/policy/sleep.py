@@ -51,6 +51,8 @@ class EngineView:
     """The pool has room for it now."""
     pool_evict: bool = False
     """The pool puts it to sleep to make room for another model's engine."""
+    pool_headroom: bool = False
+    """That sleep only keeps room ahead of wakes: no wake is promised its memory."""
     pool_level: int | None = None
     """The level the pool has it sleep at (2 when the pool's host memory is full)."""
     sleep_level: int | None = None
@@ -209,8 +211,12 @@ def _through_pool(
             out.append(action)
         elif action.kind is ActionKind.WAKE and not engine.pool_grant:
             out.append(replace(action, kind=ActionKind.ASK_ROOM))
-        elif action.kind is ActionKind.CANCEL_SLEEP and engine.pool_evict:
-            continue  # its room is promised to another model
+        elif (
+            action.kind is ActionKind.CANCEL_SLEEP
+            and engine.pool_evict
+            and not engine.pool_headroom
+        ):
+            continue  # its room is promised to another model (a headroom sleep's is not)
         else:
             out.append(action)
     if model.spec.desired_state is DesiredState.AWAKE:
