@@ -432,8 +432,16 @@ def test_no_wake_starves_when_members_go_idle(world: World, asks: list[int]) -> 
     assert not world.asked, (world.asked, world.members)
 
 
+# No member starting: a member that starts takes its room before any wake, and while the
+# device cannot hold it beside the others the pool keeps making room for it, so never settles.
+SETTLING = st.lists(
+    st.tuples(st.sampled_from(["ask", "busy", "confirm", "tick"]), st.integers(0, 20)),
+    max_size=60,
+)
+
+
 @settings(max_examples=150, deadline=None)
-@given(worlds(), EVENTS, st.integers(0, 20))
+@given(worlds(), SETTLING, st.integers(0, 20))
 def test_with_headroom_a_settled_pool_grants_the_next_wake_at_once(
     world: World, events: list[tuple[str, int]], asker: int
 ) -> None:
