@@ -4,6 +4,8 @@ wakes and holds; the trace format, the policies, the converter and the command l
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from snooze.whatif import convert, policies, report, trace
 from snooze.whatif.latency import Latencies
 from snooze.whatif.simulate import Simulation
 
+ROOT = Path(__file__).resolve().parents[2]
 LAT = Latencies()
 SERVICE = 16 * 0.02  # the default output tokens, at the default pacing
 WAKE_1 = 0.3 + 0.05  # weights from host RAM, then the KV cache
@@ -308,3 +311,41 @@ def test_the_readme_convert_command_runs_as_printed(
     command = readme[readme.index("`snooze whatif convert") + 1 :].split("`")[0]
     assert main(shlex.split(command)[1:]) == 0
     assert [r.at for r in trace.read(Path("trace.csv"))] == [15.0, 45.0]
+
+
+def test_an_azure_trace_becomes_a_whatif_trace(tmp_path: Path) -> None:
+    # Azure's LLM inference traces (CC-BY-4.0) as their CSV files come: seven fractional digits,
+    # out of order is allowed, the generated tokens become the output tokens.
+    source = tmp_path / "AzureLLMInferenceTrace_code.csv"
+    source.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:17:03.9799600,4808,10\n"
+        "2023-11-16 18:20:07.0417510,2648,15\n"
+        "2023-11-16 18:17:04.0319600,3180,8\n"
+    )
+    made = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "traces" / "make.py"),
+            "--azure",
+            str(source),
+            "--model",
+            "code",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = made.stdout.splitlines()
+    assert any("CC-BY-4.0" in line for line in lines if line.startswith("#"))
+    requests = trace.parse(lines)
+    assert [(r.model, r.output_tokens) for r in requests] == [
+        ("code", 10),
+        ("code", 8),
+        ("code", 15),
+    ]
+    assert requests[0].at == pytest.approx(1700158623.980, abs=1e-3)
+    assert requests[2].at - requests[0].at == pytest.approx(183.062, abs=1e-3)
+    # The 183 s gap is slept through by a 1m keep-alive: one wake, one request held.
+    result = report.evaluate(policies.parse("fixed:1m"), requests, latencies=LAT)
+    assert result.wakes == 1 and result.held_requests == 1
