@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -53,3 +54,26 @@ def generate(shape: TraceShape, seed: int) -> list[Request]:
             at = end + rng.expovariate(bursts_per_second)
     requests.sort(key=lambda r: (r.at, r.model))
     return requests
+
+
+def oversubscribed(
+    requests: list[Request],
+    *,
+    pools: int,
+    fits: Callable[[frozenset[int]], bool],
+    window: float = 60.0,
+) -> int:
+    """The requests that come while their pool is wanted by more models than fit awake on it
+    together (`fits`: whether a set of models fits awake, the others asleep): the models of
+    the request's pool with a request in the `window` seconds up to it, its own included. A
+    measure of the trace, not of the pool's policy: in those minutes the pool cannot keep
+    every model asked for awake, so some of their requests wait for a swap whatever it does."""
+    count = 0
+    recent: list[dict[int, float]] = [{} for _ in range(pools)]  # model -> its last request
+    for request in requests:
+        last = recent[request.model % pools]
+        last[request.model] = request.at
+        active = frozenset(m for m, at in last.items() if request.at - at <= window)
+        if not fits(active):
+            count += 1
+    return count

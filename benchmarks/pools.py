@@ -45,7 +45,7 @@ from pool_cluster import (
     Cluster,
     footprints,
 )
-from pool_trace import Request, TraceShape, generate
+from pool_trace import Request, TraceShape, generate, oversubscribed
 from prometheus_client.parser import text_string_to_metric_families
 
 from snooze.durations import DurationError, parse_duration
@@ -206,6 +206,15 @@ def summarize(
     def moved(key: str) -> float:
         return after.get(key, 0.0) - before.get(key, 0.0)
 
+    sizes = footprints(args.models)
+    members = [[m for m in range(args.models) if m % args.pools == p] for p in range(args.pools)]
+
+    def fits(active: frozenset[int]) -> bool:
+        pool = members[next(iter(active)) % args.pools]
+        held = sum(sizes[m] if m in active else ASLEEP_GIB for m in pool)
+        return held <= args.pool_gib
+
+    crowded = oversubscribed([p.request for p in pairs], pools=args.pools, fits=fits)
     both = [p for p in pairs if p.pooled.ok and p.baseline.ok]
     added = [p.added for p in both]
     by_state: dict[str, Any] = {}
@@ -270,6 +279,13 @@ def summarize(
             "share": round(sum(1 for a in added if a * k > limit) / max(len(added), 1), 4),
         },
         "added_seconds_by_state_at_send": by_state,
+        "oversubscribed": {
+            "requests": crowded,
+            "share": round(crowded / max(len(pairs), 1), 4),
+            "meaning": "sent while more models of their pool had a request in the minute up to "
+            "them than fit awake together (a measure of the trace: in those minutes some "
+            "requests wait for a swap, whatever the policy)",
+        },
         "per_hour": {
             "swaps": round(during["swaps"] / hours, 1),
             "idle_sleeps": round(during["idle_sleeps"] / hours, 1),

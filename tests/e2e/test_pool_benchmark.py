@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from pool_trace import Request, oversubscribed  # noqa: E402
 
 
 def test_the_pools_benchmark_reports_figures_that_add_up(tmp_path: Path) -> None:
@@ -37,9 +40,23 @@ def test_the_pools_benchmark_reports_figures_that_add_up(tmp_path: Path) -> None
     assert report["start_refusals"]["trace"] == 0
     assert report["target"]["models_per_gpu_at_least_4"] is False
     assert report["scenario"]["headroom_idle_after"] == "20s"
+    # All three models are wanted within most minutes of this trace, and two fit.
+    assert report["oversubscribed"]["requests"] == 45
     assert set(report["evictions_metric"]["trace"]) == {"wake", "start", "headroom"}
 
     logged = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert len(logged) == requests["sent"]
     assert sum(1 for r in logged if not r["error"]) == requests["answered"]
     assert (tmp_path / "events.jsonl").read_text()
+
+
+def test_oversubscribed_counts_requests_while_more_models_are_wanted_than_fit() -> None:
+    # One pool where two fit: c comes while a and b were asked within the minute, and d's
+    # pool (the other one) has only d; a's request at 200 s finds the others quiet again.
+    def two_fit(active: frozenset[int]) -> bool:
+        return len(active) <= 2
+
+    trace = [Request(at=t, model=m, tokens=16) for t, m in [(0, 0), (10, 2), (20, 4), (30, 1)]]
+    trace.append(Request(at=200, model=0, tokens=16))
+    assert oversubscribed(trace, pools=2, fits=two_fit) == 1  # model 4 at 20 s: 0, 2, 4
+    assert oversubscribed(trace, pools=2, fits=two_fit, window=5) == 0

@@ -35,7 +35,8 @@ STATES = [state.value for state in EngineState]
 # reason: at a thousand models the zeros were megabytes of page (benchmarks/README.md, scrape
 # cost). The first event of a series is then invisible to rate() and increase(); the alert
 # rules that must see it (SnoozeWakeFailures) also match series that did not exist earlier.
-# Why a pool put a member to sleep: room for another member's wake, or for one starting.
+# Why a pool put a member to sleep: room for another member's wake, for one starting, or
+# room kept ahead of wakes (a pool's headroom).
 POOL_EVICTION_REASONS = ("wake", "start", "headroom")
 
 # `_created` samples double every counter's and histogram's series and no panel or rule
