@@ -25,6 +25,7 @@ ALERTS = {
     "SnoozeModelStuckDraining",
     "SnoozePoolWakesOutOfMemory",
     "SnoozePoolOvercommitted",
+    "SnoozePoolWaitsForRoom",
     "SnoozeOperatorDown",
     "SnoozeGatewayDown",
 }
