@@ -51,17 +51,19 @@ class Kubelet:
         self.cluster.http.post(PODS, json=pod).raise_for_status()
         self.cluster.set_pod_ready(f"{name}-0", host, ready=False)
         time.sleep(CONTAINER_START_SECONDS)
-        defaults: dict[str, Any] = {
-            "gpu_memory_gib": 10,
-            "kv_cache_gib": 19,
-            "asleep_memory_gib": 1,
-            "sleep_seconds": 0.2,
-            "wake_seconds": 0.2,
-            "token_seconds": 0.01,
-            "start_retry_seconds": 0.2,
-        }
         config = EngineConfig(
-            model=name, host=host, port=8000, device=self.device.name, **(defaults | options)
+            model=name,
+            host=host,
+            port=8000,
+            device=self.device.name,
+            gpu_memory_gib=10,
+            kv_cache_gib=19,
+            asleep_memory_gib=1,
+            sleep_seconds=0.2,
+            wake_seconds=0.2,
+            token_seconds=0.01,
+            start_retry_seconds=0.2,
+            **options,
         )
         engine = self.cluster.sim.add(config)
         self.engines[name] = engine
