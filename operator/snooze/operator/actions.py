@@ -328,6 +328,7 @@ class Executor:
                 # No sleep route: the engine did not sleep, and no retry will make it. It
                 # serves on, and is not asked again until its pod or the spec changes.
                 engine.sleep_blocked = (pod.uid, self.memory.generation)
+                engine.drain_started = None  # its mark is cleared with the pod's below
                 await self.label(pod, EngineState.AWAKE, engine, annotations=UNMARKED)
                 self.emit(
                     "Warning",

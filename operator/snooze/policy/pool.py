@@ -220,10 +220,7 @@ def decide_pool(view: PoolView) -> PoolDecision:
                 break
             if member is not None and candidate.model == member.model:
                 continue
-            if (
-                awake_count.get(candidate.model, 0)
-                <= view.models.get(candidate.model, ModelNeeds()).min_awake
-            ):
+            if _at_min_awake(view, awake_count, candidate.model):
                 continue
             chosen.append(candidate)
             candidates.remove(candidate)
@@ -287,12 +284,17 @@ def _headroom_evictions(
             break
         if view.now - candidate.last_used < headroom.idle_after:
             continue
-        if awake[candidate.model] <= view.models.get(candidate.model, ModelNeeds()).min_awake:
+        if _at_min_awake(view, awake, candidate.model):
             continue
         chosen.append(candidate)
         awake[candidate.model] -= 1
         short -= candidate.frees
     return chosen if short <= 0 else []
+
+
+def _at_min_awake(view: PoolView, awake_count: Mapping[str, int], model: str) -> bool:
+    """Whether one more of the model's members asleep would leave it below its minAwake."""
+    return awake_count.get(model, 0) <= view.models.get(model, ModelNeeds()).min_awake
 
 
 def _placed(view: PoolView) -> tuple[int, frozenset[str]]:
