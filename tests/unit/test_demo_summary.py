@@ -16,7 +16,8 @@ def test_time_scale_shortens_latencies_and_timers() -> None:
     full = scenario.build(scale=1.0)
     quick = scenario.build(scale=0.25)
     for a, b in zip(full.models, quick.models, strict=True):
-        for key in ("sleep_seconds", "wake_seconds", "reload_seconds", "startup_seconds"):
+        timed = ("sleep_seconds", "level2_sleep_seconds", "wake_seconds", "reload_seconds")
+        for key in (*timed, "startup_seconds"):
             assert b.engine[key] == pytest.approx(a.engine[key] / 4, abs=0.002), (a.name, key)
         if a.pool is not None:  # only the pool puts its members to sleep
             assert a.spec["idle"]["after"] == b.spec["idle"]["after"] == "Never"

@@ -96,6 +96,22 @@ async def test_level_2_needs_reload(engine: SimulatedEngine, client: httpx.Async
     assert GARBAGE_MARKER not in (await complete(client))["choices"][0]["text"]
 
 
+@pytest.mark.parametrize("level", [1, 2])
+async def test_each_level_sleeps_for_its_own_time(level: int) -> None:
+    # vLLM copies the weights to host RAM at level 1 only; a level-2 sleep just unmaps, so the
+    # two take their own times. The other level's time is far beyond the client's timeout.
+    slow = 60.0
+    config = fast(sleep_seconds=0.01 if level == 1 else slow)
+    config = replace(config, level2_sleep_seconds=0.01 if level == 2 else slow)
+    async with (
+        serve_engines([config]) as [one],
+        httpx.AsyncClient(base_url=one.url, timeout=5) as http,
+    ):
+        answer = await http.post("/sleep", params={"level": level})
+        assert answer.json() == {"status": "sleeping", "level": level}
+        assert one.sleep_level == level
+
+
 async def test_sleep_while_asleep_is_ignored(
     engine: SimulatedEngine, client: httpx.AsyncClient
 ) -> None:

@@ -31,7 +31,8 @@ def simulate(policy: str, times: list[float], **kw: object) -> report.Result:
 
 def test_the_defaults_are_the_simulators() -> None:
     sim = EngineConfig()
-    for name in ("sleep_seconds", "wake_seconds", "kv_wake_seconds", "reload_seconds"):
+    names = ("sleep_seconds", "level2_sleep_seconds", "wake_seconds", "kv_wake_seconds")
+    for name in (*names, "reload_seconds"):
         assert getattr(LAT, name) == getattr(sim, name), name
     assert LAT.token_seconds == sim.token_seconds
     assert LAT.output_tokens == sim.max_tokens_default
@@ -72,7 +73,11 @@ def test_level_two_wakes_reload_the_weights(tmp_path: Path) -> None:
     )
     result = simulate(str(manifest), [0, 300])
     assert result.name == "deep"
-    assert result.added_latency_p50_s == pytest.approx(0.3 + 20.0 + 0.05, abs=1e-3)
+    wake_2 = 0.3 + 20.0 + 0.05
+    assert result.added_latency_p50_s == pytest.approx(wake_2, abs=1e-3)
+    # A level-2 sleep copies nothing: 0.3 s, where level 1 takes 5.7 s.
+    awake = (SERVICE + 60 + 0.3) + (wake_2 + SERVICE)
+    assert result.gpu_hours_awake * 3600 == pytest.approx(awake, abs=1e-3)
 
 
 def test_tiers_scale_to_zero_and_count_a_cold_start() -> None:

@@ -57,6 +57,7 @@ def latencies_of(plan: ModelPlan) -> Latencies:
     e = plan.engine
     return Latencies(
         sleep_seconds=e["sleep_seconds"],
+        level2_sleep_seconds=e["level2_sleep_seconds"],
         wake_seconds=e["wake_seconds"],
         kv_wake_seconds=e["kv_wake_seconds"],
         reload_seconds=e["reload_seconds"],

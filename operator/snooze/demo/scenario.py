@@ -14,6 +14,8 @@ BASE_DURATION = 60.0
 # VLLM.md's published figures, per GiB moved: a level-1 sleep freed 39 GiB in 5.7 s; a level-1
 # wake brought 73.9 GiB back in ~0.3 s (the llm-d figure, 3 s for 64 GiB, is a slower path).
 SLEEP_SECONDS_PER_GIB = 5.7 / 39
+# A level-2 sleep copies nothing: an 8B model freed 47.4 GiB in 0.31 s (vLLM PR #48337, A100).
+LEVEL2_SLEEP_SECONDS_PER_GIB = 0.31 / 47.4
 WAKE_SECONDS_PER_GIB = 0.3 / 73.9
 # A level-2 wake re-reads the weights; 10 GiB/s is a warm page cache on a fast NVMe host.
 RELOAD_GIB_PER_SECOND = 10.0
@@ -87,6 +89,7 @@ def engine_latencies(size: Size, *, scale: float) -> dict[str, float]:
     wake = WAKE_SECONDS_PER_GIB * freed
     return {
         "sleep_seconds": round(SLEEP_SECONDS_PER_GIB * freed * scale, 3),
+        "level2_sleep_seconds": round(LEVEL2_SLEEP_SECONDS_PER_GIB * freed * scale, 3),
         "wake_seconds": round(wake * scale, 3),
         "kv_wake_seconds": round(0.05 * scale, 3),
         "reload_seconds": round(size.weights_gib / RELOAD_GIB_PER_SECOND * scale, 3),
@@ -340,12 +343,13 @@ def describe(scenario: Scenario) -> list[str]:
         f"wakes and sleeps follow vLLM's published figures x{scenario.scale:g}",
     ]
     for m in scenario.models:
-        e = m.engine
+        e, level = m.engine, m.spec["sleep"]["level"]
         lines.append(
             f"  {m.name:<17} {m.size.label:<27} {m.replicas} pod(s), level "
-            f"{m.spec['sleep']['level']}, idle {m.spec['idle']['after']}: {m.role}; "
-            f"sleep {e['sleep_seconds']:.2g}s wake {e['wake_seconds']:.2g}s"
-            + (f" reload {e['reload_seconds']:.2g}s" if m.spec["sleep"]["level"] == 2 else "")
+            f"{level}, idle {m.spec['idle']['after']}: {m.role}; "
+            f"sleep {e['sleep_seconds' if level == 1 else 'level2_sleep_seconds']:.2g}s"
+            f" wake {e['wake_seconds']:.2g}s"
+            + (f" reload {e['reload_seconds']:.2g}s" if level == 2 else "")
             + (
                 f" start {m.container_start_seconds:.2g}s + load {e['startup_seconds']:.2g}s"
                 if m.container_start_seconds

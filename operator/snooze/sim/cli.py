@@ -71,7 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sleep-seconds",
         type=float,
         default=_DEFAULTS.sleep_seconds,
-        help="duration of a level-1/2 sleep (default: %(default)s)",
+        help="duration of a level-1 sleep, which copies the weights to host RAM"
+        " (default: %(default)s)",
+    )
+    add(
+        "--level2-sleep-seconds",
+        type=float,
+        default=_DEFAULTS.level2_sleep_seconds,
+        help="duration of a level-2 sleep, which discards them (default: %(default)s)",
     )
     add(
         "--wake-seconds",
@@ -181,6 +188,7 @@ def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
             host=str(first + i),
             port=args.port,
             sleep_seconds=args.sleep_seconds,
+            level2_sleep_seconds=args.level2_sleep_seconds,
             wake_seconds=args.wake_seconds,
             kv_wake_seconds=args.kv_wake_seconds,
             reload_seconds=args.reload_seconds,

@@ -35,7 +35,10 @@ class EngineConfig:
     port: int = 8000
     """The port; 0 picks a free one (read it back from `SimulatedEngine.port`)."""
     sleep_seconds: float = 5.7
-    """Time a level-1 or level-2 sleep takes (level 0 only pauses, instantly)."""
+    """Time a level-1 sleep takes: it copies the weights to pinned host RAM."""
+    level2_sleep_seconds: float = 0.3
+    """Time a level-2 sleep takes: it copies nothing, only unmaps (vLLM's allocator offloads
+    the `weights` tag at level 1 alone), so it is much faster; level 0 only pauses, at once."""
     wake_seconds: float = 0.3
     """Time to bring the weights back (from host RAM after level 1, allocation after level 2)."""
     kv_wake_seconds: float = 0.05
@@ -332,7 +335,10 @@ class SimulatedEngine:
                 self._paused = True
                 await self._notify()
                 if level > 0:
-                    await asyncio.sleep(self.config.sleep_seconds)
+                    config = self.config
+                    await asyncio.sleep(
+                        config.sleep_seconds if level == 1 else config.level2_sleep_seconds
+                    )
                     # Level 1 copies the weights to pinned host RAM; level 2 discards them.
                     self.memory.unmap(keep_weights_in_host_ram=level == 1)
                     self._sleeping_tags = set(KNOWN_TAGS)

@@ -12,7 +12,8 @@ from snooze.whatif.latency import Latencies
 from snooze.whatif.trace import Request
 
 LATENCY_FLAGS = {
-    "sleep_seconds": "a sleep",
+    "sleep_seconds": "a level-1 sleep",
+    "level2_sleep_seconds": "a level-2 sleep",
     "wake_seconds": "bringing the weights back on wake",
     "kv_wake_seconds": "re-allocating the KV cache on wake",
     "reload_seconds": "reloading the weights after a level-2 sleep",

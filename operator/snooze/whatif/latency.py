@@ -13,7 +13,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True, kw_only=True)
 class Latencies:
     sleep_seconds: float = 5.7
-    """A level-1 or level-2 sleep (the engine counts as awake until it ends)."""
+    """A level-1 sleep, which copies the weights to host RAM (the engine counts as awake until
+    it ends)."""
+    level2_sleep_seconds: float = 0.3
+    """A level-2 sleep, which discards them instead."""
     wake_seconds: float = 0.3
     """Bringing the weights back (host RAM after level 1, allocation after level 2)."""
     kv_wake_seconds: float = 0.05
@@ -26,6 +29,10 @@ class Latencies:
     """Per generated token: a request's service time is output_tokens times this."""
     output_tokens: int = 16
     """Tokens of a request whose trace line gives none (the simulator's max_tokens default)."""
+
+    def sleep(self, level: int) -> float:
+        """A sleep at `level`."""
+        return self.level2_sleep_seconds if level == 2 else self.sleep_seconds
 
     def wake(self, level: int) -> float:
         """A whole wake from `level`: weights (and their reload after level 2), KV cache."""

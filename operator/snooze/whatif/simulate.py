@@ -227,7 +227,7 @@ class Simulation:
             # Idle: nothing to drain, so /sleep goes out at once and a wake cannot cancel it.
             engine.action, engine.label = ActionKind.SLEEP, EngineState.DRAINING
             engine.sleep_started, engine.sleep_level = now, action.level or 1
-            self._push(now + self.lat.sleep_seconds, "action", index)
+            self._push(now + self.lat.sleep(action.level or 1), "action", index)
         elif action.kind is ActionKind.WAKE:
             engine.action, engine.label = ActionKind.WAKE, EngineState.WAKING
             self._open(engine, now)
