@@ -128,6 +128,12 @@ def ask(gw: GatewayThread, model: str, tokens: int = 2) -> str:
     return reply.choices[0].message.content or ""
 
 
+def ask_engine(engine: SimulatedEngine) -> None:
+    """A request straight to the engine, past the gateway."""
+    body = {"model": engine.config.model, "messages": MESSAGES, "max_tokens": 1}
+    httpx.post(f"{engine.url}/v1/chat/completions", json=body, timeout=30).raise_for_status()
+
+
 def wake_ooms(kubelet: Kubelet) -> int:
     return sum(e.memory.oom_total["wake"] for e in kubelet.engines.values())
 
@@ -306,6 +312,56 @@ def test_headroom_sleeps_an_idle_member_ahead_of_the_next_wake(
         assert wake_ooms(pool) == 0 and start_refusals(pool) == 0
     finally:
         watcher.stop()
+
+
+def test_headroom_never_takes_a_member_serving_traffic_the_operator_did_not_route(
+    cluster: Cluster, pool: Kubelet
+) -> None:
+    # No gateway counters reach this operator (as when clients call the engines directly, or
+    # the operator runs without --gateway-service), and its drift interval is the default:
+    # an awake engine is probed near its idle deadline only (never, with idle.after Never).
+    # A pool member must still be followed: the pool puts to sleep whoever looks idle.
+    operator = OperatorThread(replace(FAST, drift_interval=60.0)).start()
+    stop = threading.Event()
+    try:
+        for name in NAMES:
+            pool.start(name)
+        awake = wait_for(
+            "two awake",
+            lambda: (
+                (a := sorted(n for n, e in pool.engines.items() if not e.is_sleeping))
+                and len(a) == 2
+                and a
+            ),
+        )
+        steady, quiet = awake
+        ask_engine(pool.engines[steady])  # seen by a probe, then nothing more for a while
+        time.sleep(1.0)
+        ask_engine(pool.engines[quiet])  # the quiet one was used last, as far as anyone saw
+        time.sleep(1.0)
+
+        def traffic() -> None:
+            while not stop.is_set():
+                ask_engine(pool.engines[steady])
+                time.sleep(0.2)
+
+        with ThreadPoolExecutor(1) as threads:
+            serving = threads.submit(traffic)
+            time.sleep(1.0)
+            cluster.http.patch(
+                f"{POOLS}/gpu-0",
+                json={"spec": {"headroom": {"wakes": 1, "idleAfter": "1s"}}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            ).raise_for_status()
+            wait_for("one of them asleep", lambda: pool.engines[quiet].is_sleeping, timeout=15)
+            time.sleep(1.0)
+            stop.set()
+            serving.result(30)
+        assert pool.engines[steady].sleep_calls == 0
+        assert not pool.engines[steady].is_sleeping
+    finally:
+        stop.set()
+        operator.stop()
 
 
 def test_a_pool_that_cannot_fit_its_members_says_why(

@@ -76,6 +76,21 @@ def due(f: ProbeFacts, idle_after: float = IDLE) -> bool:
         ("no label yet", facts(label=None), True),
         ("a draining label without its action", facts(label=EngineState.DRAINING), True),
         ("idle.after Never: drift only", facts(last_activity=NOW - 10**9), False),
+        (
+            "a pool member no gateway counters follow: every interval",
+            facts(followed=True),
+            True,
+        ),
+        (
+            "a pool member so followed, probed a moment ago",
+            facts(followed=True, last_probe=NOW - 2),
+            False,
+        ),
+        (
+            "a pool member so followed, asleep",
+            facts(followed=True, sleeping=True, label=ASLEEP),
+            False,
+        ),
     ],
 )
 def test_probe_due(case: str, f: ProbeFacts, expected: bool) -> None:
@@ -91,6 +106,7 @@ FACTS = st.builds(
     label=st.none() | st.sampled_from(list(EngineState)),
     direct_activity=st.booleans(),
     last_activity=st.floats(NOW - 2000, NOW),
+    followed=st.booleans(),
 )
 
 

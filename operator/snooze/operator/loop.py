@@ -459,6 +459,7 @@ class ModelLoop:
                     label=p.state,
                     direct_activity=engine.direct_activity,
                     last_activity=engine.last_activity,
+                    followed=spec.pool is not None and self.traffic(self.namespace, p.name) is None,
                 ),
                 idle_after=spec.idle_after_seconds,
                 now=now,

@@ -8,11 +8,12 @@ operator costs. Most of the time nothing depends on one:
 An engine is probed when a decision may depend on it: its idle deadline is within one probe
 interval (so that a sleep is always decided on a probe at most one interval old, which also
 catches traffic that bypassed the gateway), its label and its last answer disagree or are
-left over from a step in flight, its last probe got no answer, or it has served requests
+left over from a step in flight, its last probe got no answer, it has served requests
 the gateway does not account for (traffic straight to the engine, whose end only probes
-can time). Everything else is probed at the slow drift interval, to notice what nobody told
-the operator. `interval` is thus the longest an engine goes unobserved while a decision
-could depend on it.
+can time), or it is an awake GPU pool member that no gateway counters follow (the pool
+chooses whom to put to sleep by their latest activity, at any moment). Everything else is
+probed at the slow drift interval, to notice what nobody told the operator. `interval` is
+thus the longest an engine goes unobserved while a decision could depend on it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ class ProbeFacts:
     do not account for (traffic straight to the engine)."""
     last_activity: float
     """Its latest known activity: probes and the gateway's counters together."""
+    followed: bool = False
+    """Its activity matters at every moment, not only near its idle deadline (a GPU pool
+    member: the pool orders its evictions by it and spares the busy), and no gateway counters
+    tell it: it is probed every interval."""
 
 
 def probe_due(
@@ -56,7 +61,7 @@ def probe_due(
         return True  # the label says one thing, the engine the other
     if facts.sleeping or since < interval:
         return False
-    if facts.direct_activity:
+    if facts.direct_activity or facts.followed:
         return True  # only probes can time the end of traffic that bypasses the gateway
     return facts.last_activity + idle_after - now <= interval
 
