@@ -57,7 +57,8 @@ class GPUPoolSpec(Wire):
     sleep would exceed it sleeps at level 2 instead (nothing kept in host RAM)."""
     eviction: Eviction = Eviction.LEAST_RECENTLY_USED
     """Which awake member sleeps to make room: LeastRecentlyUsed, or Cheapest (the one whose
-    wake costs least and whose next request is least likely soon). Lower priorities first."""
+    wake costs least and whose next request is least likely soon, by its requests of the last
+    ten minutes and the time since its last). Lower priorities first."""
     min_residency: Duration = "30s"
     """A woken member is not put to sleep for another one sooner than this (no thrashing)."""
     headroom: HeadroomSpec | None = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -190,6 +191,44 @@ def test_the_busy_member_is_spared_and_the_idle_one_sleeps(
     assert pool.engines[idle].is_sleeping
     assert not pool.engines[busy].is_sleeping
     assert pool.engines[busy].sleep_calls == 0
+    assert wake_ooms(pool) == 0
+
+
+def test_cheapest_keeps_the_member_asked_for_most_over_the_one_asked_for_last(
+    cluster: Cluster, pool: Kubelet, operator: OperatorThread, gateway: GatewayThread
+) -> None:
+    cluster.http.patch(
+        f"{POOLS}/gpu-0",
+        json={"spec": {"eviction": "Cheapest"}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+    for name in NAMES:
+        pool.start(name)
+    awake = wait_for(
+        "two awake",
+        lambda: (
+            (a := sorted(n for n, e in pool.engines.items() if not e.is_sleeping))
+            and len(a) == 2
+            and a
+        ),
+    )
+    popular, once = awake
+    asleep = next(n for n, e in pool.engines.items() if e.is_sleeping)
+    # A burst for one model, then a single request for the other: the popular one is now the
+    # least recently used, and LeastRecentlyUsed would put it to sleep for the next wake.
+    with ThreadPoolExecutor(8) as threads:
+        answers = list(threads.map(lambda _: ask(gateway, popular, 1), range(200)))
+    assert all(answers)
+    ask(gateway, once, 1)
+    # The operator sees both at its next probes (0.1 s apart here): by then the popular one
+    # has been idle a little longer, and asked for 200 times in the last ten minutes.
+    time.sleep(3.0)
+    before = Counter(e["message"].split()[0] for e in cluster.events("MakingRoom"))
+    assert ask(gateway, asleep) == "lorem ipsum"
+    assert pool.engines[once].is_sleeping
+    assert not pool.engines[popular].is_sleeping
+    made_room = Counter(e["message"].split()[0] for e in cluster.events("MakingRoom"))
+    assert made_room - before == Counter({f"{once}-0": 1})  # the pool's Event names whom
     assert wake_ooms(pool) == 0
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from snooze.kube.pods import PodInfo
-from snooze.operator.memory import ModelMemory, rebuild
+from snooze.operator.memory import EngineMemory, ModelMemory, rebuild
+from snooze.policy.pool import RECENT_WINDOW_SECONDS
 
 
 def pod(name: str, uid: str) -> PodInfo:
@@ -52,3 +53,22 @@ def test_a_pod_recreated_while_the_operator_was_down_is_a_new_engine() -> None:
     recreated = rebuild(status)
     recreated.forget_missing([pod("chat-0", "uid-2")])
     assert "chat-0" not in recreated.engines
+
+
+def test_recent_requests_count_what_the_success_counter_moved_in_the_window() -> None:
+    engine = EngineMemory(last_activity=0.0)
+    # The probe loop notes each total, then keeps it as the engine's last.
+    for at, total in ((0.0, 100.0), (10.0, 103.0), (20.0, 103.0), (300.0, 110.0)):
+        engine.note_served(total, at)
+        engine.success_total = total
+    # The first total is the past (counted before the operator looked); then 3 and 7.
+    assert engine.recent_requests(300.0) == 10
+    # A restarted engine's counter starts again from zero: what it shows is new.
+    engine.note_served(2.0, 310.0)
+    engine.success_total = 2.0
+    assert engine.recent_requests(310.0) == 12
+    # Ten minutes on, only what came within them counts.
+    assert engine.recent_requests(10.0 + RECENT_WINDOW_SECONDS) == 9
+    engine.note_served(2.0, 400.0 + RECENT_WINDOW_SECONDS)
+    assert engine.recent_requests(400.0 + RECENT_WINDOW_SECONDS) == 0
+    assert not engine.served  # forgotten, not only left uncounted

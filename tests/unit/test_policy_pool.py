@@ -201,6 +201,23 @@ def test_cheapest_prefers_cheap_wakes_of_long_idle_members() -> None:
     assert lru[-1] == "c-0"
 
 
+def test_cheapest_keeps_a_model_asked_for_in_bursts_over_one_asked_for_once() -> None:
+    # Between two of its bursts the popular model has been idle longer than the one asked for
+    # once a little later: least recently used, it would be the one put to sleep, and its next
+    # burst would wait for a swap back. Cheapest weighs its requests of the last ten minutes.
+    members = [
+        member("popular-0", last_used=NOW - 90, recent_requests=40),
+        member("once-0", last_used=NOW - 60, recent_requests=1),
+    ]
+    cheapest = [m.pod for m in eviction_order(members, Eviction.CHEAPEST, NOW)]
+    assert cheapest == ["once-0", "popular-0"]
+    lru = [m.pod for m in eviction_order(members, Eviction.LEAST_RECENTLY_USED, NOW)]
+    assert lru == ["popular-0", "once-0"]
+    # With nothing in the window the recency term alone orders them.
+    quiet = [replace(m, recent_requests=0) for m in members]
+    assert [m.pod for m in eviction_order(quiet, Eviction.CHEAPEST, NOW)] == lru
+
+
 HEADROOM_1 = Headroom(wakes=1, idle_after=60.0)
 
 
@@ -292,12 +309,13 @@ class World:
     now: float = NOW
     granted: list[str] = field(default_factory=list)
     headroom: Headroom | None = None
+    eviction: Eviction = Eviction.LEAST_RECENTLY_USED
 
     def view(self) -> PoolView:
         return PoolView(
             memory=self.memory,
             host_memory=None,
-            eviction=Eviction.LEAST_RECENTLY_USED,
+            eviction=self.eviction,
             min_residency=30.0,
             members=tuple(self.members.values()),
             asks=[WakeAsk(pod=p, asked_at=t) for p, t in self.asked.items()],
@@ -373,6 +391,8 @@ def worlds(draw: st.DrawFn) -> World:
             footprint=draw(st.integers(5, 40)) * GIB,
             priority=draw(st.integers(-1, 1)),
             last_used=NOW - draw(st.integers(0, 1000)),
+            recent_requests=draw(st.integers(0, 50)),
+            wake_seconds=draw(st.sampled_from([0.3, 20.0])),
         )
     memory = max(m.footprint for m in members.values()) + sum(m.residue for m in members.values())
     memory += draw(st.integers(0, 60)) * GIB
@@ -383,7 +403,8 @@ def worlds(draw: st.DrawFn) -> World:
             st.builds(Headroom, wakes=st.integers(1, 3), idle_after=st.sampled_from([0.0, 30.0])),
         )
     )
-    return World(memory=memory, members=members, models=needs, headroom=headroom)
+    eviction = draw(st.sampled_from(list(Eviction)))
+    return World(memory=memory, members=members, models=needs, headroom=headroom, eviction=eviction)
 
 
 EVENTS = st.lists(

@@ -119,3 +119,22 @@ def test_an_eviction_counts_under_what_it_was_chosen_for() -> None:
     evictions = loop.metrics.pool_evictions
     assert evictions.labels("ns", "gpu", "start")._value.get() == 1
     assert evictions.labels("ns", "gpu", "wake")._value.get() == 0
+
+
+def test_a_member_carries_its_requests_of_the_last_ten_minutes() -> None:
+    spec = parse_spec(
+        {"selector": {"matchLabels": {"app": "m"}}, "pool": {"name": "gpu", "memory": "30Gi"}}
+    )
+    ready = {
+        "phase": "Running",
+        "podIP": "10.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    source = Source("m", spec, [pod("busy-0", **ready), pod("quiet-0", **ready)])
+    for name, totals in (("busy-0", (0.0, 30.0, 45.0)), ("quiet-0", (0.0, 0.0, 1.0))):
+        engine = source.engines[name] = EngineMemory(last_activity=0.0, sleeping=False)
+        for at, total in zip((0.0, 50.0, 90.0), totals, strict=True):
+            engine.note_served(total, at)
+            engine.success_total = total
+    members, _, _ = loop_over(source)._gather(parse_pool_spec({"memory": "70Gi"}), now=100.0)
+    assert {m.pod: m.recent_requests for m in members} == {"busy-0": 45, "quiet-0": 1}

@@ -512,6 +512,8 @@ class ModelLoop:
                     self.memory.last_activity or 0, activity.last_activity
                 )
             if answered and result is not None:
+                if result.success_total is not None:
+                    engine.note_served(result.success_total, now)
                 engine.success_total = result.success_total
                 engine.gpu_share = result.gpu_share or engine.gpu_share
                 engine.sleeps_in_flight = result.sleeps_in_flight

@@ -14,6 +14,7 @@ from typing import Any
 
 from snooze.kube.pods import PodInfo, parse_time
 from snooze.models import EngineState
+from snooze.policy.pool import RECENT_WINDOW_SECONDS
 from snooze.policy.probing import Ledger
 
 # One failed probe can be a hiccup (a busy node, a GC pause); two in a row, an interval apart,
@@ -91,6 +92,24 @@ class EngineMemory:
     sleep_blocked: tuple[str, int | None] | None = None
     """(pod uid, spec generation) at which the engine was found unable to sleep at all (no
     sleep mode): no sleep is tried again until the pod or the spec changes."""
+    served: deque[tuple[float, float]] = field(default_factory=deque)
+    """(probe time, requests finished since the previous probe) over the last RECENT_WINDOW
+    seconds: how often it is asked for, which a GPU pool's Cheapest order weighs."""
+
+    def note_served(self, total: float, now: float) -> None:
+        """Count what its success counter moved by since the last probe (an engine that
+        restarted counts from zero) and forget what is older than the window."""
+        before = self.success_total
+        finished = total if before is None or total < before else total - before
+        if before is not None and finished > 0:
+            self.served.append((now, finished))
+        while self.served and self.served[0][0] <= now - RECENT_WINDOW_SECONDS:
+            self.served.popleft()
+
+    def recent_requests(self, now: float) -> int:
+        """Requests it finished in the last RECENT_WINDOW_SECONDS."""
+        since = now - RECENT_WINDOW_SECONDS
+        return round(sum(n for at, n in self.served if at > since))
 
     @property
     def unreachable(self) -> bool:

@@ -321,6 +321,7 @@ class PoolLoop:
             priority=0 if pool_spec is None else pool_spec.priority,
             busy=bool(engine and engine.busy),
             last_used=engine.last_activity if engine is not None else now,
+            recent_requests=engine.recent_requests(now) if engine is not None else 0,
             awake_since=awake_since,
             level=level,
             wake_seconds=source.last_wake_seconds or WAKE_SECONDS.get(level, 1.0),

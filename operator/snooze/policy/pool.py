@@ -37,6 +37,10 @@ class MemberState(StrEnum):
     """Not observed (probe failed, or not probed yet): counted at its footprint, to be safe."""
 
 
+RECENT_WINDOW_SECONDS = 600.0
+"""How far back the Cheapest order counts a member's requests (ten minutes: several of a
+bursty model's bursts, short enough that a model whose traffic stopped soon counts as unwanted)."""
+
 # What a member holds on the device in each state: its footprint, or only its residue.
 HOLDS_FOOTPRINT = frozenset(
     {
@@ -70,6 +74,8 @@ class Member:
     """The sleep level its model asks for (1 or 2); asleep, the level it sleeps at."""
     wake_seconds: float = 1.0
     """What a wake of it costs, as last measured (for the Cheapest eviction order)."""
+    recent_requests: int = 0
+    """Requests it finished in the last RECENT_WINDOW_SECONDS (for the Cheapest order)."""
     weights: int = 0
     """Host RAM its level-1 sleep takes."""
 
@@ -158,17 +164,24 @@ class PoolDecision:
     fit beside the others take their footprint first)."""
 
 
+def request_rate(member: Member, now: float) -> float:
+    """How soon a request for it is likely, as requests per second: its rate over the last
+    RECENT_WINDOW_SECONDS plus one over the seconds since its last request. The rate keeps a
+    model asked for in bursts from looking unwanted between two of them; the recency term
+    orders members the window saw no request for."""
+    idle = max(now - member.last_used, 0.0)
+    return member.recent_requests / RECENT_WINDOW_SECONDS + 1.0 / (idle + 1.0)
+
+
 def eviction_order(members: Iterable[Member], eviction: Eviction, now: float) -> list[Member]:
     """Awake members in the order they are put to sleep: lower priority first, then by the
     pool's eviction: LeastRecentlyUsed (longest unused first) or Cheapest (smallest expected
-    cost: the wake it would need, weighed by how soon a request is likely, taken as inversely
-    proportional to how long it has been idle)."""
+    cost: the wake it would need times how soon a request is likely, `request_rate`)."""
 
     def key(member: Member) -> tuple[float, float, str]:
-        idle = max(now - member.last_used, 0.0)
         if eviction is Eviction.CHEAPEST:
-            return (member.priority, member.wake_seconds / (idle + 1.0), member.pod)
-        return (member.priority, -idle, member.pod)
+            return (member.priority, member.wake_seconds * request_rate(member, now), member.pod)
+        return (member.priority, -max(now - member.last_used, 0.0), member.pod)
 
     return sorted(members, key=key)
 
