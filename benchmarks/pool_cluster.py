@@ -32,6 +32,7 @@ CONTAINER_START_SECONDS = 20.0
 WEIGHTS_GIB = 16
 ASLEEP_GIB = 1
 PROBE_INTERVAL = 10.0  # the operator's default
+DRIFT_INTERVAL = 60.0  # the same
 
 
 def address(kind: int, index: int) -> str:

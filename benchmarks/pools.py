@@ -38,6 +38,7 @@ import httpx
 from harness import NS, bench, free_port, wait_until
 from pool_cluster import (
     ASLEEP_GIB,
+    DRIFT_INTERVAL,
     KV_WAKE_SECONDS,
     PROBE_INTERVAL,
     SLEEP_SECONDS,
@@ -259,6 +260,7 @@ def summarize(
             "headroom_idle_after": args.headroom or None,
             "engine_sleep_seconds": SLEEP_SECONDS,
             "engine_wake_seconds": wake,
+            "operator_reads_gateway_counters": True,
         },
         "gpus": {"pools": args.pools, "one_per_model": args.models},
         "models_per_gpu": round(args.models / args.pools, 2),
@@ -347,15 +349,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             setup.env["PYTHONPATH"] = args.operator_pythonpath
         cluster = Cluster(setup, sim, args)
         cluster.create()
+        # The operator reads the gateway's per-engine counters, as the chart sets it up
+        # (--gateway-service there): it then knows from them which engines serve requests.
+        gateway_metrics = free_port()
+        gateway = setup.gateway(metrics_port=gateway_metrics)
         metrics_port = free_port()
         interval = str(cluster.time.wall(PROBE_INTERVAL))
         command = [sys.executable, "-m", "snooze.cli", "operator", "--probe-interval", interval]
+        command += ["--drift-interval", str(cluster.time.wall(DRIFT_INTERVAL))]
+        command += ["--gateway-metrics", f"http://127.0.0.1:{gateway_metrics}/metrics"]
         command += ["--metrics-port", str(metrics_port)]
         with (logs / "operator.log").open("wb") as out:
             setup.procs.append(
                 subprocess.Popen(command, env=setup.env, stdout=out, stderr=subprocess.STDOUT)
             )
-        gateway = setup.gateway()
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         wait_until("the operator's metrics", lambda: httpx.get(metrics_url).is_success, 60)
         progress("starting the pools' members")
