@@ -135,6 +135,19 @@ def ask_engine(engine: SimulatedEngine) -> None:
     httpx.post(f"{engine.url}/v1/chat/completions", json=body, timeout=30).raise_for_status()
 
 
+def two_awake(kubelet: Kubelet) -> list[str]:
+    """Once the pool has settled: the names of its two awake members, sorted."""
+    awake: list[str] = wait_for(
+        "two awake",
+        lambda: (
+            (a := sorted(n for n, e in kubelet.engines.items() if not e.is_sleeping))
+            and len(a) == 2
+            and a
+        ),
+    )
+    return awake
+
+
 def wake_ooms(kubelet: Kubelet) -> int:
     return sum(e.memory.oom_total["wake"] for e in kubelet.engines.values())
 
@@ -173,14 +186,7 @@ def test_the_busy_member_is_spared_and_the_idle_one_sleeps(
 ) -> None:
     for name in NAMES:
         pool.start(name)
-    awake = wait_for(
-        "two awake",
-        lambda: (
-            (a := sorted(n for n, e in pool.engines.items() if not e.is_sleeping))
-            and len(a) == 2
-            and a
-        ),
-    )
+    awake = two_awake(pool)
     busy, idle = awake
     asleep = next(n for n, e in pool.engines.items() if e.is_sleeping)
     with ThreadPoolExecutor(2) as threads:
@@ -204,14 +210,7 @@ def test_cheapest_keeps_the_member_asked_for_most_over_the_one_asked_for_last(
     ).raise_for_status()
     for name in NAMES:
         pool.start(name)
-    awake = wait_for(
-        "two awake",
-        lambda: (
-            (a := sorted(n for n, e in pool.engines.items() if not e.is_sleeping))
-            and len(a) == 2
-            and a
-        ),
-    )
+    awake = two_awake(pool)
     popular, once = awake
     asleep = next(n for n, e in pool.engines.items() if e.is_sleeping)
     # A burst for one model, then a single request for the other: the popular one is now the
@@ -365,14 +364,7 @@ def test_headroom_never_takes_a_member_serving_traffic_the_operator_did_not_rout
     try:
         for name in NAMES:
             pool.start(name)
-        awake = wait_for(
-            "two awake",
-            lambda: (
-                (a := sorted(n for n, e in pool.engines.items() if not e.is_sleeping))
-                and len(a) == 2
-                and a
-            ),
-        )
+        awake = two_awake(pool)
         steady, quiet = awake
         ask_engine(pool.engines[steady])  # seen by a probe, then nothing more for a while
         time.sleep(1.0)
