@@ -135,6 +135,15 @@ def ask_engine(engine: SimulatedEngine) -> None:
     httpx.post(f"{engine.url}/v1/chat/completions", json=body, timeout=30).raise_for_status()
 
 
+def patch_pool(cluster: Cluster, spec: dict[str, Any]) -> None:
+    """Change the pool's spec as `kubectl patch --type merge` would."""
+    cluster.http.patch(
+        f"{POOLS}/gpu-0",
+        json={"spec": spec},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+
+
 def two_awake(kubelet: Kubelet) -> list[str]:
     """Once the pool has settled: the names of its two awake members, sorted."""
     awake: list[str] = wait_for(
@@ -186,8 +195,7 @@ def test_the_busy_member_is_spared_and_the_idle_one_sleeps(
 ) -> None:
     for name in NAMES:
         pool.start(name)
-    awake = two_awake(pool)
-    busy, idle = awake
+    busy, idle = two_awake(pool)
     asleep = next(n for n, e in pool.engines.items() if e.is_sleeping)
     with ThreadPoolExecutor(2) as threads:
         stream = threads.submit(ask, gateway, busy, 400)  # 4 s of tokens
@@ -203,15 +211,10 @@ def test_the_busy_member_is_spared_and_the_idle_one_sleeps(
 def test_cheapest_keeps_the_member_asked_for_most_over_the_one_asked_for_last(
     cluster: Cluster, pool: Kubelet, operator: OperatorThread, gateway: GatewayThread
 ) -> None:
-    cluster.http.patch(
-        f"{POOLS}/gpu-0",
-        json={"spec": {"eviction": "Cheapest"}},
-        headers={"Content-Type": "application/merge-patch+json"},
-    ).raise_for_status()
+    patch_pool(cluster, {"eviction": "Cheapest"})
     for name in NAMES:
         pool.start(name)
-    awake = two_awake(pool)
-    popular, once = awake
+    popular, once = two_awake(pool)
     asleep = next(n for n, e in pool.engines.items() if e.is_sleeping)
     # A burst for one model, then a single request for the other: the popular one is now the
     # least recently used, and LeastRecentlyUsed would put it to sleep for the next wake.
@@ -323,11 +326,7 @@ def test_headroom_sleeps_an_idle_member_ahead_of_the_next_wake(
         for engine in pool.engines.values():
             engine.config = replace(engine.config, sleep_seconds=sleep_seconds)
         # The user turns headroom on: the least recently used idle member sleeps, unasked.
-        cluster.http.patch(
-            f"{POOLS}/gpu-0",
-            json={"spec": {"headroom": {"wakes": 1, "idleAfter": "1s"}}},
-            headers={"Content-Type": "application/merge-patch+json"},
-        ).raise_for_status()
+        patch_pool(cluster, {"headroom": {"wakes": 1, "idleAfter": "1s"}})
         wait_for("three asleep", lambda: sum(e.is_sleeping for e in pool.engines.values()) == 3)
         events = wait_for("its Event", lambda: cluster.events("MakingRoom"))
         assert any("keep room free for the next wake (headroom)" in e["message"] for e in events)
@@ -364,8 +363,7 @@ def test_headroom_never_takes_a_member_serving_traffic_the_operator_did_not_rout
     try:
         for name in NAMES:
             pool.start(name)
-        awake = two_awake(pool)
-        steady, quiet = awake
+        steady, quiet = two_awake(pool)
         ask_engine(pool.engines[steady])  # seen by a probe, then nothing more for a while
         time.sleep(1.0)
         ask_engine(pool.engines[quiet])  # the quiet one was used last, as far as anyone saw
@@ -379,11 +377,7 @@ def test_headroom_never_takes_a_member_serving_traffic_the_operator_did_not_rout
         with ThreadPoolExecutor(1) as threads:
             serving = threads.submit(traffic)
             time.sleep(1.0)
-            cluster.http.patch(
-                f"{POOLS}/gpu-0",
-                json={"spec": {"headroom": {"wakes": 1, "idleAfter": "1s"}}},
-                headers={"Content-Type": "application/merge-patch+json"},
-            ).raise_for_status()
+            patch_pool(cluster, {"headroom": {"wakes": 1, "idleAfter": "1s"}})
             wait_for("one of them asleep", lambda: pool.engines[quiet].is_sleeping, timeout=15)
             time.sleep(1.0)
             stop.set()

@@ -43,6 +43,16 @@ def pod(name: str, **status: Any) -> PodInfo:
     )
 
 
+READY = {
+    "phase": "Running",
+    "podIP": "10.0.0.1",
+    "conditions": [{"type": "Ready", "status": "True"}],
+}
+POOLED = parse_spec(
+    {"selector": {"matchLabels": {"app": "m"}}, "pool": {"name": "gpu", "memory": "30Gi"}}
+)
+
+
 def loop_over(source: Source) -> PoolLoop:
     return PoolLoop(
         namespace="ns",
@@ -58,21 +68,13 @@ def loop_over(source: Source) -> PoolLoop:
 
 
 def test_members_their_states_and_footprints() -> None:
-    spec = parse_spec(
-        {"selector": {"matchLabels": {"app": "m"}}, "pool": {"name": "gpu", "memory": "30Gi"}}
-    )
-    ready = {
-        "phase": "Running",
-        "podIP": "10.0.0.1",
-        "conditions": [{"type": "Ready", "status": "True"}],
-    }
     pods = [
-        pod("awake-0", **ready),
-        pod("asleep-0", **ready),
+        pod("awake-0", **READY),
+        pod("asleep-0", **READY),
         pod("loading-0", phase="Pending", spec={"nodeName": "n1"}),
         pod("unscheduled-0", phase="Pending"),
     ]
-    source = Source("m", spec, pods)
+    source = Source("m", POOLED, pods)
     source.engines["awake-0"] = EngineMemory(last_activity=0.0, sleeping=False)
     source.engines["asleep-0"] = EngineMemory(last_activity=0.0, sleeping=True)
     members, needs, _ = loop_over(source)._gather(parse_pool_spec({"memory": "70Gi"}), now=100.0)
@@ -89,13 +91,8 @@ def test_members_their_states_and_footprints() -> None:
 def test_the_footprint_falls_back_to_the_engine_then_the_pod_args() -> None:
     spec = parse_spec({"selector": {"matchLabels": {"app": "m"}}, "pool": {"name": "gpu"}})
     args = {"containers": [{"name": "v", "image": "i", "args": ["--gpu-memory-utilization=0.25"]}]}
-    ready = {
-        "phase": "Running",
-        "podIP": "10.0.0.1",
-        "conditions": [{"type": "Ready", "status": "True"}],
-    }
-    from_args = pod("args-0", spec=args, **ready)
-    said = pod("said-0", **ready)
+    from_args = pod("args-0", spec=args, **READY)
+    said = pod("said-0", **READY)
     source = Source("m", spec, [from_args, said])
     source.engines["said-0"] = EngineMemory(last_activity=0.0, sleeping=False, gpu_share=0.5)
     members, _, _ = loop_over(source)._gather(parse_pool_spec({"memory": "80Gi"}), now=1.0)
@@ -122,15 +119,7 @@ def test_an_eviction_counts_under_what_it_was_chosen_for() -> None:
 
 
 def test_a_member_carries_its_requests_of_the_last_ten_minutes() -> None:
-    spec = parse_spec(
-        {"selector": {"matchLabels": {"app": "m"}}, "pool": {"name": "gpu", "memory": "30Gi"}}
-    )
-    ready = {
-        "phase": "Running",
-        "podIP": "10.0.0.1",
-        "conditions": [{"type": "Ready", "status": "True"}],
-    }
-    source = Source("m", spec, [pod("busy-0", **ready), pod("quiet-0", **ready)])
+    source = Source("m", POOLED, [pod("busy-0", **READY), pod("quiet-0", **READY)])
     for name, totals in (("busy-0", (0.0, 30.0, 45.0)), ("quiet-0", (0.0, 0.0, 1.0))):
         engine = source.engines[name] = EngineMemory(last_activity=0.0, sleeping=False)
         for at, total in zip((0.0, 50.0, 90.0), totals, strict=True):
