@@ -178,8 +178,39 @@ async def test_four_engines_of_30_gib_on_70_gib(
     assert gib(b.gpu_memory_bytes) == 1 and b.host_memory_bytes == 0
     assert (await http.post(f"{a.url}/wake_up")).json()["status"] == "awake"
     assert (await hanging).status_code == 200
-    assert gib(a.gpu_memory_bytes) == 30 and a.host_memory_bytes == 0
+    # Awake, it still holds its pinned copy: PyTorch caches the blocks the wake freed.
+    assert gib(a.gpu_memory_bytes) == 30 and gib(a.host_memory_bytes) == 10
     assert (gib(device.used_bytes), gib(device.free_bytes)) == (30 + 1 + 30, 9)
+
+
+async def test_pinned_host_memory_outlives_the_wake_until_the_process_ends(
+    host: SimulatorHost, http: httpx.AsyncClient
+) -> None:
+    """As vLLM's CuMemAllocator on PyTorch's caching host allocator: the first level-1 sleep
+    pins a copy of the weights; the wake drops the tensor, but its blocks stay cached in the
+    process, and the next level-1 sleep reuses them. Only the process's end gives them back."""
+    engine = host.add(engine_config())
+    assert engine.host_memory_bytes == 0
+    await http.post(f"{engine.url}/sleep", params={"level": 2})
+    assert engine.host_memory_bytes == 0  # level 2 copies nothing
+    await http.post(f"{engine.url}/wake_up")
+    await http.post(f"{engine.url}/collective_rpc", json={"method": "reload_weights"})
+    for level in (1, 1, 2):
+        await http.post(f"{engine.url}/sleep", params={"level": level})
+        assert gib(engine.host_memory_bytes) == 10, level
+        assert (await http.post(f"{engine.url}/wake_up")).is_success
+        if level == 2:
+            await http.post(f"{engine.url}/collective_rpc", json={"method": "reload_weights"})
+        assert gib(engine.host_memory_bytes) == 10  # awake, and still pinned
+    text = (await http.get(f"{engine.url}/metrics")).text
+    assert (
+        samples(text)[
+            ("snooze_sim_host_memory_used_bytes", frozenset({("model_name", "m"), ("engine", "0")}))
+        ]
+        == 10 * GIB
+    )
+    fresh = host.restart(engine)
+    assert fresh.host_memory_bytes == 0 and engine.host_memory_bytes == 0
 
 
 async def test_a_wake_that_fits_the_weights_but_not_the_kv_cache(
@@ -196,7 +227,7 @@ async def test_a_wake_that_fits_the_weights_but_not_the_kv_cache(
     assert failed.json() == WAKE_OOM
     # As CuMemAllocator: the weights were mapped before the KV cache failed, and stay mapped.
     assert sleeper.weights_on_gpu and not sleeper.kv_on_gpu and sleeper.is_sleeping
-    assert gib(sleeper.gpu_memory_bytes) == 11 and sleeper.host_memory_bytes == 0
+    assert gib(sleeper.gpu_memory_bytes) == 11 and gib(sleeper.host_memory_bytes) == 10
     assert gib(device.free_bytes) == 9
 
     await http.post(f"{host.engines[1].url}/sleep", params={"level": 1})

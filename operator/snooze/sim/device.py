@@ -127,6 +127,10 @@ class DeviceShare:
         """The parts mapped on the device."""
         self.weights_in_host_ram = False
         """A level-1 sleep copied the weights to pinned host RAM; level 2 keeps no copy."""
+        self.pinned_bytes = 0
+        """Pinned host RAM the process holds. PyTorch's caching host allocator keeps the blocks
+        of the first level-1 copy after the wake frees them, and a later level-1 sleep reuses
+        them; they go back to the system only when the process ends."""
         self.oom_total = {"start": 0, "wake": 0}
         """Allocations this engine was refused, by operation."""
 
@@ -141,7 +145,7 @@ class DeviceShare:
 
     @property
     def host_bytes(self) -> int:
-        return self.part_bytes[WEIGHTS] if self.weights_in_host_ram else 0
+        return self.pinned_bytes
 
     @property
     def utilization(self) -> float:
@@ -175,6 +179,8 @@ class DeviceShare:
         for part in self.on_gpu:
             self.device.release(self, self.part_bytes[part])
         self.weights_in_host_ram = keep_weights_in_host_ram and WEIGHTS in self.on_gpu
+        if self.weights_in_host_ram:
+            self.pinned_bytes = max(self.pinned_bytes, self.part_bytes[WEIGHTS])
         self.on_gpu = set()
 
     def release_all(self) -> None:
@@ -182,3 +188,4 @@ class DeviceShare:
         self.device.release_all(self)
         self.on_gpu = set()
         self.weights_in_host_ram = False
+        self.pinned_bytes = 0

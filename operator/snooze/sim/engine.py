@@ -172,7 +172,7 @@ class SimulatedEngine:
 
     @property
     def host_memory_bytes(self) -> int:
-        """Pinned host RAM: the weights of a level-1 sleep."""
+        """Pinned host RAM: the weights' copy of a level-1 sleep, kept after the wake."""
         return self.memory.host_bytes
 
     @property

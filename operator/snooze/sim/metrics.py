@@ -139,7 +139,8 @@ def simulator_families(engine: SimulatedEngine, base: str) -> list[Family]:
         _one(
             "snooze_sim_host_memory_used_bytes",
             "gauge",
-            "Simulator only: pinned host RAM this engine holds (weights of a level-1 sleep).",
+            "Simulator only: pinned host RAM this engine holds (its weights' copy from a "
+            "level-1 sleep, kept cached after the wake until the process ends).",
             base,
             engine.host_memory_bytes,
         ),
