@@ -20,6 +20,7 @@ from snooze.policy.pool import (
     WakeAsk,
     decide_pool,
     eviction_order,
+    host_memory_used,
     overcommitted,
 )
 
@@ -189,6 +190,23 @@ def test_host_memory_sends_the_overflow_to_level_two() -> None:
     assert dict(decide_pool(view).levels) == {"a-0": 1, "b-0": 2}
 
 
+def test_a_copy_kept_after_a_wake_holds_host_memory_and_costs_nothing_more() -> None:
+    # a slept at level 1 before and woke: its process keeps the pinned copy (PyTorch caches
+    # it). It sleeps at level 1 again for nothing more; b, with no copy, finds 40 - 16 = 24
+    # GiB, enough once; c's 16 GiB would not fit beside both.
+    view = pool(
+        member("a-0", weights=16 * GIB, host_copy=True, last_used=NOW - 100),
+        member("b-0", weights=16 * GIB, last_used=NOW - 900),
+        member("c-0", weights=16 * GIB, last_used=NOW - 500),
+        host_memory=40 * GIB,
+    )
+    assert dict(decide_pool(view).levels) == {"a-0": 1, "b-0": 1, "c-0": 2}
+    assert host_memory_used(view.members) == 16 * GIB
+    # Asleep at level 2 (or asked for level 2), a kept copy still counts.
+    kept = member("d-0", ASLEEP, level=2, weights=16 * GIB, host_copy=True)
+    assert host_memory_used([kept, member("e-0", ASLEEP, level=2, weights=8 * GIB)]) == 16 * GIB
+
+
 def test_cheapest_prefers_cheap_wakes_of_long_idle_members() -> None:
     members = [
         member("a-0", wake_seconds=20.0, last_used=NOW - 100),
@@ -310,11 +328,14 @@ class World:
     granted: list[str] = field(default_factory=list)
     headroom: Headroom | None = None
     eviction: Eviction = Eviction.LEAST_RECENTLY_USED
+    host_memory: int | None = None
+    wants_level: dict[str, int] = field(default_factory=dict)
+    """The level each member's model asks for (a member asleep has the level it sleeps at)."""
 
     def view(self) -> PoolView:
         return PoolView(
             memory=self.memory,
-            host_memory=None,
+            host_memory=self.host_memory,
             eviction=self.eviction,
             min_residency=30.0,
             members=tuple(self.members.values()),
@@ -336,17 +357,29 @@ class World:
         if kind == "ask" and m.state is ASLEEP and pod not in self.asked:
             self.asked[pod] = self.now
         elif kind == "start" and m.state is ASLEEP and pod not in self.asked:
-            # Its pod is replaced: the new engine loads once the device has room for it.
-            self.members[pod] = replace(m, state=MemberState.STARTING, awake_since=None)
+            # Its pod is replaced: the new engine loads once the device has room for it, and
+            # the old process's pinned host memory is gone with it.
+            self.members[pod] = replace(
+                m,
+                state=MemberState.STARTING,
+                awake_since=None,
+                host_copy=False,
+                level=self.wants_level.get(pod, 1),
+            )
         elif kind == "busy" and m.state is AWAKE:
             self.members[pod] = replace(m, busy=not m.busy, last_used=self.now)
         elif kind == "confirm":
             # Engines finish what they were doing: a sleep, a wake.
             for name, other in list(self.members.items()):
                 if other.state is DRAINING:
-                    self.members[name] = replace(other, state=ASLEEP)
+                    # A level-1 sleep pinned a copy: the process keeps it from now on.
+                    copy = other.host_copy or other.level == 1
+                    self.members[name] = replace(other, state=ASLEEP, host_copy=copy)
                 elif other.state is MemberState.WAKING:
-                    self.members[name] = replace(other, state=AWAKE, awake_since=self.now)
+                    level = self.wants_level.get(name, 1)
+                    self.members[name] = replace(
+                        other, state=AWAKE, awake_since=self.now, level=level
+                    )
             # vLLM loads only when the device's free memory covers its share.
             for name, other in sorted(self.members.items()):
                 fits = self.used() + other.footprint <= self.memory
@@ -370,7 +403,7 @@ class World:
             if why == HEADROOM:
                 assert self.headroom is not None and not decision.waiting
                 assert self.now - m.last_used >= self.headroom.idle_after
-            self.members[pod] = replace(m, state=DRAINING)
+            self.members[pod] = replace(m, state=DRAINING, level=decision.levels.get(pod, m.level))
         for pod in decision.grant:
             m = self.members[pod]
             assert m.state is ASLEEP
@@ -383,12 +416,19 @@ class World:
 def worlds(draw: st.DrawFn) -> World:
     count = draw(st.integers(2, 6))
     members: dict[str, Member] = {}
+    wants_level: dict[str, int] = {}
     for i in range(count):
         pod = f"m{i}-0"
+        footprint = draw(st.integers(5, 40)) * GIB
+        wants_level[pod] = draw(st.sampled_from([1, 1, 2]))
         members[pod] = member(
             pod,
             ASLEEP,
-            footprint=draw(st.integers(5, 40)) * GIB,
+            footprint=footprint,
+            weights=footprint // 2,
+            level=wants_level[pod],
+            # Asleep at level 1, it holds its copy; at level 2, it may keep one from before.
+            host_copy=wants_level[pod] == 1 or draw(st.booleans()),
             priority=draw(st.integers(-1, 1)),
             last_used=NOW - draw(st.integers(0, 1000)),
             recent_requests=draw(st.integers(0, 50)),
@@ -404,7 +444,18 @@ def worlds(draw: st.DrawFn) -> World:
         )
     )
     eviction = draw(st.sampled_from(list(Eviction)))
-    return World(memory=memory, members=members, models=needs, headroom=headroom, eviction=eviction)
+    host_memory = draw(st.one_of(st.none(), st.integers(0, 40)))
+    if host_memory is not None:
+        host_memory = host_memory_used(members.values()) + host_memory * GIB
+    return World(
+        memory=memory,
+        members=members,
+        models=needs,
+        headroom=headroom,
+        eviction=eviction,
+        host_memory=host_memory,
+        wants_level=wants_level,
+    )
 
 
 EVENTS = st.lists(
@@ -421,6 +472,27 @@ def test_the_device_is_never_overcommitted(world: World, events: list[tuple[str,
         world.apply(event)
         world.decide()
         assert world.used() <= world.memory, (event, world.members)
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds(), EVENTS)
+def test_host_memory_is_never_overcommitted(world: World, events: list[tuple[str, int]]) -> None:
+    # Pinned copies outlive the wakes: once a member's level-1 sleep made one, its process
+    # holds it, awake or asleep at any level, until the member restarts.
+    slack = 0 if world.host_memory is None else world.host_memory
+    slack -= host_memory_used(world.members.values())
+    # Some members start awake, as many as the device holds: every other one of them keeps a
+    # copy from an earlier sleep, the others (restarted since) have none.
+    for index, (pod, m) in enumerate(sorted(world.members.items())):
+        woken = replace(m, state=AWAKE, host_copy=m.host_copy and index % 2 == 0)
+        if world.used() - m.held + woken.held <= world.memory:
+            world.members[pod] = woken
+    world.host_memory = host_memory_used(world.members.values()) + max(slack, 0)
+    for event in events:
+        world.apply(event)
+        world.decide()
+        used = host_memory_used(world.members.values())
+        assert used <= world.host_memory, (event, world.members)
 
 
 @settings(max_examples=200, deadline=None)

@@ -78,6 +78,10 @@ class Member:
     """Requests it finished in the last RECENT_WINDOW_SECONDS (for the Cheapest order)."""
     weights: int = 0
     """Host RAM its level-1 sleep takes."""
+    host_copy: bool = False
+    """Its process already holds that host RAM, asleep or awake: an earlier level-1 sleep pinned
+    it, and PyTorch's caching host allocator keeps the blocks after the wake frees them, until
+    the process ends. Its next level-1 sleep reuses them and takes no more."""
 
     @property
     def held(self) -> int:
@@ -366,21 +370,32 @@ def _why_blocked(view: PoolView, asking: Member) -> str:
     )
 
 
+def holds_host_memory(member: Member) -> bool:
+    """It holds its weights' size of host RAM now: a copy kept from an earlier level-1 sleep,
+    or one it is making or keeps asleep."""
+    return member.host_copy or (
+        member.level == 1 and member.state in (MemberState.ASLEEP, MemberState.DRAINING)
+    )
+
+
+def host_memory_used(members: Iterable[Member]) -> int:
+    return sum(m.weights for m in members if holds_host_memory(m))
+
+
 def _levels(view: PoolView) -> dict[str, int]:
     """The level each awake member would sleep at: 1 while the pool's host memory holds its
-    weights besides those of members already asleep (or going to sleep) at level 1, else 2."""
+    weights besides what the members hold there already (their copies, kept after a wake),
+    else 2. A member whose process keeps a copy sleeps at level 1 at no further cost."""
     if view.host_memory is None:
         return {m.pod: m.level for m in view.members if m.state is MemberState.AWAKE}
-    host_used = sum(
-        m.weights
-        for m in view.members
-        if m.level == 1 and m.state in (MemberState.ASLEEP, MemberState.DRAINING)
-    )
+    host_used = host_memory_used(view.members)
     levels: dict[str, int] = {}
     for member in eviction_order(
         (m for m in view.members if m.state is MemberState.AWAKE), view.eviction, view.now
     ):
-        if member.level == 1 and host_used + member.weights <= view.host_memory:
+        if member.level == 1 and member.host_copy:
+            levels[member.pod] = 1
+        elif member.level == 1 and host_used + member.weights <= view.host_memory:
             levels[member.pod] = 1
             host_used += member.weights
         else:
