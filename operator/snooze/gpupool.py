@@ -53,8 +53,10 @@ class GPUPoolSpec(Wire):
     """The device memory the members share, such as 80Gi: the awake footprints of awake, waking
     and starting members plus what sleeping members still hold never exceed it."""
     host_memory: Quantity | None = None
-    """Optional: host RAM for the weights of members asleep at level 1; a member whose level-1
-    sleep would exceed it sleeps at level 2 instead (nothing kept in host RAM)."""
+    """Optional: host RAM for the members' pinned copies of their weights; a member whose
+    level-1 sleep would exceed it sleeps at level 2 instead (nothing kept in host RAM). A copy
+    outlives the wake: once an engine has slept at level 1 its process keeps that RAM, awake
+    or asleep, until it restarts, and its later level-1 sleeps take no more."""
     eviction: Eviction = Eviction.LEAST_RECENTLY_USED
     """Which awake member sleeps to make room: LeastRecentlyUsed, or Cheapest (the one whose
     wake costs least and whose next request is least likely soon, by its requests of the last
@@ -106,6 +108,16 @@ class PoolMember(Status):
     """Device memory it takes awake."""
     holds_bytes: int = 0
     """Device memory it holds now (its footprint, or its asleep residue)."""
+    host_bytes: int = 0
+    """Host RAM it holds now: the pinned copy of its weights, while asleep at level 1 and, once
+    made, after its wake too (PyTorch keeps the pinned blocks until the engine exits)."""
+    host_copy: bool = False
+    """Its engine process keeps such a copy from an earlier level-1 sleep."""
+    pod_uid: str = ""
+    """The pod's uid: with restarts, the engine process that hostCopy speaks of (a recreated
+    pod holds no copy)."""
+    restarts: int | None = None
+    """Its engine container's restartCount (a restarted container holds no copy)."""
     priority: int = 0
     """Its model's spec.pool.priority."""
 
@@ -123,6 +135,10 @@ class GPUPoolStatus(Status):
     """Held by sleeping members (what their sleep could not free)."""
     free_bytes: int = 0
     """Not held by any member."""
+    host_memory_bytes: int | None = None
+    """spec.hostMemory, if set."""
+    host_used_bytes: int = 0
+    """Host RAM the members hold: their pinned copies of weights (see PoolMember.hostBytes)."""
     used: str = ""
     """used_bytes for people (`60GiB/70GiB`)."""
     awake: int = 0

@@ -262,8 +262,10 @@ class ModelPoolSpec(Wire):
     """What a sleeping engine still holds on the device (CUDA context, graphs: vLLM's sleep frees
     only the weights and the KV cache). Measure it; do not assume zero."""
     weights_memory: Quantity | None = None
-    """Host RAM one engine's level-1 sleep takes (its weights, copied out of the GPU), counted
-    against the pool's hostMemory. Default: memory minus asleepMemory, an upper bound."""
+    """Host RAM one engine's level-1 sleep pins (its weights, copied out of the GPU, each block
+    rounded up to a power of two by PyTorch), counted against the pool's hostMemory from its
+    first level-1 sleep until its container restarts: the copy is kept after the wake.
+    Default: memory minus asleepMemory."""
     priority: int = Field(default=0, ge=-1000, le=1000)
     """When room must be made, lower priorities are put to sleep first."""
 

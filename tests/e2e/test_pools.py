@@ -417,3 +417,65 @@ def test_a_pool_that_cannot_fit_its_members_says_why(
         ),
     )
     assert "> 21474836480 bytes" in condition["message"]
+
+
+class HostWatcher:
+    """Samples the pinned host RAM the engines hold: the most at any instant."""
+
+    def __init__(self, engines: dict[str, SimulatedEngine]) -> None:
+        self.engines = engines
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            held = sum(e.host_memory_bytes for e in list(self.engines.values()))
+            self.most = max(self.most, held)
+            time.sleep(0.005)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def test_host_memory_counts_the_copies_engines_keep_after_waking(
+    cluster: Cluster, pool: Kubelet, operator: OperatorThread, gateway: GatewayThread
+) -> None:
+    """hostMemory holds two engines' weights (10 GiB each). An engine that slept at level 1
+    and woke keeps its pinned copy (PyTorch caches it until the process ends): after two
+    swaps at level 1, the third member put to sleep must sleep at level 2, or the engines
+    would pin 30 GiB of the 20 allowed."""
+    patch_pool(cluster, {"hostMemory": "20Gi"})
+    for name in ("a", "b", "c"):
+        cluster.patch_model(name, {"spec": {"pool": {"weightsMemory": "10Gi"}}})
+    watcher = HostWatcher(pool.engines)
+    try:
+        for name in ("a", "b", "c"):  # the third starts once one of the first two slept
+            pool.start(name, reload_seconds=0.2)
+        first = next(n for n, e in pool.engines.items() if e.is_sleeping)
+        assert pool.engines[first].sleep_level == 1
+        assert ask(gateway, first) == "lorem ipsum"  # a second member sleeps, at level 1
+        second = next(n for n, e in pool.engines.items() if e.is_sleeping)
+        assert pool.engines[second].sleep_level == 1
+        # Both copies are pinned now, the woken engine's included: 20 GiB of 20.
+        assert wait_for("the status", lambda: pool_status(cluster)["hostUsedBytes"] == 20 * GIB)
+        third = next(n for n in ("a", "b", "c") if n not in (first, second))
+        assert pool.engines[third].host_memory_bytes == 0  # it never slept
+        # `first` used last: the next wake puts `third` to sleep, which has no copy to reuse.
+        assert ask(gateway, first) == "lorem ipsum"
+        assert ask(gateway, second) == "lorem ipsum"
+        assert pool.engines[third].is_sleeping
+        assert pool.engines[third].sleep_level == 2
+        # And its wake, from level 2 (weights reloaded), is granted as any other; `first`
+        # makes room for it at level 1 again, reusing its copy.
+        assert ask(gateway, third) == "lorem ipsum"
+        assert pool.engines[first].is_sleeping and pool.engines[first].sleep_level == 1
+    finally:
+        watcher.stop()
+    assert watcher.most <= 20 * GIB, watcher.most / GIB
+    assert wake_ooms(pool) == 0
+    members = {m["pod"]: m for m in pool_status(cluster)["members"]}
+    held = {n: e.host_memory_bytes for n, e in pool.engines.items()}
+    assert {p[:-2]: m["hostBytes"] for p, m in members.items()} == held

@@ -127,3 +127,76 @@ def test_a_member_carries_its_requests_of_the_last_ten_minutes() -> None:
             engine.success_total = total
     members, _, _ = loop_over(source)._gather(parse_pool_spec({"memory": "70Gi"}), now=100.0)
     assert {m.pod: m.recent_requests for m in members} == {"busy-0": 45, "quiet-0": 1}
+
+
+def engine_pod(name: str, restarts: int, containers: list[dict[str, Any]] | None = None) -> PodInfo:
+    containers = containers or [{"name": "vllm", "image": "i"}]
+    return pod_info(
+        {
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+            "spec": {"containers": containers},
+            "status": {
+                **READY,
+                "containerStatuses": [
+                    {"name": c["name"], "restartCount": restarts + i}
+                    for i, c in enumerate(containers)
+                ],
+            },
+        }
+    )
+
+
+def test_the_engine_container_and_its_restarts() -> None:
+    assert engine_pod("one-0", 3).engine_restarts == 3
+    sidecar = {"name": "proxy", "image": "envoy"}
+    vllm = {"name": "engine", "image": "i", "args": ["vllm", "serve", "m"]}
+    # The engine's container is the one that runs vLLM, wherever it is in the list.
+    assert engine_pod("two-0", 5, [sidecar, vllm]).engine_restarts == 6
+    # Two candidates, or none: unknown, so a restart never makes the pool forget a copy.
+    assert engine_pod("none-0", 1, [sidecar, {"name": "b", "image": "i"}]).engine_restarts is None
+    assert engine_pod("both-0", 1, [vllm, {**vllm, "name": "e2"}]).engine_restarts is None
+    assert pod("fresh-0", **READY).engine_restarts is None  # no container status yet
+
+
+def test_a_pinned_copy_is_counted_until_the_engine_restarts() -> None:
+    """vLLM's level-1 sleep pins a copy of the weights in host RAM; after the wake PyTorch's
+    caching host allocator keeps those blocks until the process ends, so the member holds
+    that RAM awake too, and a restart of its container gives it back."""
+    pool_spec = parse_pool_spec({"memory": "70Gi", "hostMemory": "64Gi"})
+    source = Source("m", POOLED, [engine_pod("m-0", 0)])
+    engine = source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
+    loop = loop_over(source)
+    [member], _, _ = loop._gather(pool_spec, now=1.0)
+    assert not member.host_copy
+    engine.note_host_copy(0)  # it slept at level 1, then woke
+    [member], _, _ = loop._gather(pool_spec, now=2.0)
+    assert member.host_copy and member.state is MemberState.AWAKE
+    source.selected = [engine_pod("m-0", 1)]  # its container restarted
+    [member], _, _ = loop._gather(pool_spec, now=3.0)
+    assert not member.host_copy
+
+
+def test_an_operator_restarted_reads_the_copies_from_the_pool_status() -> None:
+    pool_spec = parse_pool_spec({"memory": "70Gi", "hostMemory": "64Gi"})
+    source = Source("m", POOLED, [engine_pod("m-0", 2)])
+    source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
+    source.engines["m-0"].note_host_copy(2)
+    first = loop_over(source)
+    members, _, _ = first._gather(pool_spec, now=1.0)
+    decision = PoolDecision(grant=frozenset(), evict={}, levels={}, waiting=(), used=30 * GIB)
+    status = first._status(pool_spec, members, decision, generation=1, now=1.0)
+    [entry] = status["members"]
+    assert (entry["hostCopy"], entry["hostBytes"]) == (True, 29 * GIB)
+    assert (entry["podUID"], entry["restarts"]) == ("uid-m-0", 2)
+    assert (status["hostUsedBytes"], status["hostMemoryBytes"]) == (29 * GIB, 64 * GIB)
+
+    # A new operator process: no memory of the engine, only the status it finds.
+    source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
+    second = loop_over(source)
+    second._written = status
+    [member], _, _ = second._gather(pool_spec, now=2.0)
+    assert member.host_copy
+    # The same pod, its engine container restarted since that status was written: no copy.
+    source.selected = [engine_pod("m-0", 3)]
+    [member], _, _ = second._gather(pool_spec, now=3.0)
+    assert not member.host_copy

@@ -50,6 +50,9 @@ class PodInfo:
     """Bound to a node (spec.nodeName): only then can it take memory on a device."""
     deleting: bool = False
     """Being deleted: it holds its memory until it is gone."""
+    engine_restarts: int | None = None
+    """restartCount of the engine's container (the pod's only one, or the one that runs vLLM):
+    a new count is a new engine process. None: no such container, or no status for it yet."""
     resource_version: str = field(default="", compare=False)
     """The version of the pod this was read from: tells a stale copy from a fresh one."""
 
@@ -111,6 +114,7 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         gpu_memory_utilization=_share(body.get("spec") or {}),
         scheduled=bool((body.get("spec") or {}).get("nodeName")) or bool(status.get("podIP")),
         deleting=bool(meta.get("deletionTimestamp")),
+        engine_restarts=_engine_restarts(body.get("spec") or {}, status),
         resource_version=str(meta.get("resourceVersion") or ""),
         claims=frozenset(
             str(claim.get("resourceClaimName"))
@@ -118,6 +122,29 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
             if isinstance(claim, Mapping) and claim.get("resourceClaimName")
         ),
     )
+
+
+def _engine_restarts(spec: Mapping[str, Any], status: Mapping[str, Any]) -> int | None:
+    """The restart count of the container that runs the engine: the pod's only container, or
+    the one whose command or arguments name vllm or its --gpu-memory-utilization flag."""
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+    if len(containers) == 1:
+        name = containers[0].get("name")
+    else:
+        engines = [c.get("name") for c in containers if _runs_vllm(c)]
+        if len(engines) != 1:
+            return None
+        name = engines[0]
+    for container in status.get("containerStatuses") or []:
+        if isinstance(container, Mapping) and container.get("name") == name:
+            count = container.get("restartCount")
+            return count if isinstance(count, int) else None
+    return None
+
+
+def _runs_vllm(container: Mapping[str, Any]) -> bool:
+    words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
+    return any("vllm" in w or w.startswith(VLLM_SHARE_FLAG) for w in words)
 
 
 def _level(text: object) -> int | None:

@@ -522,6 +522,9 @@ class ModelLoop:
             if result is not None:
                 engine.sleeping = result.sleeping
                 engine.last_probe = now
+                level = engine.sleep_level or pod.sleep_level or spec.sleep.level
+                if result.sleeping and level == 1:
+                    engine.note_host_copy(pod.engine_restarts)
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
             views.append(

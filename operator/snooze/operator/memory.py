@@ -82,6 +82,9 @@ class EngineMemory:
     """What the last failed probe met (names the URL it tried)."""
     unanswered_since: float | None = None
     """When the first of the probes in a row that got no answer failed."""
+    host_copy_at: int | None = None
+    """The engine container's restartCount when it was last seen asleep at level 1 (-1: the
+    count was unknown); None: never seen so. See holds_host_copy."""
     sleep_failures: int = 0
     """Failed sleeps in a row: each backs the next try off, as failed wakes do."""
     last_sleep_failure: float | None = None
@@ -95,6 +98,16 @@ class EngineMemory:
     served: deque[tuple[float, float]] = field(default_factory=deque)
     """(probe time, requests finished since the previous probe) over the last RECENT_WINDOW
     seconds: how often it is asked for, which a GPU pool's Cheapest order weighs."""
+
+    def note_host_copy(self, restarts: int | None) -> None:
+        """It is asleep at level 1: its process holds a pinned copy of its weights from now
+        until it ends (PyTorch's caching host allocator keeps the blocks after the wake)."""
+        self.host_copy_at = -1 if restarts is None else restarts
+
+    def holds_host_copy(self, restarts: int | None) -> bool:
+        """Its process still holds that copy: the engine container has not restarted since."""
+        at = self.host_copy_at
+        return at is not None and (restarts is None or at in (-1, restarts))
 
     def note_served(self, total: float, now: float) -> None:
         """Count what its success counter moved by since the last probe (an engine that

@@ -31,6 +31,8 @@ from snooze.policy.pool import (
     Waiting,
     WakeAsk,
     decide_pool,
+    holds_host_memory,
+    host_memory_used,
     overcommitted,
 )
 from snooze.quantities import format_gib
@@ -154,6 +156,9 @@ class PoolLoop:
         self._evictions = int(self._written.get("evictions") or 0)
         self._told: str | None = None
         self._sources: dict[str, MemberSource] = {}
+        self._processes: dict[str, tuple[str, int | None]] = {}
+        """Member -> its pod's uid and its engine container's restarts: which engine process
+        the status's hostCopy speaks of."""
 
     # -- what the model loops call ------------------------------------------------------------
 
@@ -242,6 +247,7 @@ class PoolLoop:
         self.spec = spec
         members, needs, sources = self._gather(spec, now)
         self._sources = sources
+        self._processes = {p: v for p, v in self._processes.items() if p in sources}
         # Asks of pods that left the pool, or that woke meanwhile, lapse.
         for pod in [p for p in self.asks if p not in sources]:
             del self.asks[pod]
@@ -311,6 +317,7 @@ class PoolLoop:
             state, residue = MemberState.ASLEEP, footprint
         if state is MemberState.ASLEEP and engine is not None and engine.sleep_level:
             level = engine.sleep_level
+        self._processes[pod.name] = (pod.uid, pod.engine_restarts)
         awake_since = None if engine is None else engine.state_since.get(EngineState.AWAKE.value)
         return Member(
             pod=pod.name,
@@ -326,6 +333,22 @@ class PoolLoop:
             level=level,
             wake_seconds=source.last_wake_seconds or WAKE_SECONDS.get(level, 1.0),
             weights=weights,
+            host_copy=self._holds_host_copy(pod, engine),
+        )
+
+    def _holds_host_copy(self, pod: PodInfo, engine: EngineMemory | None) -> bool:
+        """Its engine process keeps a pinned copy of its weights: seen asleep at level 1 by
+        this operator, or by the one before it (the pool's status says so of the same process:
+        same pod, same restart count of its engine container)."""
+        if engine is not None and engine.holds_host_copy(pod.engine_restarts):
+            return True
+        return any(
+            entry.get("pod") == pod.name
+            and entry.get("hostCopy") is True
+            and entry.get("podUID") == pod.uid
+            and (pod.engine_restarts is None or entry.get("restarts") == pod.engine_restarts)
+            for entry in self._written.get("members") or []
+            if isinstance(entry, Mapping)
         )
 
     def _publish(
@@ -434,6 +457,8 @@ class PoolLoop:
             "freeBytes": free,
             "used": f"{format_gib(decision.used)}/{format_gib(memory)}",
             "awake": awake_members,
+            "hostMemoryBytes": spec.host_memory_bytes,
+            "hostUsedBytes": host_memory_used(members),
             "members": [
                 {
                     "pod": m.pod,
@@ -441,6 +466,10 @@ class PoolLoop:
                     "state": _shown_state(m, decision),
                     "footprintBytes": m.footprint,
                     "holdsBytes": 0 if m.pod in decision.unplaced else m.held,
+                    "hostBytes": m.weights if holds_host_memory(m) else 0,
+                    "hostCopy": m.host_copy,
+                    "podUID": self._processes.get(m.pod, ("", None))[0],
+                    "restarts": self._processes.get(m.pod, ("", None))[1],
                     "priority": m.priority,
                 }
                 for m in sorted(members, key=lambda m: m.pod)
