@@ -189,8 +189,10 @@ async def test_pinned_host_memory_outlives_the_wake_until_the_process_ends(
     """As vLLM's CuMemAllocator on PyTorch's caching host allocator: the first level-1 sleep
     pins a copy of the weights; the wake drops the tensor, but its blocks stay cached in the
     process, and the next level-1 sleep reuses them. Only the process's end gives them back."""
-    engine = host.add(engine_config())
+    engine = host.add(engine_config(sleep_seconds=0.05, pinning_share=0.8))
     assert engine.host_memory_bytes == 0
+    assert engine.sleep_duration(1) == 0.05  # the first level-1 sleep pins, then copies
+    assert engine.sleep_duration(2) == engine.config.level2_sleep_seconds
     await http.post(f"{engine.url}/sleep", params={"level": 2})
     assert engine.host_memory_bytes == 0  # level 2 copies nothing
     await http.post(f"{engine.url}/wake_up")
@@ -202,6 +204,7 @@ async def test_pinned_host_memory_outlives_the_wake_until_the_process_ends(
         if level == 2:
             await http.post(f"{engine.url}/collective_rpc", json={"method": "reload_weights"})
         assert gib(engine.host_memory_bytes) == 10  # awake, and still pinned
+        assert engine.sleep_duration(1) == pytest.approx(0.01)  # later ones only copy
     text = (await http.get(f"{engine.url}/metrics")).text
     assert (
         samples(text)[
@@ -211,6 +214,7 @@ async def test_pinned_host_memory_outlives_the_wake_until_the_process_ends(
     )
     fresh = host.restart(engine)
     assert fresh.host_memory_bytes == 0 and engine.host_memory_bytes == 0
+    assert fresh.sleep_duration(1) == 0.05
 
 
 async def test_a_wake_that_fits_the_weights_but_not_the_kv_cache(

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LAT = Latencies()
 SERVICE = 16 * 0.02  # the default output tokens, at the default pacing
 WAKE_1 = 0.3 + 0.05  # weights from host RAM, then the KV cache
-SLEEP = 5.7
+SLEEP = 5.7  # an engine's first level-1 sleep: it pins host RAM, then copies the weights
+SLEEP_AGAIN = 5.7 * (1 - 0.86)  # its later ones reuse the pinned blocks and only copy
 
 
 def simulate(policy: str, times: list[float], **kw: object) -> report.Result:
@@ -32,7 +33,7 @@ def simulate(policy: str, times: list[float], **kw: object) -> report.Result:
 def test_the_defaults_are_the_simulators() -> None:
     sim = EngineConfig()
     names = ("sleep_seconds", "level2_sleep_seconds", "wake_seconds", "kv_wake_seconds")
-    for name in (*names, "reload_seconds"):
+    for name in (*names, "reload_seconds", "pinning_share"):
         assert getattr(LAT, name) == getattr(sim, name), name
     assert LAT.token_seconds == sim.token_seconds
     assert LAT.output_tokens == sim.max_tokens_default
@@ -60,8 +61,8 @@ def test_a_short_ttl_sleeps_between_every_request() -> None:
     times = [0, 300, 600, 900]
     result = simulate("fixed:1m", times)
     assert result.wakes == 3 and result.held_requests == 3
-    per_gap = SERVICE + 60 + SLEEP  # awake after each request until its sleep ends
-    awake = 3 * per_gap + 3 * WAKE_1 + SERVICE
+    per_gap = SERVICE + 60  # awake after each request until its sleep ends
+    awake = 3 * per_gap + SLEEP + 2 * SLEEP_AGAIN + 3 * WAKE_1 + SERVICE
     assert result.gpu_hours_awake * 3600 == pytest.approx(awake, abs=1e-3)
 
 
@@ -118,8 +119,8 @@ def test_prewake_learns_a_weekly_habit_and_wakes_ahead_of_it() -> None:
     assert measured.prewake_hits == 7 and measured.prewake_misses == 0
     # Awake from 08:58 to 09:04.32, then ten minutes and a sleep, each day of the second week
     # (but the last, where the trace ends with the last answer).
-    per_day = 6 * 60 + SERVICE + 600 + SLEEP
-    awake = 7 * per_day - (600 + SLEEP)
+    per_day = 6 * 60 + SERVICE + 600 + SLEEP_AGAIN  # (its first sleep was in the first week)
+    awake = 7 * per_day - (600 + SLEEP_AGAIN)
     assert measured.gpu_hours_awake * 3600 == pytest.approx(awake, abs=1e-3)
 
 
@@ -354,3 +355,20 @@ def test_an_azure_trace_becomes_a_whatif_trace(tmp_path: Path) -> None:
     # The 183 s gap is slept through by a 1m keep-alive: one wake, one request held.
     result = report.evaluate(policies.parse("fixed:1m"), requests, latencies=LAT)
     assert result.wakes == 1 and result.held_requests == 1
+
+
+def test_only_an_engines_first_level_one_sleep_pins_host_ram() -> None:
+    assert LAT.sleep(1) == SLEEP
+    assert LAT.sleep(1, pinned=True) == pytest.approx(SLEEP_AGAIN)
+    assert LAT.sleep(2) == LAT.sleep(2, pinned=True) == 0.3
+    # Sleeps at 60 s (the first), then after the scale-up at 3,000 s a new process sleeps for
+    # the first time again, and after the request at 3,300 s it sleeps reusing its blocks
+    # (the trace, and the count, end with the answer at 3,600 s). Against engines that pin
+    # at every sleep, exactly one sleep is shorter.
+    requests = [trace.Request(at=t, model="m") for t in (0, 3000, 3300, 3600)]
+    tiers = policies.parse("tiers:1m,10m")
+    ours = report.evaluate(tiers, requests, latencies=LAT)
+    always = report.evaluate(tiers, requests, latencies=Latencies(pinning_share=0.0))
+    assert ours.cold_starts == 1 and ours.wakes == 2
+    saved = (always.gpu_hours_awake - ours.gpu_hours_awake) * 3600
+    assert saved == pytest.approx(SLEEP - SLEEP_AGAIN, abs=1e-3)

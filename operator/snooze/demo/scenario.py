@@ -11,8 +11,10 @@ from snooze.models import NEVER
 
 # The scenario is written for a 60-second run; --duration stretches or squeezes its clock.
 BASE_DURATION = 60.0
-# VLLM.md's published figures, per GiB moved: a level-1 sleep freed 39 GiB in 5.7 s; a level-1
-# wake brought 73.9 GiB back in ~0.3 s (the llm-d figure, 3 s for 64 GiB, is a slower path).
+# VLLM.md's published figures, per GiB moved: a level-1 sleep freed 39 GiB in 5.7 s (an
+# engine's first: later ones reuse its pinned host blocks and take the simulator's
+# pinning_share less); a level-1 wake brought 73.9 GiB back in ~0.3 s (the llm-d figure, 3 s
+# for 64 GiB, is a slower path).
 SLEEP_SECONDS_PER_GIB = 5.7 / 39
 # A level-2 sleep copies nothing: an 8B model freed 47.4 GiB in 0.31 s (vLLM PR #48337, A100).
 LEVEL2_SLEEP_SECONDS_PER_GIB = 0.31 / 47.4
@@ -347,7 +349,8 @@ def describe(scenario: Scenario) -> list[str]:
         lines.append(
             f"  {m.name:<17} {m.size.label:<27} {m.replicas} pod(s), level "
             f"{level}, idle {m.spec['idle']['after']}: {m.role}; "
-            f"sleep {e['sleep_seconds' if level == 1 else 'level2_sleep_seconds']:.2g}s"
+            f"{'first ' if level == 1 else ''}sleep "
+            f"{e['sleep_seconds' if level == 1 else 'level2_sleep_seconds']:.2g}s"
             f" wake {e['wake_seconds']:.2g}s"
             + (f" reload {e['reload_seconds']:.2g}s" if level == 2 else "")
             + (

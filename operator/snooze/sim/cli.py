@@ -28,6 +28,16 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
     return parse
 
 
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, not {text}")
+    return value
+
+
+_share.__name__ = "share"
+
+
 def _address(text: str) -> str:
     try:
         return str(ipaddress.ip_address(text))
@@ -71,8 +81,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sleep-seconds",
         type=float,
         default=_DEFAULTS.sleep_seconds,
-        help="duration of a level-1 sleep, which copies the weights to host RAM"
-        " (default: %(default)s)",
+        help="duration of an engine's first level-1 sleep, which pins host RAM and copies the"
+        " weights there (default: %(default)s)",
+    )
+    add(
+        "--pinning-share",
+        type=_share,
+        default=_DEFAULTS.pinning_share,
+        help="the part of that first sleep spent pinning host RAM, which later level-1 sleeps"
+        " skip: the pinned blocks are kept after the wake and reused (default: %(default)s)",
     )
     add(
         "--level2-sleep-seconds",
@@ -188,6 +205,7 @@ def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
             host=str(first + i),
             port=args.port,
             sleep_seconds=args.sleep_seconds,
+            pinning_share=args.pinning_share,
             level2_sleep_seconds=args.level2_sleep_seconds,
             wake_seconds=args.wake_seconds,
             kv_wake_seconds=args.kv_wake_seconds,

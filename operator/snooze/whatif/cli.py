@@ -59,6 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             metavar="S",
             help=f"seconds for {what} (default: {getattr(defaults, name)})",
         )
+    parser.add_argument(
+        "--pinning-share",
+        type=float,
+        default=defaults.pinning_share,
+        metavar="F",
+        help="the part of an engine's first level-1 sleep spent pinning host RAM, which its "
+        f"later level-1 sleeps skip (default: {defaults.pinning_share})",
+    )
     sub = parser.add_subparsers(dest="action", metavar="convert")
     convert = sub.add_parser(
         "convert",
@@ -121,6 +129,9 @@ def _compare(args: argparse.Namespace) -> int:
             flag = field.name.replace("_", "-")
             print(f"snooze whatif: --{flag} must not be negative", file=sys.stderr)
             return 2
+    if not 0 <= args.pinning_share < 1:
+        print("snooze whatif: --pinning-share must be at least 0 and below 1", file=sys.stderr)
+        return 2
     try:
         chosen = [policies.parse(text) for text in args.policy]
     except policies.PolicyError as exc:
@@ -130,6 +141,7 @@ def _compare(args: argparse.Namespace) -> int:
     measure_from = _measure_from(args.measure_from, requests)
     latencies = Latencies(
         **{name: getattr(args, name) for name in LATENCY_FLAGS},
+        pinning_share=args.pinning_share,
     )
     if args.engines is not None:
         chosen = [

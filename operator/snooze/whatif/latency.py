@@ -13,8 +13,11 @@ from dataclasses import dataclass
 @dataclass(frozen=True, kw_only=True)
 class Latencies:
     sleep_seconds: float = 5.7
-    """A level-1 sleep, which copies the weights to host RAM (the engine counts as awake until
-    it ends)."""
+    """An engine's first level-1 sleep, which pins host RAM and copies the weights there (the
+    engine counts as awake until it ends)."""
+    pinning_share: float = 0.86
+    """The part of that first sleep spent pinning host RAM: later level-1 sleeps of the same
+    engine reuse the pinned blocks (kept after the wake) and only copy."""
     level2_sleep_seconds: float = 0.3
     """A level-2 sleep, which discards them instead."""
     wake_seconds: float = 0.3
@@ -30,9 +33,12 @@ class Latencies:
     output_tokens: int = 16
     """Tokens of a request whose trace line gives none (the simulator's max_tokens default)."""
 
-    def sleep(self, level: int) -> float:
-        """A sleep at `level`."""
-        return self.level2_sleep_seconds if level == 2 else self.sleep_seconds
+    def sleep(self, level: int, *, pinned: bool = False) -> float:
+        """A sleep at `level`, by an engine whose process holds pinned blocks from an earlier
+        level-1 sleep (`pinned`) or not."""
+        if level == 2:
+            return self.level2_sleep_seconds
+        return self.sleep_seconds * (1 - self.pinning_share) if pinned else self.sleep_seconds
 
     def wake(self, level: int) -> float:
         """A whole wake from `level`: weights (and their reload after level 2), KV cache."""

@@ -41,6 +41,9 @@ class Engine:
     sleep_level: int | None = None
     awake_since: float | None = None
     """The GPU counts as busy from the start of a wake (or a scale-up) to the end of a sleep."""
+    pinned: bool = False
+    """Its process holds pinned host blocks from an earlier level-1 sleep: the next one only
+    copies (a pod scaled up is a new process, with none)."""
 
 
 @dataclass(kw_only=True)
@@ -227,7 +230,10 @@ class Simulation:
             # Idle: nothing to drain, so /sleep goes out at once and a wake cannot cancel it.
             engine.action, engine.label = ActionKind.SLEEP, EngineState.DRAINING
             engine.sleep_started, engine.sleep_level = now, action.level or 1
-            self._push(now + self.lat.sleep(action.level or 1), "action", index)
+            self._push(
+                now + self.lat.sleep(engine.sleep_level, pinned=engine.pinned), "action", index
+            )
+            engine.pinned = engine.pinned or engine.sleep_level == 1
         elif action.kind is ActionKind.WAKE:
             engine.action, engine.label = ActionKind.WAKE, EngineState.WAKING
             self._open(engine, now)
@@ -316,7 +322,7 @@ class Simulation:
                     False,
                     None,
                 )
-                engine.sleep_level = None
+                engine.sleep_level, engine.pinned = None, False
                 self._open(engine, now)
                 self._push(engine.ready_at, "ready", index)
 
