@@ -19,8 +19,9 @@ PODS = f"/api/v1/namespaces/{NS}/pods"
 MODELS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels"
 POOLS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/gpupools"
 STATE = "snooze.dev/state"
-# vLLM's published figures: a level-1 sleep of an engine freeing about 39 GiB (5.7 s), and its
-# wake (0.28 s: here the weights back from host RAM, then the KV cache).
+# vLLM's published figures: a level-1 sleep of an engine freeing about 39 GiB (5.7 s; an
+# engine's first, which pins its host RAM: later ones take --pinning-share less), and its wake
+# (0.28 s: here the weights back from host RAM, then the KV cache).
 SLEEP_SECONDS = 5.7
 # A level-2 sleep copies nothing, only unmaps: 0.31 s for 47 GiB (vLLM PR #48337, A100).
 LEVEL2_SLEEP_SECONDS = 0.3
@@ -95,6 +96,7 @@ class Cluster:
             kv_cache_gib=footprint - WEIGHTS_GIB - ASLEEP_GIB,
             asleep_memory_gib=ASLEEP_GIB,
             sleep_seconds=t(SLEEP_SECONDS),
+            pinning_share=self.args.pinning_share,
             level2_sleep_seconds=t(LEVEL2_SLEEP_SECONDS),
             wake_seconds=t(WAKE_SECONDS),
             kv_wake_seconds=t(KV_WAKE_SECONDS),

@@ -51,7 +51,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from snooze.durations import DurationError, parse_duration
 from snooze.operator.metrics import POOL_EVICTION_REASONS as EVICTION_REASONS
-from snooze.sim import SimulatorHost
+from snooze.sim import EngineConfig, SimulatorHost
 
 
 def progress(message: str) -> None:
@@ -259,6 +259,7 @@ def summarize(
             "eviction": args.eviction,
             "headroom_idle_after": args.headroom or None,
             "engine_sleep_seconds": SLEEP_SECONDS,
+            "engine_pinning_share": args.pinning_share,
             "engine_wake_seconds": wake,
             "operator_reads_gateway_counters": True,
         },
@@ -420,6 +421,8 @@ def check(args: argparse.Namespace) -> str | None:
         return "--models must be at most 240 (one loopback address per engine)"
     if not (args.time_scale > 0 and args.minutes > 0):
         return "--time-scale and --minutes must be greater than zero"
+    if not 0 <= args.pinning_share < 1:
+        return f"--pinning-share must be at least 0 and below 1, not {args.pinning_share}"
     flags = [("--idle-after", args.idle_after), ("--min-residency", args.min_residency)]
     for flag, value in flags + ([("--headroom", args.headroom)] if args.headroom else []):
         if value == "Never" and flag == "--idle-after":
@@ -458,6 +461,14 @@ def main() -> None:
         default="",
         help="give each pool a headroom of one wake, slept for by members idle this long "
         "(trace time, such as 20s); default: none (room is made when a wake asks)",
+    )
+    parser.add_argument(
+        "--pinning-share",
+        type=float,
+        default=EngineConfig().pinning_share,
+        help="the part of an engine's first level-1 sleep spent pinning host RAM, which its "
+        "later ones skip (default: the simulator's, %(default)s; 0: every sleep pins, as the "
+        "simulator had it before)",
     )
     parser.add_argument("--zipf", type=float, default=1.0, help="popularity exponent")
     parser.add_argument("--bursts-per-hour", type=float, default=60.0)
