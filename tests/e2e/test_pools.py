@@ -74,11 +74,13 @@ class Kubelet:
 
 
 class Watcher:
-    """Samples the device while the test runs: the most engines awake at once."""
+    """Samples the engines while the test runs: the most awake at once, and the most pinned
+    host RAM they held together."""
 
     def __init__(self, engines: dict[str, SimulatedEngine]) -> None:
         self.engines = engines
         self.most_awake = 0
+        self.most_pinned = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -87,6 +89,8 @@ class Watcher:
         while not self._stop.is_set():
             awake = sum(1 for e in list(self.engines.values()) if e.loaded and not e.is_sleeping)
             self.most_awake = max(self.most_awake, awake)
+            pinned = sum(e.host_memory_bytes for e in list(self.engines.values()))
+            self.most_pinned = max(self.most_pinned, pinned)
             time.sleep(0.005)
 
     def stop(self) -> None:
@@ -419,27 +423,6 @@ def test_a_pool_that_cannot_fit_its_members_says_why(
     assert "> 21474836480 bytes" in condition["message"]
 
 
-class HostWatcher:
-    """Samples the pinned host RAM the engines hold: the most at any instant."""
-
-    def __init__(self, engines: dict[str, SimulatedEngine]) -> None:
-        self.engines = engines
-        self.most = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            held = sum(e.host_memory_bytes for e in list(self.engines.values()))
-            self.most = max(self.most, held)
-            time.sleep(0.005)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def test_host_memory_counts_the_copies_engines_keep_after_waking(
     cluster: Cluster, pool: Kubelet, operator: OperatorThread, gateway: GatewayThread
 ) -> None:
@@ -450,7 +433,7 @@ def test_host_memory_counts_the_copies_engines_keep_after_waking(
     patch_pool(cluster, {"hostMemory": "20Gi"})
     for name in ("a", "b", "c"):
         cluster.patch_model(name, {"spec": {"pool": {"weightsMemory": "10Gi"}}})
-    watcher = HostWatcher(pool.engines)
+    watcher = Watcher(pool.engines)
     try:
         for name in ("a", "b", "c"):  # the third starts once one of the first two slept
             pool.start(name, reload_seconds=0.2)
@@ -474,7 +457,7 @@ def test_host_memory_counts_the_copies_engines_keep_after_waking(
         assert pool.engines[first].is_sleeping and pool.engines[first].sleep_level == 1
     finally:
         watcher.stop()
-    assert watcher.most <= 20 * GIB, watcher.most / GIB
+    assert watcher.most_pinned <= 20 * GIB, watcher.most_pinned / GIB
     assert wake_ooms(pool) == 0
     members = {m["pod"]: m for m in pool_status(cluster)["members"]}
     held = {n: e.host_memory_bytes for n, e in pool.engines.items()}
