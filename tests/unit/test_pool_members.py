@@ -7,7 +7,7 @@ from typing import Any
 from snooze.gpupool import parse_pool_spec
 from snooze.kube.pods import PodInfo, pod_info
 from snooze.models import InferenceModelSpec, parse_spec
-from snooze.operator.memory import EngineMemory
+from snooze.operator.memory import EngineMemory, Process
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
 from snooze.policy.pool import MemberState, PoolDecision
@@ -129,8 +129,12 @@ def test_a_member_carries_its_requests_of_the_last_ten_minutes() -> None:
     assert {m.pod: m.recent_requests for m in members} == {"busy-0": 45, "quiet-0": 1}
 
 
-def engine_pod(name: str, restarts: int, containers: list[dict[str, Any]] | None = None) -> PodInfo:
+def engine_pod(
+    name: str, restarts: int | list[int], containers: list[dict[str, Any]] | None = None
+) -> PodInfo:
+    """A pod whose i-th container restarted restarts[i] times (or restarts + i)."""
     containers = containers or [{"name": "vllm", "image": "i"}]
+    counts = restarts if isinstance(restarts, list) else [restarts + i for i in range(9)]
     return pod_info(
         {
             "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
@@ -138,24 +142,56 @@ def engine_pod(name: str, restarts: int, containers: list[dict[str, Any]] | None
             "status": {
                 **READY,
                 "containerStatuses": [
-                    {"name": c["name"], "restartCount": restarts + i}
-                    for i, c in enumerate(containers)
+                    {"name": c["name"], "restartCount": counts[i]} for i, c in enumerate(containers)
                 ],
             },
         }
     )
 
 
+ENGINE = {"name": "engine", "image": "vllm/vllm-openai", "ports": [{"containerPort": 8000}]}
+SIDECAR = {"name": "proxy", "image": "envoy", "ports": [{"containerPort": 9901}]}
+
+
 def test_the_engine_container_and_its_restarts() -> None:
-    assert engine_pod("one-0", 3).engine_restarts == 3
-    sidecar = {"name": "proxy", "image": "envoy"}
-    vllm = {"name": "engine", "image": "i", "args": ["vllm", "serve", "m"]}
-    # The engine's container is the one that runs vLLM, wherever it is in the list.
-    assert engine_pod("two-0", 5, [sidecar, vllm]).engine_restarts == 6
-    # Two candidates, or none: unknown, so a restart never makes the pool forget a copy.
-    assert engine_pod("none-0", 1, [sidecar, {"name": "b", "image": "i"}]).engine_restarts is None
-    assert engine_pod("both-0", 1, [vllm, {**vllm, "name": "e2"}]).engine_restarts is None
-    assert pod("fresh-0", **READY).engine_restarts is None  # no container status yet
+    assert engine_pod("one-0", 3).engine_restarts(8000) == 3  # the only container
+    # The engine's container is the one that declares the engine's port, wherever it is.
+    assert engine_pod("two-0", 5, [SIDECAR, ENGINE]).engine_restarts(8000) == 6
+    assert engine_pod("two-0", 5, [ENGINE, SIDECAR]).engine_restarts(8000) == 5
+    # None declaring it, or two: unknown, so a restart never makes the pool forget a copy.
+    bare = [{"name": "a", "image": "i"}, {"name": "b", "image": "i"}]
+    assert engine_pod("none-0", 1, bare).engine_restarts(8000) is None
+    assert engine_pod("both-0", 1, [ENGINE, {**ENGINE, "name": "e2"}]).engine_restarts(8000) is None
+    assert engine_pod("other-0", 1, [ENGINE, SIDECAR]).engine_restarts(8080) is None
+    assert pod("fresh-0", **READY).engine_restarts(8000) is None  # no container status yet
+
+
+def test_a_sidecar_that_names_vllm_cannot_make_the_pool_forget_a_copy() -> None:
+    """A pod owner's crash-looping sidecar whose arguments mention vLLM and its share flag:
+    its restarts are not the engine's, so the copy the engine keeps is still counted."""
+    pool_spec = parse_pool_spec({"memory": "70Gi", "hostMemory": "64Gi"})
+    decoy = {
+        "name": "decoy",
+        "image": "busybox",
+        "command": ["sh", "-c", "echo vllm serve --gpu-memory-utilization 0.4; exit 1"],
+    }
+    engine_only_image = {**ENGINE}  # its command is the image's entrypoint: no vllm in spec
+    source = Source("m", POOLED, [engine_pod("m-0", [0, 0], [engine_only_image, decoy])])
+    engine = source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
+    loop = loop_over(source)
+    engine.note_host_copy(Process("uid-m-0", 0))  # it slept at level 1, then woke
+    for at, decoy_restarts in enumerate((1, 2, 7), start=1):
+        source.selected = [engine_pod("m-0", [0, decoy_restarts], [engine_only_image, decoy])]
+        [member], _, _ = loop._gather(pool_spec, now=float(at))
+        assert member.host_copy
+    # Without the port declared, the two containers leave the engine unknown: still counted.
+    source.selected = [engine_pod("m-0", [3, 9], [{"name": "engine", "image": "i"}, decoy])]
+    [member], _, _ = loop._gather(pool_spec, now=9.0)
+    assert member.host_copy
+    # The engine's own container restarted: its process, and the copy, are gone.
+    source.selected = [engine_pod("m-0", [1, 9], [engine_only_image, decoy])]
+    [member], _, _ = loop._gather(pool_spec, now=10.0)
+    assert not member.host_copy
 
 
 def test_a_pinned_copy_is_counted_until_the_engine_restarts() -> None:
@@ -168,7 +204,7 @@ def test_a_pinned_copy_is_counted_until_the_engine_restarts() -> None:
     loop = loop_over(source)
     [member], _, _ = loop._gather(pool_spec, now=1.0)
     assert not member.host_copy
-    engine.note_host_copy(0)  # it slept at level 1, then woke
+    engine.note_host_copy(Process("uid-m-0", 0))  # it slept at level 1, then woke
     [member], _, _ = loop._gather(pool_spec, now=2.0)
     assert member.host_copy and member.state is MemberState.AWAKE
     source.selected = [engine_pod("m-0", 1)]  # its container restarted
@@ -180,7 +216,7 @@ def test_an_operator_restarted_reads_the_copies_from_the_pool_status() -> None:
     pool_spec = parse_pool_spec({"memory": "70Gi", "hostMemory": "64Gi"})
     source = Source("m", POOLED, [engine_pod("m-0", 2)])
     source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
-    source.engines["m-0"].note_host_copy(2)
+    source.engines["m-0"].note_host_copy(Process("uid-m-0", 2))
     first = loop_over(source)
     members, _, _ = first._gather(pool_spec, now=1.0)
     decision = PoolDecision(grant=frozenset(), evict={}, levels={}, waiting=(), used=30 * GIB)

@@ -23,6 +23,17 @@ its wake follows it (for engines that do not publish vllm:engine_sleep_state).""
 VLLM_SHARE_FLAG = "--gpu-memory-utilization"
 
 
+@dataclass(frozen=True)
+class Container:
+    """One of a pod's containers, as far as telling its engine's process apart goes."""
+
+    name: str
+    ports: frozenset[int]
+    """The containerPorts it declares."""
+    restarts: int | None
+    """Its restartCount; None before the kubelet reports it."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class PodInfo:
     """A pod as far as engines are concerned."""
@@ -50,11 +61,23 @@ class PodInfo:
     """Bound to a node (spec.nodeName): only then can it take memory on a device."""
     deleting: bool = False
     """Being deleted: it holds its memory until it is gone."""
-    engine_restarts: int | None = None
-    """restartCount of the engine's container (the pod's only one, or the one that runs vLLM):
-    a new count is a new engine process. None: no such container, or no status for it yet."""
+    containers: tuple[Container, ...] = ()
     resource_version: str = field(default="", compare=False)
     """The version of the pod this was read from: tells a stale copy from a fresh one."""
+
+    def engine_restarts(self, port: int) -> int | None:
+        """restartCount of the container that runs the engine serving on `port`: a new count
+        is a new engine process. That container is the one that declares the port, or else
+        the pod's only container. None when the pod does not tell (several containers and
+        none, or two, declaring the port; no status yet): whatever the engine's process
+        holds is then taken to last as long as the pod. Nothing else in the spec is read,
+        so a sidecar that names vLLM cannot pass its restarts off as the engine's."""
+        declaring = [c for c in self.containers if port in c.ports]
+        if len(declaring) == 1:
+            return declaring[0].restarts
+        if not declaring and len(self.containers) == 1:
+            return self.containers[0].restarts
+        return None
 
     @property
     def state(self) -> EngineState | None:
@@ -114,7 +137,7 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         gpu_memory_utilization=_share(body.get("spec") or {}),
         scheduled=bool((body.get("spec") or {}).get("nodeName")) or bool(status.get("podIP")),
         deleting=bool(meta.get("deletionTimestamp")),
-        engine_restarts=_engine_restarts(body.get("spec") or {}, status),
+        containers=_containers(body.get("spec") or {}, status),
         resource_version=str(meta.get("resourceVersion") or ""),
         claims=frozenset(
             str(claim.get("resourceClaimName"))
@@ -124,27 +147,25 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
     )
 
 
-def _engine_restarts(spec: Mapping[str, Any], status: Mapping[str, Any]) -> int | None:
-    """The restart count of the container that runs the engine: the pod's only container, or
-    the one whose command or arguments name vllm or its --gpu-memory-utilization flag."""
-    containers = [c for c in spec.get("containers") or [] if isinstance(c, Mapping)]
-    if len(containers) == 1:
-        name = containers[0].get("name")
-    else:
-        engines = [c.get("name") for c in containers if _runs_vllm(c)]
-        if len(engines) != 1:
-            return None
-        name = engines[0]
-    for container in status.get("containerStatuses") or []:
-        if isinstance(container, Mapping) and container.get("name") == name:
-            count = container.get("restartCount")
-            return count if isinstance(count, int) else None
-    return None
-
-
-def _runs_vllm(container: Mapping[str, Any]) -> bool:
-    words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
-    return any("vllm" in w or w.startswith(VLLM_SHARE_FLAG) for w in words)
+def _containers(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[Container, ...]:
+    restarts = {
+        c.get("name"): c.get("restartCount")
+        for c in status.get("containerStatuses") or []
+        if isinstance(c, Mapping)
+    }
+    found = []
+    for container in spec.get("containers") or []:
+        if not isinstance(container, Mapping):
+            continue
+        ports = frozenset(
+            p["containerPort"]
+            for p in container.get("ports") or []
+            if isinstance(p, Mapping) and isinstance(p.get("containerPort"), int)
+        )
+        count = restarts.get(container.get("name"))
+        name = str(container.get("name") or "")
+        found.append(Container(name, ports, count if isinstance(count, int) else None))
+    return tuple(found)
 
 
 def _level(text: object) -> int | None:

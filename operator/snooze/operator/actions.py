@@ -25,7 +25,7 @@ from snooze.kube.pods import (
     format_time,
 )
 from snooze.models import STATE_LABEL, EngineState, InferenceModelSpec
-from snooze.operator.memory import EngineMemory, ModelMemory
+from snooze.operator.memory import EngineMemory, ModelMemory, Process
 from snooze.operator.metrics import OperatorMetrics
 from snooze.policy.sleep import Action, ActionKind, retry_delay
 
@@ -361,7 +361,7 @@ class Executor:
         engine.sleep_level = level
         engine.sleeping = True  # what the next probe would say: a GPU pool counts on it now
         if level == 1:
-            engine.note_host_copy(pod.engine_restarts)
+            engine.note_host_copy(Process(pod.uid, pod.engine_restarts(spec.engine.port)))
         self.memory.last_sleep_time = finished
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Asleep").inc()
         self.metrics.sleep_duration.labels(self.namespace, str(level)).observe(finished - started)

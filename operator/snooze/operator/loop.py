@@ -29,7 +29,13 @@ from snooze.models import (
 from snooze.operator import status
 from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
 from snooze.operator.foresight import Foresight
-from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory, rebuild
+from snooze.operator.memory import (
+    UNREACHABLE_AFTER,
+    EngineMemory,
+    ModelMemory,
+    Process,
+    rebuild,
+)
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import Directive, PoolHub
 from snooze.operator.scaling import Scaler
@@ -524,7 +530,7 @@ class ModelLoop:
                 engine.last_probe = now
                 level = engine.sleep_level or pod.sleep_level or spec.sleep.level
                 if result.sleeping and level == 1:
-                    engine.note_host_copy(pod.engine_restarts)
+                    engine.note_host_copy(Process(pod.uid, pod.engine_restarts(spec.engine.port)))
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
             views.append(

@@ -25,6 +25,22 @@ UNREACHABLE_AFTER = 2
 SLEEP_MODE_DISABLED = "SleepModeDisabled"
 
 
+@dataclass(frozen=True)
+class Process:
+    """One run of an engine: its pod, and the restart count of the container it runs in."""
+
+    pod_uid: str
+    restarts: int | None
+    """None: the pod does not say which container is the engine's (PodInfo.engine_restarts)."""
+
+    def same_as(self, other: Process) -> bool:
+        """Possibly the same run: the same pod, and no restart between them that both counts
+        show (an unknown count proves nothing, so it is taken as the same run)."""
+        return self.pod_uid == other.pod_uid and (
+            self.restarts is None or other.restarts is None or self.restarts == other.restarts
+        )
+
+
 @dataclass(kw_only=True)
 class EngineMemory:
     """One engine (pod) as the operator has followed it."""
@@ -82,9 +98,9 @@ class EngineMemory:
     """What the last failed probe met (names the URL it tried)."""
     unanswered_since: float | None = None
     """When the first of the probes in a row that got no answer failed."""
-    host_copy_at: int | None = None
-    """The engine container's restartCount when it was last seen asleep at level 1 (-1: the
-    count was unknown); None: never seen so. See holds_host_copy."""
+    host_copy: Process | None = None
+    """The engine process last seen asleep at level 1; None: never seen so. See
+    holds_host_copy."""
     sleep_failures: int = 0
     """Failed sleeps in a row: each backs the next try off, as failed wakes do."""
     last_sleep_failure: float | None = None
@@ -99,15 +115,14 @@ class EngineMemory:
     """(probe time, requests finished since the previous probe) over the last RECENT_WINDOW
     seconds: how often it is asked for, which a GPU pool's Cheapest order weighs."""
 
-    def note_host_copy(self, restarts: int | None) -> None:
+    def note_host_copy(self, process: Process) -> None:
         """It is asleep at level 1: its process holds a pinned copy of its weights from now
         until it ends (PyTorch's caching host allocator keeps the blocks after the wake)."""
-        self.host_copy_at = -1 if restarts is None else restarts
+        self.host_copy = process
 
-    def holds_host_copy(self, restarts: int | None) -> bool:
-        """Its process still holds that copy: the engine container has not restarted since."""
-        at = self.host_copy_at
-        return at is not None and (restarts is None or at in (-1, restarts))
+    def holds_host_copy(self, process: Process) -> bool:
+        """That process still runs, so it still holds the copy."""
+        return self.host_copy is not None and self.host_copy.same_as(process)
 
     def note_served(self, total: float, now: float) -> None:
         """Count what its success counter moved by since the last probe (an engine that

@@ -17,7 +17,7 @@ from snooze.gpupool import POOL_LABEL, GPUPoolSpec, parse_pool_spec
 from snooze.kube.api import KubeApi, Ref
 from snooze.kube.pods import PodInfo
 from snooze.models import GROUP, VERSION, EngineState, InferenceModelSpec, SpecError
-from snooze.operator.memory import EngineMemory
+from snooze.operator.memory import EngineMemory, Process
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.status import ConditionValue, conditions
 from snooze.policy.pool import (
@@ -156,9 +156,8 @@ class PoolLoop:
         self._evictions = int(self._written.get("evictions") or 0)
         self._told: str | None = None
         self._sources: dict[str, MemberSource] = {}
-        self._processes: dict[str, tuple[str, int | None]] = {}
-        """Member -> its pod's uid and its engine container's restarts: which engine process
-        the status's hostCopy speaks of."""
+        self._processes: dict[str, Process] = {}
+        """Member -> its engine's process: which one the status's hostCopy speaks of."""
 
     # -- what the model loops call ------------------------------------------------------------
 
@@ -275,6 +274,12 @@ class PoolLoop:
         needs: dict[str, ModelNeeds] = {}
         sources: dict[str, MemberSource] = {}
         claims = self.hub.claims(self.namespace)
+        # What the pool's status says of each member's copy, read once for the whole cycle.
+        copies = {
+            str(entry.get("pod")): Process(str(entry.get("podUID")), _count(entry.get("restarts")))
+            for entry in self._written.get("members") or []
+            if isinstance(entry, Mapping) and entry.get("hostCopy") is True
+        }
         for source in self.models():
             model_spec = source.spec
             for pod in source.selected:
@@ -283,7 +288,7 @@ class PoolLoop:
                 if not pod.scheduled:
                     continue  # not on any node yet (Pending): it holds nothing on this device
                 sources[pod.name] = source
-                members.append(self._member(spec, source, pod, now))
+                members.append(self._member(spec, source, pod, copies, now))
             if model_spec is not None and any(s is source for s in sources.values()):
                 needs[source.name] = ModelNeeds(
                     min_awake=model_spec.min_awake,
@@ -291,7 +296,14 @@ class PoolLoop:
                 )
         return members, needs, sources
 
-    def _member(self, spec: GPUPoolSpec, source: MemberSource, pod: PodInfo, now: float) -> Member:
+    def _member(
+        self,
+        spec: GPUPoolSpec,
+        source: MemberSource,
+        pod: PodInfo,
+        copies: Mapping[str, Process],
+        now: float,
+    ) -> Member:
         model_spec = source.spec
         engine = source.engine_memory(pod.name)
         pool_spec = None if model_spec is None else model_spec.pool
@@ -317,7 +329,10 @@ class PoolLoop:
             state, residue = MemberState.ASLEEP, footprint
         if state is MemberState.ASLEEP and engine is not None and engine.sleep_level:
             level = engine.sleep_level
-        self._processes[pod.name] = (pod.uid, pod.engine_restarts)
+        port = model_spec.engine.port if model_spec is not None else None
+        process = Process(pod.uid, None if port is None else pod.engine_restarts(port))
+        self._processes[pod.name] = process
+        written = copies.get(pod.name)
         awake_since = None if engine is None else engine.state_since.get(EngineState.AWAKE.value)
         return Member(
             pod=pod.name,
@@ -333,22 +348,10 @@ class PoolLoop:
             level=level,
             wake_seconds=source.last_wake_seconds or WAKE_SECONDS.get(level, 1.0),
             weights=weights,
-            host_copy=self._holds_host_copy(pod, engine),
-        )
-
-    def _holds_host_copy(self, pod: PodInfo, engine: EngineMemory | None) -> bool:
-        """Its engine process keeps a pinned copy of its weights: seen asleep at level 1 by
-        this operator, or by the one before it (the pool's status says so of the same process:
-        same pod, same restart count of its engine container)."""
-        if engine is not None and engine.holds_host_copy(pod.engine_restarts):
-            return True
-        return any(
-            entry.get("pod") == pod.name
-            and entry.get("hostCopy") is True
-            and entry.get("podUID") == pod.uid
-            and (pod.engine_restarts is None or entry.get("restarts") == pod.engine_restarts)
-            for entry in self._written.get("members") or []
-            if isinstance(entry, Mapping)
+            # Its engine process keeps a pinned copy of its weights: seen asleep at level 1
+            # by this operator, or by the one before it (the status's copy of the same run).
+            host_copy=(engine is not None and engine.holds_host_copy(process))
+            or (written is not None and written.same_as(process)),
         )
 
     def _publish(
@@ -468,8 +471,7 @@ class PoolLoop:
                     "holdsBytes": 0 if m.pod in decision.unplaced else m.held,
                     "hostBytes": m.weights if holds_host_memory(m) else 0,
                     "hostCopy": m.host_copy,
-                    "podUID": self._processes.get(m.pod, ("", None))[0],
-                    "restarts": self._processes.get(m.pod, ("", None))[1],
+                    **_process_fields(self._processes.get(m.pod)),
                     "priority": m.priority,
                 }
                 for m in sorted(members, key=lambda m: m.pod)
@@ -507,6 +509,16 @@ class PoolLoop:
             return
         await self.api.patch(pools_ref(self.namespace), self.name, {"status": new}, sub="status")
         self._written = new
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _process_fields(process: Process | None) -> JSON:
+    if process is None:
+        return {"podUID": "", "restarts": None}
+    return {"podUID": process.pod_uid, "restarts": process.restarts}
 
 
 def _shown_state(member: Member, decision: PoolDecision) -> str:
