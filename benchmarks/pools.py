@@ -112,9 +112,10 @@ def scrape(url: str) -> dict[str, float]:
                     continue
                 key = name
             elif name.startswith(("snooze_wake_duration_seconds", "snooze_sleep_duration_seconds")):
-                if not labels.get("model", "").startswith("m") or name.endswith(
-                    ("_bucket", "_created")
-                ):
+                # Wakes are per model (the benchmark's are m0, m1, ...); sleeps are per
+                # namespace only, and the benchmark's models are all that run in NS.
+                mine = labels.get("model", "").startswith("m") or labels.get("namespace") == NS
+                if not mine or name.endswith(("_bucket", "_created")):
                     continue
                 key = name
             else:

@@ -36,6 +36,9 @@ def test_the_pools_benchmark_reports_figures_that_add_up(tmp_path: Path) -> None
     assert sum(s["requests"] for s in by_state.values()) == requests["answered"]
     # Two of the three fit: the one left asleep at the start is woken for its requests.
     assert report["per_hour"]["wakes"] > 0
+    # The operator's own timings of those sleeps and wakes, in trace seconds, are read back.
+    assert report["wake_seconds_measured_mean"] > 0
+    assert report["sleep_seconds_measured_mean"] > 0
     assert report["wake_ooms"]["trace"] == 0
     assert report["start_refusals"]["trace"] == 0
     assert report["target"]["models_per_gpu_at_least_4"] is False
