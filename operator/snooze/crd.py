@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from snooze import gpupool, models
+from snooze import gpupool, models, modelstatus
 
 JSON = dict[str, Any]
 
@@ -141,7 +141,7 @@ def spec_schema() -> JSON:
 
 
 def status_schema() -> JSON:
-    status = _object_schema(models.InferenceModelStatus)
+    status = _object_schema(modelstatus.InferenceModelStatus)
     # Status is written by the operator alone; defaults would only hide what it has not said.
     _strip_defaults(status)
     # One condition per type, merged by type, as metav1.Condition lists are (+listType=map).

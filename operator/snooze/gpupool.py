@@ -9,14 +9,13 @@ from pydantic import Field, ValidationError
 
 from snooze.durations import parse_duration
 from snooze.models import (
-    Condition,
     Duration,
     Quantity,
     SpecError,
-    Status,
     Wire,
     describe_validation_error,
 )
+from snooze.modelstatus import Condition, Status
 from snooze.quantities import parse_quantity
 
 KIND = "GPUPool"

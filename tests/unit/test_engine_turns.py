@@ -10,8 +10,8 @@ import pytest
 
 from snooze.engine.http import EngineHttp, Turns
 from snooze.engine.probe import Prober
-from snooze.operator.loop import first_try
 from snooze.operator.memory import EngineMemory
+from snooze.operator.observe import first_try
 
 
 async def test_urgent_waiters_go_first_and_each_kind_keeps_its_order() -> None:

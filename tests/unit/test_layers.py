@@ -28,6 +28,7 @@ FORBIDDEN = (
 ALLOWED_FIRST_PARTY = {
     "snooze.models",
     "snooze.gpupool",
+    "snooze.modelstatus",
     "snooze.keepawake",
     "snooze.durations",
     "snooze.quantities",
@@ -110,6 +111,7 @@ def test_the_policy_modules_are_found() -> None:
 API_TYPES = [
     "snooze.models",
     "snooze.gpupool",
+    "snooze.modelstatus",
     "snooze.keepawake",
     "snooze.durations",
     "snooze.quantities",
@@ -119,7 +121,12 @@ API_TYPES = [
 @pytest.mark.parametrize("module", [*POLICY_MODULES, *API_TYPES])
 def test_policy_layer_imports_only_stdlib_and_the_spec(module: str) -> None:
     path = Path(importlib.import_module(module).__file__ or "")
-    pydantic = module in ("snooze.models", "snooze.gpupool", "snooze.keepawake")
+    pydantic = module in (
+        "snooze.models",
+        "snooze.modelstatus",
+        "snooze.gpupool",
+        "snooze.keepawake",
+    )
     allowed_third_party = PURE_THIRD_PARTY | ({"pydantic", "pydantic_core"} if pydantic else set())
     for name in sorted(imports_of(path)):
         top = name.split(".")[0]

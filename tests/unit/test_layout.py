@@ -40,6 +40,14 @@ def test_every_package_and_top_level_module_is_in_the_table() -> None:
     assert not unnamed, f"README's layout table does not mention {unnamed}"
 
 
+def test_the_rows_of_the_core_packages_name_each_of_their_modules() -> None:
+    for package in ("policy", "operator", "engine", "kube"):
+        [row] = [r for r in layout_rows() if r.startswith(f"| `operator/snooze/{package}/`")]
+        named = set(re.findall(r"`([a-z_]+\.py)`", row))
+        modules = {p.name for p in (PACKAGE / package).glob("*.py") if p.name != "__init__.py"}
+        assert modules <= named, f"the {package}/ row does not name {sorted(modules - named)}"
+
+
 def test_every_package_says_what_lives_there() -> None:
     for init in PACKAGE.rglob("__init__.py"):
         text = init.read_text().lstrip()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from snooze.kube.pods import PodInfo
-from snooze.models import Condition, InferenceModelStatus, PodStatus
+from snooze.modelstatus import Condition, InferenceModelStatus, PodStatus
 from snooze.operator import status
 from snooze.operator.memory import EngineMemory, ModelMemory
 

@@ -5,21 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snooze.engine.client import EngineHttp, SleepState
-from snooze.engine.errors import EngineError
+from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
-from snooze.kube.api import KubeApi, models_ref
-from snooze.kube.pods import PodInfo, format_time, parse_time
+from snooze.kube.api import KubeApi
+from snooze.kube.pods import PodInfo, parse_time
 from snooze.models import (
     WAKE_REQUESTED_ANNOTATION,
-    DesiredState,
     EngineState,
     InferenceModelSpec,
     LabelSelector,
@@ -30,14 +27,14 @@ from snooze.operator import status
 from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
 from snooze.operator.foresight import Foresight
 from snooze.operator.memory import (
-    UNREACHABLE_AFTER,
     EngineMemory,
     ModelMemory,
-    Process,
     rebuild,
 )
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.observe import Probe, first_try, note_answer, note_reachability, probe
 from snooze.operator.pools import Directive, PoolHub
+from snooze.operator.reporter import StatusReporter
 from snooze.operator.scaling import Scaler
 from snooze.policy import claims, probing
 from snooze.policy import scale as scale_policy
@@ -47,51 +44,6 @@ from snooze.quantities import format_gib
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Probe:
-    pod: str
-    sleeping: bool | None
-    in_flight: int = 0
-    success_total: float | None = None
-    sleep_level: int | None = None
-    gpu_share: float | None = None
-    sleeps_in_flight: int | None = None
-    error: str = ""
-    """Why the probe got no answer (names the URL), when it got none."""
-
-
-async def probe(
-    prober: Prober, url: str, pod: str, *, share_known: bool, urgent: bool = False
-) -> Probe:
-    """A filtered `/metrics` scrape; `/is_sleeping` too when the engine does not publish
-    `vllm:engine_sleep_state` (before vLLM 0.11.1). One request per probe rather than two:
-    at a thousand models, HTTP requests are most of the operator's CPU. `urgent` probes take
-    their turn before routine ones."""
-    try:
-        activity = await prober.activity(url, share_known=share_known, urgent=urgent)
-        if activity.sleep_state is not None:
-            sleeping = activity.sleep_state is not SleepState.AWAKE
-        else:
-            sleeping = await prober.is_sleeping(url, urgent=urgent)
-    except EngineError as exc:
-        log.debug("probe of %s failed: %s", pod, exc)
-        return Probe(pod=pod, sleeping=None, error=str(exc))
-    return Probe(
-        pod=pod,
-        sleeping=sleeping,
-        in_flight=activity.in_flight,
-        success_total=activity.success_total,
-        sleep_level=activity.sleep_level,
-        gpu_share=activity.gpu_memory_utilization,
-        sleeps_in_flight=activity.sleeps_in_flight,
-    )
-
-
-def first_try(engine: EngineMemory) -> bool:
-    """Whether this is the first probe of an engine that has never answered one."""
-    return engine.last_probe is None and not engine.answered
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +106,6 @@ class ModelLoop:
         self._conflicts: dict[str, str] = {}
         """The conflicts (kind -> message) last reported by Event, so each is told once."""
         self.metrics = metrics
-        self._counted_at: float | None = None
         self.name = name
         self.body = body  # kopf's live view: it follows the resource as it changes
         self.pods = pods
@@ -183,17 +134,26 @@ class ModelLoop:
         self.scaler = Scaler(
             namespace=namespace, model=name, api=api, memory=self.memory, emit=emit, metrics=metrics
         )
-        self.written: JSON = dict(body.get("status") or {})
-        self._status_written_at = -math.inf
+        written: JSON = dict(body.get("status") or {})
         self.foresight = Foresight(
             namespace=namespace,
             name=name,
-            status=self.written,
+            status=written,
             emit=emit,
             metrics=metrics,
             probe_interval=settings.probe_interval,
         )
-        self._reported_error: str | None = None
+        self.reporter = StatusReporter(
+            namespace=namespace,
+            name=name,
+            api=api,
+            settings=settings,
+            emit=emit,
+            metrics=metrics,
+            memory=self.memory,
+            foresight=self.foresight,
+            written=written,
+        )
         self._no_pods = False
         """A NoPods Event was posted and no pod has matched since."""
         self.selector: LabelSelector | None = None
@@ -263,7 +223,7 @@ class ModelLoop:
         self.memory.generation = generation
         parsed = self.spec_memo.validate(dict(self.body.get("spec") or {}))
         if isinstance(parsed, SpecError):
-            await self._report_invalid(str(parsed), generation, now)
+            await self.reporter.invalid(str(parsed), generation, now)
             return
         spec = parsed
         workload = await self.scaler.workload(spec)
@@ -276,11 +236,9 @@ class ModelLoop:
                 template_labels=workload.template_labels,
             )
             if problem is not None:
-                await self._report_invalid(problem, generation, now)
+                await self.reporter.invalid(problem, generation, now)
                 return
-        if self._reported_error is not None:
-            self.emit("Normal", "SpecValid", "the spec is valid again; resuming")
-            self._reported_error = None
+        self.reporter.valid()
 
         self.selector = spec.selector
         selected = [p for p in self.pods(spec.selector) if spec.selector.matches(p.labels)]
@@ -339,7 +297,7 @@ class ModelLoop:
             1 for p in pods if p.ready and status.operator_view(self.memory, p) is EngineState.AWAKE
         )
         self.scaler.check_cold_start(spec, awake, now)
-        await self._write_status(
+        await self.reporter.write(
             spec, selected, generation, now, replicas=replicas, conflicts=conflicts, waiting=waiting
         )
 
@@ -488,49 +446,17 @@ class ModelLoop:
                 engine.sleep_failure_reason = engine.sleep_failure_message = ""
             result = results.get(pod.name)
             if result is not None:
-                self._note_reachability(pod.name, engine, result)
-            if result is not None and result.sleeping is not None and not engine.answered:
-                # Its idle clock starts when its engine first answers, not when its pod was
-                # first seen: a model that loads longer than idle.after is not slept the
-                # moment it is ready.
-                engine.answered = True
-                engine.last_activity = max(engine.last_activity, now)
-            answered = result is not None and result.sleeping is not None
-            traffic = self.traffic(self.namespace, pod.name)
-            activity = probing.seen(
+                note_reachability(pod.name, engine, result, self.emit)
+            note_answer(
+                self.memory,
+                engine,
+                pod,
+                spec,
+                result,
+                traffic=self.traffic(self.namespace, pod.name),
+                probed_at=probed_at,
                 now=now,
-                last_activity=engine.last_activity,
-                probe=probing.Probed(
-                    in_flight=result.in_flight, total=result.success_total, at=probed_at
-                )
-                if answered and result is not None
-                else None,
-                previous_total=engine.success_total,
-                traffic=traffic,
-                ledger=engine.ledger,
-                direct_before=engine.direct_activity,
             )
-            engine.busy, engine.direct_activity = activity.busy, activity.direct_activity
-            engine.ledger = activity.ledger
-            if activity.last_activity > engine.last_activity:
-                engine.last_activity = activity.last_activity
-                self.memory.last_activity = max(
-                    self.memory.last_activity or 0, activity.last_activity
-                )
-            if answered and result is not None:
-                if result.success_total is not None:
-                    engine.note_served(result.success_total, now)
-                engine.success_total = result.success_total
-                engine.gpu_share = result.gpu_share or engine.gpu_share
-                engine.sleeps_in_flight = result.sleeps_in_flight
-                if result.sleep_level is not None:
-                    engine.sleep_level = result.sleep_level
-            if result is not None:
-                engine.sleeping = result.sleeping
-                engine.last_probe = now
-                level = engine.sleep_level or pod.sleep_level or spec.sleep.level
-                if result.sleeping and level == 1:
-                    engine.note_host_copy(Process(pod.uid, pod.engine_restarts(spec.engine.port)))
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
             views.append(
@@ -575,109 +501,3 @@ class ModelLoop:
             # before the routine probes of engines already published.
             urgent=first_try(engine),
         )
-
-    def _note_reachability(self, pod: str, engine: EngineMemory, result: Probe) -> None:
-        """Count probes in a row without an answer; tell when an engine becomes unreachable
-        (naming the URL tried) and when it answers again."""
-        was = engine.unreachable
-        unanswered_since = engine.unanswered_since
-        if result.sleeping is None:
-            if engine.probe_failures == 0:
-                engine.unanswered_since = time.time()
-            engine.probe_failures += 1
-            engine.probe_error = result.error
-        else:
-            engine.probe_failures, engine.probe_error = 0, ""
-            engine.unanswered_since = None
-        if engine.unreachable and not was:
-            self.emit(
-                "Warning",
-                "EngineUnreachable",
-                f"{pod}: no answer to {UNREACHABLE_AFTER} probes in a row, so it gets no "
-                f"requests until it answers: {engine.probe_error}",
-            )
-        elif was and not engine.unreachable:
-            # It got no requests while unreachable (the gateway routes none to it): its idle
-            # clock stood still meanwhile, or it would be put to sleep the moment it is back.
-            # Paused, not restarted: probes that time out because the operator itself is
-            # overloaded (thousands of engines falling idle at once) would otherwise give
-            # every engine they touch a whole new idle.after.
-            now = time.time()
-            unreachable_for = now - (unanswered_since or now)
-            engine.last_activity = min(now, engine.last_activity + unreachable_for)
-            self.emit("Normal", "EngineReachable", f"{pod}: the engine answers again")
-
-    async def _report_invalid(self, message: str, generation: int | None, now: float) -> None:
-        if message != self._reported_error:
-            self.emit("Warning", "InvalidSpec", message)
-            self._reported_error = message
-        # An invalid spec claims no model name: it must not keep a valid model from its own.
-        new = status.build(
-            model_name="",
-            pods=[],
-            memory=self.memory,
-            previous=self.written,
-            generation=generation,
-            now=now,
-            spec_error=message,
-        )
-        await self._patch_status(new)
-
-    async def _write_status(
-        self,
-        spec: InferenceModelSpec,
-        pods: list[PodInfo],
-        generation: int | None,
-        now: float,
-        *,
-        replicas: int | None,
-        conflicts: status.Conflicts,
-        waiting: str | None,
-    ) -> None:
-        new = status.build(
-            model_name=spec.model_name or self.name,
-            pods=pods,
-            memory=self.memory,
-            previous=self.written,
-            generation=generation,
-            now=now,
-            replicas=replicas,
-            conflicts=conflicts,
-            waiting_for_room=waiting,
-            selector=spec.selector.to_label_selector(),
-            namespace=self.namespace,
-            can_wake=spec.desired_state is DesiredState.AWAKE
-            or (spec.desired_state is DesiredState.AUTO and spec.wake.on_request),
-        )
-        new.update(self.foresight.status(spec, now))
-        self._count(pods, str(new["phase"]), now)
-        await self._patch_status(new)
-
-    def _count(self, pods: list[PodInfo], phase: str, now: float) -> None:
-        """Publish engine states and phase, and add the engine-seconds asleep since last time."""
-        states = {p.name: (p.state.value if p.ready and p.state else None) for p in pods}
-        self.metrics.set_engine_states(self.namespace, self.name, states)
-        self.metrics.set_phase(self.namespace, self.name, phase)
-        if self._counted_at is not None:
-            asleep = sum(1 for p in pods if p.ready and p.state is EngineState.ASLEEP)
-            if asleep:
-                self.metrics.asleep_seconds.labels(self.namespace, self.name).inc(
-                    asleep * (now - self._counted_at)
-                )
-        self._counted_at = now
-
-    async def _patch_status(self, new: JSON) -> None:
-        if new == {k: self.written.get(k) for k in new}:
-            return  # nothing changed: no API write
-        now = time.monotonic()
-        if (
-            status.only_activity_moved(self.written, new)
-            and now - self._status_written_at < self.settings.status_interval
-        ):
-            # A busy model's activity times move at every probe: written at most once per
-            # status interval, so that API writes do not grow with traffic.
-            return
-        new = {**new, "activityWrittenTime": format_time(time.time())}
-        await self.api.patch(models_ref(self.namespace), self.name, {"status": new}, sub="status")
-        self.written = new
-        self._status_written_at = now

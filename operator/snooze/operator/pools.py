@@ -19,7 +19,7 @@ from snooze.kube.pods import PodInfo
 from snooze.models import GROUP, VERSION, EngineState, InferenceModelSpec, SpecError
 from snooze.operator.memory import EngineMemory, Process
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.status import ConditionValue, conditions
+from snooze.operator.poolstatus import invalid_pool_status, pool_status
 from snooze.policy.pool import (
     HEADROOM,
     Headroom,
@@ -31,11 +31,8 @@ from snooze.policy.pool import (
     Waiting,
     WakeAsk,
     decide_pool,
-    holds_host_memory,
-    host_memory_used,
     overcommitted,
 )
-from snooze.quantities import format_gib
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -418,91 +415,38 @@ class PoolLoop:
             self.namespace, self.name, awake=awake, asleep=asleep, free=max(free, 0)
         )
         problem = overcommitted(memory, members)
-        awake_members = sum(1 for m in members if m.state is MemberState.AWAKE)
         self.metrics.set_pool_members(
             self.namespace,
             self.name,
-            awake=awake_members,
+            awake=sum(1 for m in members if m.state is MemberState.AWAKE),
             waiting=len(decision.waiting),
             overcommitted=problem is not None,
         )
         claim = spec.resource_claim_name
         holder = self.hub.claims(self.namespace).get(claim) if claim else None
-        claim_clash = holder is not None and holder != self.name
         if problem != self._told and problem is not None:
             self.emit("Warning", "Overcommitted", problem)
         self._told = problem
-        values = [
-            ConditionValue(type="SpecValid", status=True, reason="Valid", message=""),
-            ConditionValue(
-                type="ClaimConflict",
-                status=claim_clash,
-                reason="ClaimNamedTwice" if claim_clash else "NoConflict",
-                message=(
-                    f"GPUPool {holder} names ResourceClaim {claim} too and holds its pods: "
-                    "give each pool its own claim"
-                )
-                if claim_clash
-                else "no other pool names this pool's ResourceClaim",
-            ),
-            ConditionValue(
-                type="Overcommitted",
-                status=problem is not None,
-                reason="FootprintsExceedMemory" if problem else "Fits",
-                message=problem or "every member fits awake beside the others asleep",
-            ),
-        ]
-        return {
-            "memoryBytes": memory,
-            "usedBytes": decision.used,
-            "awakeBytes": awake,
-            "asleepBytes": asleep,
-            "freeBytes": free,
-            "used": f"{format_gib(decision.used)}/{format_gib(memory)}",
-            "awake": awake_members,
-            "hostMemoryBytes": spec.host_memory_bytes,
-            "hostUsedBytes": host_memory_used(members),
-            "members": [
-                {
-                    "pod": m.pod,
-                    "model": m.model,
-                    "state": _shown_state(m, decision),
-                    "footprintBytes": m.footprint,
-                    "holdsBytes": 0 if m.pod in decision.unplaced else m.held,
-                    "hostBytes": m.weights if holds_host_memory(m) else 0,
-                    "hostCopy": m.host_copy,
-                    **_process_fields(self._processes.get(m.pod)),
-                    "priority": m.priority,
-                }
-                for m in sorted(members, key=lambda m: m.pod)
-            ],
-            "waiting": len(decision.waiting),
-            "waitingModels": list(dict.fromkeys(w.model for w in decision.waiting)),
-            "evictions": self._evictions,
-            "conditions": conditions(
-                self._written.get("conditions") or [], values, now=now, generation=generation
-            ),
-            "observedGeneration": generation,
-        }
+        return pool_status(
+            spec,
+            members,
+            decision,
+            awake=awake,
+            asleep=asleep,
+            problem=problem,
+            claim_holder=None if holder == self.name else holder,
+            processes=self._processes,
+            evictions=self._evictions,
+            previous=self._written,
+            generation=generation,
+            now=now,
+        )
 
     def _invalid_status(self, message: str, generation: int | None, now: float) -> JSON:
         if message != self._told:
             self.emit("Warning", "InvalidSpec", message)
             self._told = message
-        values = [
-            ConditionValue(
-                type="SpecValid",
-                status=False,
-                reason="InvalidSpec",
-                message=f"{message}. Fix the spec: its members wake for nobody until then.",
-            )
-        ]
-        return {
-            "conditions": conditions(
-                self._written.get("conditions") or [], values, now=now, generation=generation
-            ),
-            "observedGeneration": generation,
-        }
+        return invalid_pool_status(message, previous=self._written, generation=generation, now=now)
 
     async def _write_status(self, new: JSON) -> None:
         if new == {k: self._written.get(k) for k in new}:
@@ -513,20 +457,6 @@ class PoolLoop:
 
 def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _process_fields(process: Process | None) -> JSON:
-    if process is None:
-        return {"podUID": "", "restarts": None}
-    return {"podUID": process.pod_uid, "restarts": process.restarts}
-
-
-def _shown_state(member: Member, decision: PoolDecision) -> str:
-    if member.pod in decision.evict:
-        return "evicting"
-    if member.pod in decision.unplaced:
-        return "waitingForRoom"  # starting, and refused by the device until room is made
-    return member.state.value
 
 
 def _state(pod: PodInfo, engine: EngineMemory | None) -> MemberState:

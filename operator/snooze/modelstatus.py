@@ -1,0 +1,141 @@
+"""The status of an InferenceModel and the condition shape GPUPools share: written by the
+operator only, lenient on read (extra fields ignored) so that an operator of a newer release
+never chokes on what an older one wrote, and the other way round."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from snooze.keepawake import PrewakeStatus, WindowStatus
+from snooze.models import Phase
+
+
+class Status(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        use_attribute_docstrings=True,
+    )
+
+
+# metav1.Condition's bounds (k8s.io/apimachinery/pkg/apis/meta/v1/types.go): a qualified name
+# for the type, a CamelCase reason.
+CONDITION_TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+class Condition(Status):
+    """A condition with the fields, formats and bounds of Kubernetes' metav1.Condition."""
+
+    type: str = Field(max_length=316, pattern=CONDITION_TYPE_PATTERN)
+    """Ready (the model can serve: an engine is awake, or a request can wake one), Awake (an
+    engine is awake now), Asleep (every ready engine sleeps), WakeFailed, SleepFailed,
+    SpecValid, Conflict (another model holds this one's model name), SharedPods (another model
+    selects some of its pods) or WaitingForRoom (a wake waits for its GPU pool to make room);
+    on a GPUPool, SpecValid, Overcommitted and ClaimConflict."""
+    status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
+    observed_generation: int | None = Field(
+        default=None, ge=0, json_schema_extra={"format": "int64"}
+    )
+    """The metadata.generation this condition was computed from."""
+    last_transition_time: datetime
+    """When status last changed."""
+    reason: str = Field(min_length=1, max_length=1024, pattern=CONDITION_REASON_PATTERN)
+    """A CamelCase word for programs."""
+    message: str = Field(max_length=32768)
+    """What happened and what to do, for people; may be empty."""
+
+
+class PodStatus(Status):
+    """One engine, as the operator last saw it."""
+
+    name: str
+    """The pod's name."""
+    uid: str = ""
+    """The pod's uid: this entry speaks of that pod only, not of one recreated under its name."""
+    state: str
+    """awake, draining, asleep, waking, failed, unready, unknown, unreachable, or shared
+    (selected by another InferenceModel too: acted on by neither)."""
+    since: datetime | None = None
+    """When the pod entered this state."""
+    last_activity_time: datetime | None = None
+    """When the engine last had a request running or waiting, or finished one."""
+    wake_failures: int = 0
+    """Failed wakes in a row."""
+    failure_reason: str = ""
+    """Why the last wake failed: HybridKVCacheReinit, Timeout, Unreachable or EngineError."""
+    last_failure_time: datetime | None = None
+    """When the last wake failed."""
+    sleep_failures: int = 0
+    """Failed sleeps in a row."""
+    sleep_failure_reason: str = ""
+    """Why the last sleep failed: SleepModeDisabled (the engine runs without sleep mode:
+    Snooze keeps it awake until the pod or the spec changes), Timeout, Unreachable or
+    EngineError."""
+    message: str = ""
+    """Why the pod is in this state, when that is worth saying."""
+
+
+class InferenceModelStatus(Status):
+    """What the operator last saw and did; the summary for people and dashboards."""
+
+    phase: Phase = Phase.PENDING
+    """Pending, Awake, Asleep, Waking, Draining, Degraded, ScaledToZero, ScalingUp or Invalid."""
+    model_name: str = ""
+    """The model name that the gateway routes by (empty while the spec is invalid); the model
+    holds it unless its Conflict condition is True."""
+    engines: int = 0
+    """Pods selected."""
+    awake: int = 0
+    """Engines awake and serving."""
+    asleep: int = 0
+    """Engines asleep."""
+    waking: int = 0
+    """Engines being woken."""
+    draining: int = 0
+    """Engines draining before sleep."""
+    pods: list[PodStatus] = Field(default_factory=list)
+    """Per-pod state."""
+    last_activity_time: datetime | None = None
+    """The latest activity seen on any engine."""
+    activity_written_time: datetime | None = None
+    """When the activity times here were last brought up to date: a busy model's are written
+    at most once per the operator's status interval, so later activity may be that much newer
+    (a restarted operator counts it so, and never sleeps an engine on older news)."""
+    last_sleep_time: datetime | None = None
+    """When an engine last went to sleep."""
+    last_wake_time: datetime | None = None
+    """When an engine last finished waking."""
+    last_wake_seconds: float | None = None
+    """How long the last wake took, in seconds."""
+    replicas: int | None = None
+    """The scaleTargetRef workload's replicas, as last seen."""
+    scaled_from_replicas: int | None = None
+    """The replicas the workload had before Snooze scaled it to zero; restored on wake."""
+    scaled_to_zero_time: datetime | None = None
+    """When Snooze scaled the workload to zero."""
+    scale_up_time: datetime | None = None
+    """When Snooze scaled the workload back up, until an engine answers."""
+    manual_scale_time: datetime | None = None
+    """When someone else scaled the workload while Snooze had it at zero, or scaled it to zero
+    themselves: Snooze leaves the scale alone until the model is next active."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Ready, Awake, Asleep, WakeFailed, SleepFailed, SpecValid, Conflict, SharedPods and
+    WaitingForRoom."""
+    observed_generation: int | None = None
+    """The metadata.generation the operator last acted on."""
+    active_window: WindowStatus | None = None
+    """The keep-awake window in force now, if any."""
+    next_window: WindowStatus | None = None
+    """The next keep-awake window to start."""
+    prewake: PrewakeStatus | None = None
+    """What the operator learnt of the model's traffic for pre-wake and idle.after: Auto."""

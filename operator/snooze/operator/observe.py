@@ -1,0 +1,146 @@
+"""What a model's loop learns of its engines: one probe each, and what each answer is noted as."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from snooze.engine.client import SleepState
+from snooze.engine.errors import EngineError
+from snooze.engine.probe import Prober
+from snooze.kube.pods import PodInfo
+from snooze.models import InferenceModelSpec
+from snooze.operator.actions import Emit
+from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory, Process
+from snooze.policy import probing
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probe:
+    pod: str
+    sleeping: bool | None
+    in_flight: int = 0
+    success_total: float | None = None
+    sleep_level: int | None = None
+    gpu_share: float | None = None
+    sleeps_in_flight: int | None = None
+    error: str = ""
+    """Why the probe got no answer (names the URL), when it got none."""
+
+
+async def probe(
+    prober: Prober, url: str, pod: str, *, share_known: bool, urgent: bool = False
+) -> Probe:
+    """A filtered `/metrics` scrape; `/is_sleeping` too when the engine does not publish
+    `vllm:engine_sleep_state` (before vLLM 0.11.1). One request per probe rather than two:
+    at a thousand models, HTTP requests are most of the operator's CPU. `urgent` probes take
+    their turn before routine ones."""
+    try:
+        activity = await prober.activity(url, share_known=share_known, urgent=urgent)
+        if activity.sleep_state is not None:
+            sleeping = activity.sleep_state is not SleepState.AWAKE
+        else:
+            sleeping = await prober.is_sleeping(url, urgent=urgent)
+    except EngineError as exc:
+        log.debug("probe of %s failed: %s", pod, exc)
+        return Probe(pod=pod, sleeping=None, error=str(exc))
+    return Probe(
+        pod=pod,
+        sleeping=sleeping,
+        in_flight=activity.in_flight,
+        success_total=activity.success_total,
+        sleep_level=activity.sleep_level,
+        gpu_share=activity.gpu_memory_utilization,
+        sleeps_in_flight=activity.sleeps_in_flight,
+    )
+
+
+def first_try(engine: EngineMemory) -> bool:
+    """Whether this is the first probe of an engine that has never answered one."""
+    return engine.last_probe is None and not engine.answered
+
+
+def note_answer(
+    memory: ModelMemory,
+    engine: EngineMemory,
+    pod: PodInfo,
+    spec: InferenceModelSpec,
+    result: Probe | None,
+    *,
+    traffic: probing.Traffic | None,
+    probed_at: float,
+    now: float,
+) -> None:
+    """Note on the engine's memory what its probe this cycle said (None: not probed) and the
+    activity the gateway's counters add."""
+    if result is not None and result.sleeping is not None and not engine.answered:
+        # Its idle clock starts when its engine first answers, not when its pod was first
+        # seen: a model that loads longer than idle.after is not slept the moment it is ready.
+        engine.answered = True
+        engine.last_activity = max(engine.last_activity, now)
+    answered = result is not None and result.sleeping is not None
+    activity = probing.seen(
+        now=now,
+        last_activity=engine.last_activity,
+        probe=probing.Probed(in_flight=result.in_flight, total=result.success_total, at=probed_at)
+        if answered and result is not None
+        else None,
+        previous_total=engine.success_total,
+        traffic=traffic,
+        ledger=engine.ledger,
+        direct_before=engine.direct_activity,
+    )
+    engine.busy, engine.direct_activity = activity.busy, activity.direct_activity
+    engine.ledger = activity.ledger
+    if activity.last_activity > engine.last_activity:
+        engine.last_activity = activity.last_activity
+        memory.last_activity = max(memory.last_activity or 0, activity.last_activity)
+    if answered and result is not None:
+        if result.success_total is not None:
+            engine.note_served(result.success_total, now)
+        engine.success_total = result.success_total
+        engine.gpu_share = result.gpu_share or engine.gpu_share
+        engine.sleeps_in_flight = result.sleeps_in_flight
+        if result.sleep_level is not None:
+            engine.sleep_level = result.sleep_level
+    if result is not None:
+        engine.sleeping = result.sleeping
+        engine.last_probe = now
+        level = engine.sleep_level or pod.sleep_level or spec.sleep.level
+        if result.sleeping and level == 1:
+            engine.note_host_copy(Process(pod.uid, pod.engine_restarts(spec.engine.port)))
+
+
+def note_reachability(pod: str, engine: EngineMemory, result: Probe, emit: Emit) -> None:
+    """Count probes in a row without an answer; tell when an engine becomes unreachable
+    (naming the URL tried) and when it answers again."""
+    was = engine.unreachable
+    unanswered_since = engine.unanswered_since
+    if result.sleeping is None:
+        if engine.probe_failures == 0:
+            engine.unanswered_since = time.time()
+        engine.probe_failures += 1
+        engine.probe_error = result.error
+    else:
+        engine.probe_failures, engine.probe_error = 0, ""
+        engine.unanswered_since = None
+    if engine.unreachable and not was:
+        emit(
+            "Warning",
+            "EngineUnreachable",
+            f"{pod}: no answer to {UNREACHABLE_AFTER} probes in a row, so it gets no "
+            f"requests until it answers: {engine.probe_error}",
+        )
+    elif was and not engine.unreachable:
+        # It got no requests while unreachable (the gateway routes none to it): its idle
+        # clock stood still meanwhile, or it would be put to sleep the moment it is back.
+        # Paused, not restarted: probes that time out because the operator itself is
+        # overloaded (thousands of engines falling idle at once) would otherwise give
+        # every engine they touch a whole new idle.after.
+        now = time.time()
+        unreachable_for = now - (unanswered_since or now)
+        engine.last_activity = min(now, engine.last_activity + unreachable_for)
+        emit("Normal", "EngineReachable", f"{pod}: the engine answers again")
