@@ -50,8 +50,11 @@ def test_the_defaults_read_no_gateway() -> None:
         (["--gateway-service", "snooze-gateway-metrics"], "--gateway-service is NAMESPACE/NAME"),
         (["--gateway-metrics", "10.0.0.7:9091/metrics"], "--gateway-metrics '10.0.0.7:9091"),
         (["--gateway-metrics", "ftp://gw/metrics"], "is not an http(s) URL"),
-        (["--drift-interval", "0"], "--drift-interval must be greater than zero"),
-        (["--status-interval", "-1"], "--status-interval must be greater than zero"),
+        (["--drift-interval", "0"], "--drift-interval must be a finite number of seconds"),
+        (["--status-interval", "-1"], "--status-interval must be a finite number of seconds"),
+        (["--probe-interval", "1e400"], "--probe-interval must be a finite number of seconds"),
+        (["--drain-timeout", "nan"], "--drain-timeout must be a finite number of seconds"),
+        (["--drain-timeout", "-5"], "(got -5.0)"),
     ],
 )
 def test_a_wrong_flag_is_refused_by_name(argv: list[str], named: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import urllib.parse
 from typing import TYPE_CHECKING
 
@@ -164,11 +165,16 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
     for flag, value in (
         ("--probe-interval", args.probe_interval),
+        ("--drain-timeout", args.drain_timeout),
         ("--drift-interval", args.drift_interval),
         ("--status-interval", args.status_interval),
     ):
-        if value <= 0:
-            raise SystemExit(f"snooze operator: {flag} must be greater than zero")
+        # argparse's float takes "1e400" (infinity) and "nan", which no timer can wait for.
+        if not (math.isfinite(value) and value > 0):
+            raise SystemExit(
+                f"snooze operator: {flag} must be a finite number of seconds greater than zero "
+                f"(got {value})"
+            )
     if args.gateway_service is not None and args.gateway_service.count("/") != 1:
         raise SystemExit(
             "snooze operator: --gateway-service is NAMESPACE/NAME, such as "
