@@ -144,11 +144,22 @@ def status_schema() -> JSON:
     status = _object_schema(modelstatus.InferenceModelStatus)
     # Status is written by the operator alone; defaults would only hide what it has not said.
     _strip_defaults(status)
+    _conditions_by_type(status)
+    return dict(_ordered(status))
+
+
+def pool_status_schema() -> JSON:
+    status = _object_schema(gpupool.GPUPoolStatus)
+    _strip_defaults(status)
+    _conditions_by_type(status)
+    return dict(_ordered(status))
+
+
+def _conditions_by_type(status: JSON) -> None:
     # One condition per type, merged by type, as metav1.Condition lists are (+listType=map).
     conditions = status["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"
     conditions["x-kubernetes-list-map-keys"] = ["type"]
-    return dict(_ordered(status))
 
 
 def _strip_defaults(schema: Any) -> None:
@@ -190,14 +201,12 @@ def openapi_schema() -> JSON:
 def pool_openapi_schema() -> JSON:
     """The `openAPIV3Schema` of the GPUPool CRD."""
     spec = _object_schema(gpupool.GPUPoolSpec)
-    status = _object_schema(gpupool.GPUPoolStatus)
-    _strip_defaults(status)
     return _openapi(
         "A GPUPool is one GPU that several models' engines share: Snooze keeps awake what fits "
         "in its memory and makes room on demand.",
         gpupool.KIND,
         dict(_ordered(spec)),
-        dict(_ordered(status)),
+        pool_status_schema(),
     )
 
 

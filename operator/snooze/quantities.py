@@ -25,6 +25,7 @@ _SUFFIX = {
     "E": 10**18,
 }
 GIB = 2**30
+MAX_QUANTITY = 2**63 - 1
 
 
 class QuantityError(ValueError):
@@ -48,6 +49,12 @@ def parse_quantity(text: str) -> int:
             value *= _SUFFIX[suffix]
     except (InvalidOperation, OverflowError) as exc:
         raise QuantityError(f"{text!r} is too large a quantity") from exc
+    if value > MAX_QUANTITY:
+        # Kubernetes' resource.Quantity holds at most this; a larger one is surely a typo.
+        raise QuantityError(
+            f"{text!r} is larger than Kubernetes can represent (2^63-1 bytes, about 8Ei): "
+            "write a smaller one"
+        )
     return int(value)
 
 

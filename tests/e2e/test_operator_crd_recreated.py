@@ -10,7 +10,7 @@ import httpx
 import yaml
 from conftest import CRD, Cluster, wait_for
 from processes import Process
-from test_operator_crd_later import bare
+from test_operator_crd_later import POOL_CRD, bare
 
 from snooze import models
 
@@ -19,7 +19,11 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 def served(url: str) -> bool:
-    return httpx.get(f"{url}/apis/{models.GROUP}/{models.VERSION}").status_code == 200
+    """InferenceModels are in the group's discovery (the GPUPool CRD keeps the group itself)."""
+    found = httpx.get(f"{url}/apis/{models.GROUP}/{models.VERSION}")
+    return found.status_code == 200 and any(
+        r.get("name") == models.PLURAL for r in found.json().get("resources", [])
+    )
 
 
 def test_a_model_after_the_crd_is_deleted_and_installed_again(
@@ -28,6 +32,8 @@ def test_a_model_after_the_crd_is_deleted_and_installed_again(
     url = bare.sandbox.url
     crd = yaml.safe_load(CRD.read_text())
     assert httpx.post(f"{url}{CRDS}", json=crd).status_code == 201
+    pools = yaml.safe_load(POOL_CRD.read_text())
+    assert httpx.post(f"{url}{CRDS}", json=pools).status_code == 201  # as crds/ installs both
     operator = Process(tmp_path / "operator.log", "operator", "--probe-interval", "0.2")
     try:
         bare.create_pod("chat-0", labels={"app": "chat"})

@@ -98,3 +98,52 @@ def test_verbose_shows_the_api_calls(cluster: Cluster, tmp_path: Path) -> None:
         wait_for("kopf's debug", lambda: " DEBUG kopf" in operator.output())
     finally:
         operator.stop()
+
+
+POOLS = "/apis/snooze.dev/v1alpha1/namespaces/default/gpupools"
+
+
+def test_a_pools_life_is_told_and_its_deletion_warns_nothing(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A GPUPool's Events are lines too (its invalid spec a warning, naming the pool); deleting
+    it stops its loop at once, with no "cancelled, will escalate" warning from kopf."""
+    # A long interval: the pool's loop is waiting out most of it when the pool is deleted.
+    operator = Process(
+        tmp_path / "operator.log", "operator", "--probe-interval", "30", "--log-format", "json"
+    )
+    try:
+        pool = {
+            "apiVersion": "snooze.dev/v1alpha1",
+            "kind": "GPUPool",
+            "metadata": {"name": "gpu-0"},
+            "spec": {"memory": "1e400"},  # the schema takes it; the operator refuses it
+        }
+        cluster.http.post(POOLS, json=pool).raise_for_status()
+        wait_for("the invalid spec told", lambda: '"InvalidSpec"' in operator.output())
+        fixed = {"spec": {"memory": "70Gi"}}
+        cluster.http.patch(
+            f"{POOLS}/gpu-0",
+            json=fixed,
+            headers={"Content-Type": "application/merge-patch+json"},
+        ).raise_for_status()
+        wait_for(
+            "the pool served",
+            lambda: cluster.http.get(f"{POOLS}/gpu-0").json().get("status", {}).get("memoryBytes"),
+        )
+        deleted = cluster.http.delete(f"{POOLS}/gpu-0")
+        assert deleted.status_code in (200, 202), deleted.text
+        # kopf's finalizer comes off once its loop has stopped: promptly, not after a backoff.
+        wait_for(
+            "the pool gone",
+            lambda: cluster.http.get(f"{POOLS}/gpu-0").status_code == 404,
+            timeout=10,
+        )
+    finally:
+        assert operator.stop() == 0
+    records: list[dict[str, Any]] = [json.loads(entry) for entry in operator.output().splitlines()]
+    [invalid] = [r for r in records if r.get("reason") == "InvalidSpec"]
+    assert invalid["pool"] == "gpu-0" and invalid["namespace"] == "default"
+    assert invalid["severity"] == "warn" and "spec.memory" in invalid["message"], invalid
+    others = [r for r in records if r["severity"] not in ("debug", "info") and r is not invalid]
+    assert not others, others

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -381,8 +382,9 @@ METAV1_CONDITION = {
 }
 
 
-def test_conditions_are_metav1_conditions() -> None:
-    conditions = crd.status_schema()["properties"]["conditions"]
+@pytest.mark.parametrize("status_schema", [crd.status_schema, crd.pool_status_schema])
+def test_conditions_are_metav1_conditions(status_schema: Callable[[], dict[str, Any]]) -> None:
+    conditions = status_schema()["properties"]["conditions"]
     assert conditions["x-kubernetes-list-type"] == "map"
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
     item = conditions["items"]

@@ -14,20 +14,24 @@ from snooze.operator.actions import Emit
 log = logging.getLogger("snooze.operator.events")
 
 
-def teller(body: kopf.Body) -> Emit:
-    """An Emit for one model: each call posts an Event and logs one line naming the model.
+def teller(body: kopf.Body, *, what: str = "model") -> Emit:
+    """An Emit for one model (or, with what="pool", one GPUPool): each call posts an Event and
+    logs one line naming it.
 
-    The line reads `NAMESPACE/NAME REASON: MESSAGE`, where the message names the pod; in JSON
-    the model, namespace and reason are fields of their own. Warnings log as warnings.
+    The line reads `NAMESPACE/NAME REASON: MESSAGE` (`pool NAMESPACE/NAME ...` for a pool),
+    where the message names the pod; in JSON the model (or pool), namespace and reason are
+    fields of their own. Warnings log as warnings.
     """
     meta: Mapping[str, Any] = body.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     where = f"{namespace}/{name}" if namespace else name
+    if what != "model":
+        where = f"{what} {where}"
 
     def emit(kind: str, reason: str, message: str) -> None:
         kopf.event(body, type=kind, reason=reason, message=message)
         level = logging.WARNING if kind == "Warning" else logging.INFO
-        extra = {"model": name, "namespace": namespace, "reason": reason}
+        extra = {what: name, "namespace": namespace, "reason": reason}
         log.log(level, "%s %s: %s", where, reason, message, extra=extra)
 
     return emit

@@ -18,7 +18,7 @@ from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo
 from snooze.operator.actions import Settings
-from snooze.operator.discovery import crd_served, restart_when_served
+from snooze.operator.discovery import missing_crds, restart_when_served
 from snooze.operator.events import teller
 from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.gateways import stop as stop_task
@@ -138,10 +138,14 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         # and of the other models' claims. kopf's events keep them from here on.
         runtime.indexes = Indexes()
         await runtime.indexes.load(runtime.api, runtime.namespaces)
-        if not await crd_served(runtime.api):
+        missing = await missing_crds(runtime.api)
+        if missing:
             runtime.crd_watch = asyncio.create_task(
                 restart_when_served(
-                    runtime.api, runtime.restart, interval=runtime.settings.crd_poll_interval
+                    runtime.api,
+                    runtime.restart,
+                    missing=missing,
+                    interval=runtime.settings.crd_poll_interval,
                 )
             )
 
@@ -331,6 +335,8 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         gpupool.PLURAL,
         id="pool",
         registry=registry,
+        # As for a model: a deleted pool's loop ends at its next wait, woken by the stop.
+        cancellation_backoff=15.0,
         cancellation_timeout=5.0,
     )
     async def pool_daemon(
@@ -340,8 +346,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         assert runtime.api is not None
         namespace = namespace or ""
 
-        def emit(kind: str, reason: str, message: str) -> None:
-            kopf.event(body, type=kind, reason=reason, message=message)
+        emit = teller(body, what="pool")
 
         def members() -> list[ModelLoop]:
             return [loop for (ns, _), loop in runtime.loops.items() if ns == namespace]
@@ -358,9 +363,16 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             interval=runtime.settings.probe_interval,
         )
         runtime.pools.loops[(namespace, name)] = loop
+
+        async def wake_on_stop() -> None:
+            await stopped.wait()
+            loop.poke()
+
+        waker = asyncio.create_task(wake_on_stop(), name=f"stop-waker:pool:{namespace}/{name}")
         try:
-            await loop.run(lambda: bool(stopped))
+            await loop.run(lambda: bool(stopped) or runtime.closing)
         finally:
+            waker.cancel()
             runtime.pools.loops.pop((namespace, name), None)
             loop.stop()
 

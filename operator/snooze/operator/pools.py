@@ -221,8 +221,10 @@ class PoolLoop:
                 log.exception("cycle of pool %s/%s failed", self.namespace, self.name)
             wait = self.interval * (random.random() if first else 1.0)
             first = False
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose a cancellation.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.poke_event.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self.poke_event.wait()
             self.poke_event.clear()
 
     def stop(self) -> None:
