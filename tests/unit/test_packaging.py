@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import email
+import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
+import yaml
 from packaging.requirements import Requirement
 
 import snooze
@@ -22,6 +24,18 @@ def test_the_version_has_one_source() -> None:
     assert "version" in project["dynamic"]
     dynamic = PYPROJECT["tool"]["setuptools"]["dynamic"]["version"]
     assert dynamic == {"attr": "snooze.__version__"}
+
+
+def test_the_chart_and_the_install_commands_carry_the_version() -> None:
+    """The chart's appVersion (its default image tag) and the README's image tags are copies
+    of the package's version: a release that bumps one bumps them all, or this fails."""
+    chart = yaml.safe_load((ROOT / "charts" / "snooze" / "Chart.yaml").read_text())
+    assert chart["appVersion"] == snooze.__version__
+    readme = (ROOT / "README.md").read_text()
+    tags = re.findall(r"(?:snooze:|image\.tag=)([0-9][^\s`]*)", readme)
+    assert tags and set(tags) == {snooze.__version__}, tags
+    dockerfile = (ROOT / "images" / "operator" / "Dockerfile").read_text()
+    assert set(re.findall(r"/snooze:([0-9][^\s`]*)", dockerfile)) == {snooze.__version__}
 
 
 def test_the_build_backend_reads_an_spdx_licence() -> None:
