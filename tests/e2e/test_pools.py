@@ -18,6 +18,7 @@ import pytest
 from conftest import FAST, Cluster, OperatorThread, _addresses, wait_for
 from gateway_fixtures import GatewayThread, gateway
 from test_gateway import MESSAGES, client
+from test_gateway_traffic import metrics_served
 
 from snooze.sim import EngineConfig, SimulatedEngine
 from snooze.sim.device import SimulatedDevice
@@ -462,3 +463,35 @@ def test_host_memory_counts_the_copies_engines_keep_after_waking(
     members = {m["pod"]: m for m in pool_status(cluster)["members"]}
     held = {n: e.host_memory_bytes for n, e in pool.engines.items()}
     assert {p[:-2]: m["hostBytes"] for p, m in members.items()} == held
+
+
+def test_a_wake_waiting_for_busy_members_takes_the_first_one_to_finish(
+    cluster: Cluster, pool: Kubelet, gateway: GatewayThread
+) -> None:
+    """The operator reads the gateway's counters once per probe interval (10 s here): a wake
+    that waits for busy members does not wait for the next one, since the pool reads the
+    counters ten times as often meanwhile. The member whose stream ends first is put to sleep
+    while the other still streams (6 s), and the request is served at once."""
+    with metrics_served(gateway.g.metrics.registry) as url:
+        settings = replace(FAST, probe_interval=10.0, drift_interval=20.0, gateway_metrics=(url,))
+        operator = OperatorThread(settings).start()
+        try:
+            for name in NAMES:
+                pool.start(name)
+            long_member, short_member = two_awake(pool)
+            asleep = next(n for n, e in pool.engines.items() if e.is_sleeping)
+            with ThreadPoolExecutor(3) as threads:
+                long_stream = threads.submit(ask, gateway, long_member, 600)  # 6 s of tokens
+                short_stream = threads.submit(ask, gateway, short_member, 100)  # 1 s
+                members = (long_member, short_member)
+                wait_for("both busy", lambda: all(pool.engines[n].running for n in members))
+                held = threads.submit(ask, gateway, asleep)
+                assert held.result(30) == "lorem ipsum"
+                assert not long_stream.done(), "served only once the longer stream ended"
+                assert len(short_stream.result(30).split()) == 100
+                assert len(long_stream.result(30).split()) == 600  # never cut short
+            assert pool.engines[short_member].is_sleeping
+            assert pool.engines[long_member].sleep_calls == 0
+            assert wake_ooms(pool) == 0
+        finally:
+            operator.stop()

@@ -4,8 +4,9 @@ replicas merged, and a scrape where a replica does not answer."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
 import aiohttp
@@ -112,3 +113,68 @@ def test_without_a_gateway_nothing_is_known() -> None:
     assert not traffic.enabled
     asyncio.run(traffic.run())  # returns at once: nothing to scrape
     assert traffic.traffic("ns", "p") is None
+
+
+class Scrapes:
+    """Counts a scraper's scrapes, and waits for the n-th."""
+
+    def __init__(self, traffic: GatewayTraffic) -> None:
+        self.count = 0
+        self._more = asyncio.Event()
+        traffic.scraped.append(self._seen)
+
+    def _seen(self) -> None:
+        self.count += 1
+        self._more.set()
+
+    async def reach(self, count: int) -> None:
+        async with asyncio.timeout(10):
+            while self.count < count:
+                self._more.clear()
+                await self._more.wait()
+
+
+@contextlib.asynccontextmanager
+async def running(traffic: GatewayTraffic) -> AsyncIterator[None]:
+    task = asyncio.create_task(traffic.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def test_a_hurry_scrapes_at_once_and_then_ten_times_per_interval() -> None:
+    """A pool waiting for a busy member asks for fresher counters: the scraper stops waiting
+    out its interval and scrapes HURRIED times per interval while hurried."""
+
+    async def run() -> tuple[int, int]:
+        with replica(GatewayMetrics().registry) as one:
+            traffic = GatewayTraffic(api=None, urls=[one], interval=60)
+            scrapes = Scrapes(traffic)
+            async with running(traffic):
+                await scrapes.reach(1)
+                await asyncio.sleep(0.3)
+                unhurried = scrapes.count  # the next one is a minute away
+                traffic.hurry(60)  # 60 / HURRIED: every 6 s from now on
+                traffic.hurry(60)  # a second ask while hurried does not scrape again
+                await scrapes.reach(unhurried + 1)
+                await asyncio.sleep(0.3)
+                return unhurried, scrapes.count
+
+    assert asyncio.run(run()) == (1, 2)
+
+
+def test_hurried_scrapes_come_a_tenth_of_an_interval_apart() -> None:
+    async def run() -> int:
+        with replica(GatewayMetrics().registry) as one:
+            traffic = GatewayTraffic(api=None, urls=[one], interval=3.0)
+            scrapes = Scrapes(traffic)
+            traffic.hurry(60)
+            async with running(traffic):
+                # Five hurried gaps of 0.3 s; unhurried they would take 15 s, past reach's 10.
+                await scrapes.reach(6)
+                return scrapes.count
+
+    assert asyncio.run(run()) >= 6

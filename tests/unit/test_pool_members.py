@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from snooze.gpupool import parse_pool_spec
@@ -11,6 +12,7 @@ from snooze.operator.memory import EngineMemory, Process
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
 from snooze.policy.pool import MemberState, PoolDecision
+from snooze.policy.probing import Traffic
 
 GIB = 2**30
 
@@ -236,3 +238,76 @@ def test_an_operator_restarted_reads_the_copies_from_the_pool_status() -> None:
     source.selected = [engine_pod("m-0", 3)]
     [member], _, _ = second._gather(pool_spec, now=3.0)
     assert not member.host_copy
+
+
+class NoApi:
+    """The pool's status writes, taken and dropped."""
+
+    async def patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return {}
+
+
+def model_spec(app: str) -> InferenceModelSpec:
+    return parse_spec(
+        {"selector": {"matchLabels": {"app": app}}, "pool": {"name": "gpu", "memory": "30Gi"}}
+    )
+
+
+def test_a_wake_waiting_for_busy_members_reads_every_scrape_of_the_gateway() -> None:
+    """Two busy members fill the pool and a third model asks for room: the pool asks for the
+    gateway's counters more often, and takes the first scrape that shows a member idle
+    (its model's loop, reading them once per interval, still says busy)."""
+    sources = [Source(app, model_spec(app), [pod(f"{app}-0", **READY)]) for app in "abc"]
+    for source in sources[:2]:
+        source.engines[f"{source.name}-0"] = EngineMemory(
+            last_activity=0.0, sleeping=False, busy=True, last_probe=5.0
+        )
+    sources[2].engines["c-0"] = EngineMemory(last_activity=0.0, sleeping=True)
+    hub = PoolHub()
+    hurried: list[float] = []
+    hub.hurry = hurried.append
+    scraped = {"a-0": Traffic(sent=3, in_flight=1, last=8.0, at=10.0)}
+    scraped["b-0"] = scraped["a-0"]
+    hub.traffic = lambda namespace, pod: scraped.get(pod)
+    loop = PoolLoop(
+        namespace="ns",
+        name="gpu",
+        body={"metadata": {"name": "gpu"}, "spec": {"memory": "70Gi"}},
+        api=NoApi(),  # type: ignore[arg-type]
+        hub=hub,
+        models=lambda: sources,
+        emit=lambda *_: None,
+        metrics=OperatorMetrics(),
+        interval=10.0,
+    )
+    hub.loops[("ns", "gpu")] = loop
+    loop.ask("c", ["c-0"], now=11.0)
+    asyncio.run(loop.cycle())
+    assert loop.decision is not None and not loop.decision.evict
+    assert [w.pod for w in loop.decision.waiting] == ["c-0"]
+    assert loop.watching and hurried == [10.0]
+
+    # A scrape newer than the loops' probes: b-0's request ended. The pool takes it at once.
+    scraped["b-0"] = Traffic(sent=4, in_flight=0, last=12.0, at=12.5)
+    asyncio.run(loop.cycle())
+    assert dict(loop.decision.evict) == {"b-0": "c"}
+    assert not loop.watching
+
+    # A probe newer than the scrape that saw the engine busy outranks it.
+    sources[1].engines["b-0"].last_probe = 13.0
+    asyncio.run(loop.cycle())
+    assert not loop.decision.evict and loop.watching
+
+
+def test_engines_with_traffic_the_gateway_does_not_see_are_judged_by_probes_alone() -> None:
+    source = Source("m", POOLED, [pod("direct-0", **READY)])
+    engine = source.engines["direct-0"] = EngineMemory(
+        last_activity=0.0, sleeping=False, busy=True, last_probe=5.0, direct_activity=True
+    )
+    loop = loop_over(source)
+    loop.hub.traffic = lambda namespace, pod: Traffic(sent=0, in_flight=0, last=None, at=9.0)
+    [member], _, _ = loop._gather(parse_pool_spec({"memory": "70Gi"}), now=10.0)
+    assert member.busy
+    engine.direct_activity = False
+    [member], _, _ = loop._gather(parse_pool_spec({"memory": "70Gi"}), now=10.0)
+    assert not member.busy

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import aiohttp
 
@@ -21,6 +21,9 @@ SENT = "snooze_gateway_pod_requests_total"
 IN_FLIGHT = "snooze_gateway_pod_requests_in_flight"
 LAST = "snooze_gateway_pod_last_request_timestamp_seconds"
 FAMILIES = frozenset({SENT, IN_FLIGHT, LAST})
+# While a GPU pool waits for a busy member to finish, the replicas are scraped this many times
+# per interval: a burst's idle gaps last seconds, and the pool must see one to use it.
+HURRIED = 10
 
 
 def read_page(text: str, at: float = 0.0) -> dict[tuple[str, str], Traffic]:
@@ -85,6 +88,11 @@ class GatewayTraffic:
         """Every replica answered the last scrape: a pod missing from it had no traffic."""
         self.at = 0.0
         """When the last scrape began: its counters are at least this recent."""
+        self.hurried_until = 0.0
+        """Until then (monotonic clock), scrapes come HURRIED times per interval."""
+        self._hurry = asyncio.Event()
+        self.scraped: list[Callable[[], None]] = []
+        """Called after each scrape (the pools that wait for a busy member look again)."""
 
     @property
     def enabled(self) -> bool:
@@ -98,6 +106,13 @@ class GatewayTraffic:
         quiet = Traffic(sent=0.0, in_flight=0, last=None, at=self.at)
         return self.pods.get((namespace, pod), quiet)
 
+    def hurry(self, seconds: float) -> None:
+        """Scrape HURRIED times per interval for the next `seconds` (now, if not already)."""
+        now = time.monotonic()
+        if now >= self.hurried_until:
+            self._hurry.set()
+        self.hurried_until = max(self.hurried_until, now + seconds)
+
     async def run(self) -> None:
         """Scrape until cancelled."""
         if not self.enabled:
@@ -105,8 +120,15 @@ class GatewayTraffic:
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while True:
+                self._hurry.clear()
                 await self.scrape(session)
-                await asyncio.sleep(self.interval)
+                for listener in self.scraped:
+                    listener()
+                hurried = time.monotonic() < self.hurried_until
+                wait = self.interval / HURRIED if hurried else self.interval
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await self._hurry.wait()
 
     async def scrape(self, session: aiohttp.ClientSession) -> None:
         urls = list(self.urls) + await self._discovered()

@@ -132,6 +132,10 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             interval=runtime.settings.probe_interval,
             timeout=runtime.settings.probe_timeout,
         )
+        if runtime.gateways.enabled:
+            runtime.pools.traffic = runtime.gateways.traffic
+            runtime.pools.hurry = runtime.gateways.hurry
+            runtime.gateways.scraped.append(runtime.pools.scraped)
         runtime.gateway_task = asyncio.create_task(runtime.gateways.run(), name="gateway-traffic")
         runtime.closing = False
         # Before kopf watches anything: no model's loop starts on a partial view of the pods

@@ -33,6 +33,7 @@ from snooze.policy.pool import (
     decide_pool,
     overcommitted,
 )
+from snooze.policy.probing import Traffic
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -94,6 +95,16 @@ class PoolHub:
 
     def __init__(self) -> None:
         self.loops: dict[tuple[str, str], PoolLoop] = {}
+        self.traffic: Callable[[str, str], Traffic | None] = lambda namespace, pod: None
+        """An engine's requests through the gateway, as last scraped (None: unknown)."""
+        self.hurry: Callable[[float], None] = lambda seconds: None
+        """Ask for the gateway's counters more often for a while."""
+
+    def scraped(self) -> None:
+        """The gateway's counters are fresh: pools that wait for a busy member look again."""
+        for loop in self.loops.values():
+            if loop.watching:
+                loop.poke()
 
     def claims(self, namespace: str) -> dict[str, str]:
         """ResourceClaim -> the pool that names it; of two pools naming one claim, the first
@@ -153,6 +164,9 @@ class PoolLoop:
         self._evictions = int(self._written.get("evictions") or 0)
         self._told: str | None = None
         self._sources: dict[str, MemberSource] = {}
+        self.watching = False
+        """A wake waits while awake members are busy: each fresh scrape of the gateway's
+        counters makes the pool look again, so that it takes the first idle moment."""
         self._processes: dict[str, Process] = {}
         """Member -> its engine's process: which one the status's hostCopy speaks of."""
 
@@ -263,6 +277,12 @@ class PoolLoop:
             else Headroom(wakes=spec.headroom.wakes, idle_after=spec.headroom.idle_after_seconds),
         )
         decision = decide_pool(view)
+        # Watch only while a wake waits with nothing being put to sleep for it.
+        self.watching = any(not w.making_room for w in decision.waiting) and any(
+            m.busy and m.state is MemberState.AWAKE for m in members
+        )
+        if self.watching:
+            self.hub.hurry(self.interval)
         self._publish(decision, members, sources, now)
         await self._write_status(self._status(spec, members, decision, generation, now))
 
@@ -340,7 +360,7 @@ class PoolLoop:
             footprint=footprint,
             residue=residue,
             priority=0 if pool_spec is None else pool_spec.priority,
-            busy=bool(engine and engine.busy),
+            busy=self._busy(pod, engine),
             last_used=engine.last_activity if engine is not None else now,
             recent_requests=engine.recent_requests(now) if engine is not None else 0,
             awake_since=awake_since,
@@ -352,6 +372,19 @@ class PoolLoop:
             host_copy=(engine is not None and engine.holds_host_copy(process))
             or (written is not None and written.same_as(process)),
         )
+
+    def _busy(self, pod: PodInfo, engine: EngineMemory | None) -> bool:
+        """Whether its engine serves requests now: as its model's loop last saw it, or, when
+        the gateway's counters are fresher than that loop's last probe and carry all of its
+        traffic, as they say (the loop reads them once per interval; a pool waiting for a
+        busy member reads every scrape)."""
+        if engine is None:
+            return False
+        traffic = self.hub.traffic(self.namespace, pod.name)
+        if traffic is None or engine.direct_activity:
+            return engine.busy
+        probed_busy = engine.busy and (engine.last_probe or 0.0) > traffic.at
+        return traffic.in_flight > 0 or probed_busy
 
     def _publish(
         self,
