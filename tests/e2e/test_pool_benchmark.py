@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pool_trace import Request, oversubscribed  # noqa: E402
+from pool_trace import Request, forced_waits, oversubscribed  # noqa: E402
 
 
 def test_the_pools_benchmark_reports_figures_that_add_up(tmp_path: Path) -> None:
@@ -45,6 +45,7 @@ def test_the_pools_benchmark_reports_figures_that_add_up(tmp_path: Path) -> None
     assert report["scenario"]["headroom_idle_after"] == "20s"
     # All three models are wanted within most minutes of this trace, and two fit.
     assert report["oversubscribed"]["requests"] == 45
+    assert 0 <= report["forced_over_limit"]["requests"] <= report["oversubscribed"]["requests"]
     assert set(report["evictions_metric"]["trace"]) == {"wake", "start", "headroom"}
 
     logged = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
@@ -63,3 +64,25 @@ def test_oversubscribed_counts_requests_while_more_models_are_wanted_than_fit() 
     trace.append(Request(at=200, model=0, tokens=16))
     assert oversubscribed(trace, pools=2, fits=two_fit) == 1  # model 4 at 20 s: 0, 2, 4
     assert oversubscribed(trace, pools=2, fits=two_fit, window=5) == 0
+
+
+def test_forced_waits_count_requests_no_policy_can_serve_in_time() -> None:
+    # One pool where two fit, a request of 100 tokens lasting 1 s (0.01 s a token), a wake of
+    # 0.3 s, the bound 1.6 s. Models 0 and 2 stream from 0 s (until 10 s and 2 s).
+    def two_fit(active: frozenset[int]) -> bool:
+        return len(active) <= 2
+
+    def forced(trace: list[tuple[float, int, int]]) -> int:
+        requests = [Request(at=t, model=m, tokens=n) for t, m, n in trace]
+        return forced_waits(
+            requests, pools=1, fits=two_fit, token_seconds=0.01, wake_seconds=0.3, bound=1.6
+        )
+
+    # Model 4 at 0.5 s: both others busy, the first ends at 2 s: 1.5 + 0.3 > 1.6, forced.
+    assert forced([(0, 0, 1000), (0, 2, 200), (0.5, 4, 10)]) == 1
+    # At 1.0 s: 1.0 + 0.3 is within the bound (a policy could make it).
+    assert forced([(0, 0, 1000), (0, 2, 200), (1.0, 4, 10)]) == 0
+    # Only one other busy: room for it beside that one.
+    assert forced([(0, 0, 1000), (0.5, 4, 10)]) == 0
+    # Its own model already streams (it is awake): only that first request of it is forced.
+    assert forced([(0, 0, 1000), (0, 2, 200), (0, 4, 1000), (0.5, 4, 10)]) == 1
