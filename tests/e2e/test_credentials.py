@@ -250,4 +250,4 @@ def test_context_picks_the_cluster(cluster: Cluster, tmp_path: Path) -> None:
     try:
         wait_for("served", lambda: cluster.status("chat").get("phase") == "Awake", timeout=30)
     finally:
-        assert operator.stop() == 0
+        assert operator.stop() == 0, operator.output()[-3000:]

@@ -50,7 +50,7 @@ def test_each_action_is_one_info_line(cluster: Cluster, tmp_path: Path) -> None:
             "the invalid spec told", lambda: "default/broken InvalidSpec:" in operator.output()
         )
     finally:
-        assert operator.stop() == 0
+        assert operator.stop() == 0, operator.output()[-3000:]
     lines = operator.output().splitlines()
 
     def line(reason: str) -> str:
@@ -77,7 +77,7 @@ def test_json_lines_carry_the_model_and_reason(cluster: Cluster, tmp_path: Path)
     try:
         sleep_wake_delete(cluster)
     finally:
-        assert operator.stop() == 0
+        assert operator.stop() == 0, operator.output()[-3000:]
     records: list[dict[str, Any]] = [json.loads(entry) for entry in operator.output().splitlines()]
     slept = [r for r in records if r.get("reason") == "Slept"]
     assert slept, records
@@ -140,7 +140,7 @@ def test_a_pools_life_is_told_and_its_deletion_warns_nothing(
             timeout=10,
         )
     finally:
-        assert operator.stop() == 0
+        assert operator.stop() == 0, operator.output()[-3000:]
     records: list[dict[str, Any]] = [json.loads(entry) for entry in operator.output().splitlines()]
     [invalid] = [r for r in records if r.get("reason") == "InvalidSpec"]
     assert invalid["pool"] == "gpu-0" and invalid["namespace"] == "default"

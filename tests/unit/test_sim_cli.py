@@ -136,7 +136,7 @@ def test_busy_second_address_stops_the_first_engine_too() -> None:
             text=True,
             timeout=30,
         )
-    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert f"cannot serve on {hosts[1]}:{port}: the address is in use" in done.stderr
 
 
