@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -78,6 +79,38 @@ def test_the_simulator_logs_json_lines() -> None:
         process.terminate()
         process.wait(10)
     assert record["severity"] == "info" and "serving 1 engine" in record["message"]
+
+
+def test_the_gateway_logs_json_lines(tmp_path: Path) -> None:
+    import json
+
+    import yaml
+
+    # An API that is not there: the gateway still listens (and says so) while it retries.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    command = ["gateway", "--kubeconfig", str(kubeconfig), "--port", "0", "--log-format", "json"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "snooze.cli", *command], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stderr is not None
+        record = json.loads(process.stderr.readline())
+    finally:
+        process.terminate()
+        process.wait(40)
+    assert record["severity"] == "info" and "gateway listening on" in record["message"]
 
 
 def test_the_readme_names_every_option_of_the_demo() -> None:
