@@ -81,6 +81,27 @@ def test_the_simulator_logs_json_lines() -> None:
     assert record["severity"] == "info" and "serving 1 engine" in record["message"]
 
 
+def test_the_sandbox_logs_json_lines(tmp_path: Path) -> None:
+    import json
+
+    command = ["sandbox", "--port", "0", "--kubeconfig", str(tmp_path / "kc"), "--log-format"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "snooze.cli", *command, "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        record = json.loads(process.stderr.readline())
+    finally:
+        process.terminate()
+        out, err = process.communicate(timeout=20)
+    assert record["severity"] == "info" and "kubeconfig written to" in record["message"]
+    assert out == ""  # nothing but records
+    assert [json.loads(line)["message"] for line in err.splitlines()] == ["stopped"]
+
+
 def test_the_gateway_logs_json_lines(tmp_path: Path) -> None:
     import json
 

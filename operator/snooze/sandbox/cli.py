@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import sys
+
+log = logging.getLogger(__name__)
 
 # The commands the help suggests; tests/sandbox/test_cli_help.py runs each against a sandbox.
 EPILOG = """\
@@ -44,29 +47,38 @@ def run(args: argparse.Namespace) -> int:
 
     from snooze.sandbox import Sandbox
 
+    def say(text: str, *, level: int = logging.INFO, out: bool = False) -> None:
+        # Plain lines for people (the README shows them); with --log-format json, records
+        # like every other line of the process, for whatever reads them.
+        if getattr(args, "log_format", "text") == "json":
+            log.log(level, "%s", text)
+        else:
+            print(f"snooze sandbox: {text}", file=sys.stdout if out else sys.stderr, flush=True)
+
     async def main() -> int:
         sandbox = Sandbox(host=args.host, port=args.port)
         try:
             await sandbox.serve()
         except OSError as exc:
             why = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
-            print(
-                f"snooze sandbox: cannot serve on {args.host}:{args.port}: {why}."
+            say(
+                f"cannot serve on {args.host}:{args.port}: {why}."
                 " Choose another --port (0 picks a free one).",
-                file=sys.stderr,
+                level=logging.ERROR,
             )
             return 2
-        path = sandbox.write_kubeconfig(args.kubeconfig)
-        print(f"snooze sandbox: serving {sandbox.url}; kubeconfig written to {path}", flush=True)
+        # Ready for a signal before saying so: whoever stops it on that line stops it cleanly.
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        path = sandbox.write_kubeconfig(args.kubeconfig)
+        say(f"serving {sandbox.url}; kubeconfig written to {path}", out=True)
         try:
             await stop.wait()
         finally:
             await sandbox.aclose()
-        print("snooze sandbox: stopped", file=sys.stderr)
+        say("stopped")
         return 0
 
     return asyncio.run(main())
