@@ -77,8 +77,9 @@ def test_the_simulator_logs_json_lines() -> None:
         record = json.loads(process.stderr.readline())
     finally:
         process.terminate()
-        process.wait(10)
+        code = process.wait(10)
     assert record["severity"] == "info" and "serving 1 engine" in record["message"]
+    assert code == 0  # SIGTERM stops it cleanly, as a container's stop would
 
 
 def test_the_sandbox_logs_json_lines(tmp_path: Path) -> None:

@@ -240,6 +240,14 @@ def run(args: argparse.Namespace) -> int:
     devices = devices_from(args)
 
     async def main() -> None:
+        import signal
+
+        # SIGTERM (a container's stop, a test's terminate) ends it as Ctrl-C does: the engines
+        # close their connections and the process exits 0, not killed by the default handler.
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         async with serve_engines(configs, devices=devices) as engines:
             where = f"one {args.shared_gpu_gib} GiB GPU" if devices else "a GPU each"
             logging.getLogger("snooze.sim").info(
@@ -250,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
                 engines[0].url,
                 engines[-1].url,
             )
-            await asyncio.Event().wait()
+            await stop.wait()
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
