@@ -198,6 +198,7 @@ def test_a_client_supplied_forwarded_for_is_not_passed_on_as_if_trusted(
             (
                 f"POST {COMPLETIONS} HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\n"
                 "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-For: 7.7.7.7, 8.8.8.8\r\n"
+                "X-Real-IP: 9.9.9.9\r\nForwarded: for=5.5.5.5;proto=https\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             ).encode()
             + body
@@ -206,3 +207,6 @@ def test_a_client_supplied_forwarded_for_is_not_passed_on_as_if_trusted(
     assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
     (received,) = recorder.received
     assert received.header("X-Forwarded-For") == ["6.6.6.6, 7.7.7.7, 8.8.8.8, 127.0.0.1"]
+    # One address in X-Real-IP: the peer's, never the client's claim; Forwarded ends with it.
+    assert received.header("X-Real-IP") == ["127.0.0.1"]
+    assert received.header("Forwarded") == ["for=5.5.5.5;proto=https, for=127.0.0.1"]

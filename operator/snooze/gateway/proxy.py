@@ -137,13 +137,25 @@ def forward_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
 
 
 def forwarded_for(headers: CIMultiDict[str], peer: str | None) -> None:
-    """One X-Forwarded-For: what the client (or a proxy before the gateway) sent, then the
-    peer the gateway saw. Appended, not replaced, so that a chain set by an ingress in front
-    survives; a reader trusts entries from the right, as far as it trusts the proxies."""
+    """One X-Forwarded-For, and one Forwarded: what the client (or a proxy before the
+    gateway) sent, then the peer the gateway saw. Appended, not replaced, so that a chain set
+    by an ingress in front survives; a reader trusts entries from the right, as far as it
+    trusts the proxies. X-Real-IP is the peer alone."""
     claimed = [v.strip() for v in headers.popall("X-Forwarded-For", []) if v.strip()]
     chain = [*claimed, peer] if peer else claimed
     if chain:
         headers["X-Forwarded-For"] = ", ".join(chain)
+    # The same for RFC 7239's Forwarded: the peer is its last element. X-Real-IP names one
+    # address, so a client's own is dropped and the peer's put in its place.
+    elements = [v.strip() for v in headers.popall("Forwarded", []) if v.strip()]
+    if peer:
+        node = f'"[{peer}]"' if ":" in peer else peer  # an IPv6 node is quoted and bracketed
+        elements.append(f"for={node}")
+    if elements:
+        headers["Forwarded"] = ", ".join(elements)
+    headers.popall("X-Real-IP", None)
+    if peer:
+        headers["X-Real-IP"] = peer
 
 
 async def forward(
