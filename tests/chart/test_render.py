@@ -16,6 +16,7 @@ from chart_helpers import CHART, CRDS, load_yaml
 from rendering import (
     CI_VALUES,
     VALUE_SETS,
+    Rendering,
     kube_versions,
     lint,
     name_problems,
@@ -130,6 +131,33 @@ def test_two_long_release_names_with_one_prefix_do_not_collide() -> None:
     second = render(release="a" * 50 + "two")
     names = {obj["metadata"]["name"] for obj in first.objects if obj["kind"] == "Service"}
     assert not names & {obj["metadata"]["name"] for obj in second.objects}
+
+
+CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding")
+
+
+def cluster_scoped(rendering: Rendering) -> set[str]:
+    return {obj["metadata"]["name"] for obj in rendering.objects if obj["kind"] in CLUSTER_SCOPED}
+
+
+@pytest.mark.parametrize(
+    ("release", "namespace"), [("snooze", "team-a"), ("a" * 53, "n" * 63)], ids=["short", "long"]
+)
+def test_one_release_name_in_two_namespaces_gives_distinct_cluster_roles(
+    release: str, namespace: str
+) -> None:
+    """ClusterRoles and their bindings share one space of names across namespaces: two
+    installs of one release name must not take (or, on uninstall, delete) each other's."""
+    first = render(release=release, namespace=namespace)
+    second = render(release=release, namespace=namespace[:-1] + "b")
+    assert len(cluster_scoped(first)) == 2  # the operator's and the gateway's (role and binding)
+    assert not cluster_scoped(first) & cluster_scoped(second)
+    for rendering in (first, second):
+        assert [p for obj in rendering.objects for p in name_problems(obj)] == []
+        roles = {o["metadata"]["name"] for o in rendering.of_kind("ClusterRole")}
+        for binding in rendering.of_kind("ClusterRoleBinding"):
+            assert binding["roleRef"]["name"] in roles
+            assert binding["subjects"][0]["namespace"] in (namespace, namespace[:-1] + "b")
 
 
 def test_short_names_are_unchanged() -> None:

@@ -31,6 +31,18 @@ rules/snooze.rules.yaml).
 {{- end }}
 {{- end }}
 
+{{/* The name of a cluster-scoped object (ClusterRole, ClusterRoleBinding), which releases in
+different namespaces share one space of names for: it carries the release's namespace.
+Call with (dict "ctx" $ "suffix" "operator"|"gateway"). Hashed when over 63 characters. */}}
+{{- define "snooze.clusterScopedName" -}}
+{{- $full := printf "%s-%s-%s" .ctx.Release.Namespace (include "snooze.fullname" .ctx) .suffix }}
+{{- if le (len $full) 63 }}
+{{- $full }}
+{{- else }}
+{{- printf "%s-%s" ($full | trunc 54 | trimSuffix "-") (sha256sum $full | trunc 8) }}
+{{- end }}
+{{- end }}
+
 {{- define "snooze.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
