@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,30 +66,11 @@ def test_the_debug_spellings_are_one_flag(flags: list[str]) -> None:
     assert build_parser().parse_args(["operator"]).log_level == "info"
 
 
-def test_the_simulator_logs_json_lines() -> None:
-    import json
-
+def first_record(*command: str) -> tuple[dict[str, Any], int, str, list[dict[str, Any]]]:
+    """Run `snooze COMMAND --log-format json` until its first record, then SIGTERM it: that
+    record, the exit code, what it printed on stdout and its other records."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "snooze.cli", "sim", "--port", "0", "--log-format", "json"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stderr is not None
-        record = json.loads(process.stderr.readline())
-    finally:
-        process.terminate()
-        code = process.wait(10)
-    assert record["severity"] == "info" and "serving 1 engine" in record["message"]
-    assert code == 0  # SIGTERM stops it cleanly, as a container's stop would
-
-
-def test_the_sandbox_logs_json_lines(tmp_path: Path) -> None:
-    import json
-
-    command = ["sandbox", "--port", "0", "--kubeconfig", str(tmp_path / "kc"), "--log-format"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "snooze.cli", *command, "json"],
+        [sys.executable, "-m", "snooze.cli", *command, "--log-format", "json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -97,41 +80,31 @@ def test_the_sandbox_logs_json_lines(tmp_path: Path) -> None:
         record = json.loads(process.stderr.readline())
     finally:
         process.terminate()
-        out, err = process.communicate(timeout=20)
+        out, err = process.communicate(timeout=40)
+    return record, process.returncode, out, [json.loads(line) for line in err.splitlines()]
+
+
+def test_the_simulator_logs_json_lines() -> None:
+    record, code, _, _ = first_record("sim", "--port", "0")
+    assert record["severity"] == "info" and "serving 1 engine" in record["message"]
+    assert code == 0  # SIGTERM stops it cleanly, as a container's stop would
+
+
+def test_the_sandbox_logs_json_lines(tmp_path: Path) -> None:
+    record, code, out, rest = first_record(
+        "sandbox", "--port", "0", "--kubeconfig", str(tmp_path / "kc")
+    )
     assert record["severity"] == "info" and "kubeconfig written to" in record["message"]
     assert out == ""  # nothing but records
-    assert [json.loads(line)["message"] for line in err.splitlines()] == ["stopped"]
+    assert [r["message"] for r in rest] == ["stopped"] and code == 0
 
 
 def test_the_gateway_logs_json_lines(tmp_path: Path) -> None:
-    import json
-
-    import yaml
+    from test_cli_kubeconfig import write_kubeconfig
 
     # An API that is not there: the gateway still listens (and says so) while it retries.
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
-    command = ["gateway", "--kubeconfig", str(kubeconfig), "--port", "0", "--log-format", "json"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "snooze.cli", *command], stderr=subprocess.PIPE, text=True
-    )
-    try:
-        assert process.stderr is not None
-        record = json.loads(process.stderr.readline())
-    finally:
-        process.terminate()
-        process.wait(40)
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", {"token": "t"})
+    record, _, _, _ = first_record("gateway", "--kubeconfig", str(kubeconfig), "--port", "0")
     assert record["severity"] == "info" and "gateway listening on" in record["message"]
 
 

@@ -361,7 +361,7 @@ class Executor:
         engine.sleep_level = level
         engine.sleeping = True  # what the next probe would say: a GPU pool counts on it now
         if level == 1:
-            engine.note_host_copy(Process(pod.uid, pod.engine_restarts(spec.engine.port)))
+            engine.note_host_copy(Process.of(pod, spec.engine.port))
         self.memory.last_sleep_time = finished
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Asleep").inc()
         self.metrics.sleep_duration.labels(self.namespace, str(level)).observe(finished - started)

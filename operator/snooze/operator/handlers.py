@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import ssl
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -310,17 +310,9 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         )
         runtime.loops[(namespace, name)] = loop
 
-        async def wake_on_stop() -> None:
-            # The loop waits for a poke between cycles: a stop must end that wait, or kopf
-            # cancels the daemon and warns on every deletion of a model.
-            await stopped.wait()
-            loop.memory.poke.set()
-
-        waker = asyncio.create_task(wake_on_stop(), name=f"stop-waker:{namespace}/{name}")
         try:
-            await loop.run(lambda: bool(stopped) or runtime.closing)
+            await until_stopped(loop.run, loop.poke, stopped, runtime, f"{namespace}/{name}")
         finally:
-            waker.cancel()
             loop.stop()
             runtime.loops.pop((namespace, name), None)
 
@@ -368,15 +360,9 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         )
         runtime.pools.loops[(namespace, name)] = loop
 
-        async def wake_on_stop() -> None:
-            await stopped.wait()
-            loop.poke()
-
-        waker = asyncio.create_task(wake_on_stop(), name=f"stop-waker:pool:{namespace}/{name}")
         try:
-            await loop.run(lambda: bool(stopped) or runtime.closing)
+            await until_stopped(loop.run, loop.poke, stopped, runtime, f"pool:{namespace}/{name}")
         finally:
-            waker.cancel()
             runtime.pools.loops.pop((namespace, name), None)
             loop.stop()
 
@@ -400,6 +386,28 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         )
 
     return registry
+
+
+async def until_stopped(
+    run: Callable[[Callable[[], bool]], Awaitable[None]],
+    poke: Callable[[], None],
+    stopped: kopf.DaemonStopped,
+    runtime: Runtime,
+    name: str,
+) -> None:
+    """Run a daemon's loop until kopf stops it (or the operator closes). The loop waits for a
+    poke between cycles: a stop must end that wait, or kopf cancels the daemon and warns on
+    every deletion of its object."""
+
+    async def wake_on_stop() -> None:
+        await stopped.wait()
+        poke()
+
+    waker = asyncio.create_task(wake_on_stop(), name=f"stop-waker:{name}")
+    try:
+        await run(lambda: bool(stopped) or runtime.closing)
+    finally:
+        waker.cancel()
 
 
 def _no_traffic(namespace: str, pod: str) -> None:

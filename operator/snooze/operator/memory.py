@@ -33,6 +33,11 @@ class Process:
     restarts: int | None
     """None: the pod does not say which container is the engine's (PodInfo.engine_restarts)."""
 
+    @classmethod
+    def of(cls, pod: PodInfo, port: int | None) -> Process:
+        """The run of the engine serving on `port` in `pod` (None: the port is not known)."""
+        return cls(pod.uid, None if port is None else pod.engine_restarts(port))
+
     def same_as(self, other: Process) -> bool:
         """Possibly the same run: the same pod, and no restart between them that both counts
         show (an unknown count proves nothing, so it is taken as the same run)."""

@@ -111,7 +111,7 @@ def note_answer(
         engine.last_probe = now
         level = engine.sleep_level or pod.sleep_level or spec.sleep.level
         if result.sleeping and level == 1:
-            engine.note_host_copy(Process(pod.uid, pod.engine_restarts(spec.engine.port)))
+            engine.note_host_copy(Process.of(pod, spec.engine.port))
 
 
 def note_reachability(pod: str, engine: EngineMemory, result: Probe, emit: Emit) -> None:

@@ -295,7 +295,9 @@ class PoolLoop:
         claims = self.hub.claims(self.namespace)
         # What the pool's status says of each member's copy, read once for the whole cycle.
         copies = {
-            str(entry.get("pod")): Process(str(entry.get("podUID")), _count(entry.get("restarts")))
+            str(entry.get("pod")): Process(
+                str(entry.get("podUID")), _restart_count(entry.get("restarts"))
+            )
             for entry in self._written.get("members") or []
             if isinstance(entry, Mapping) and entry.get("hostCopy") is True
         }
@@ -348,8 +350,7 @@ class PoolLoop:
             state, residue = MemberState.ASLEEP, footprint
         if state is MemberState.ASLEEP and engine is not None and engine.sleep_level:
             level = engine.sleep_level
-        port = model_spec.engine.port if model_spec is not None else None
-        process = Process(pod.uid, None if port is None else pod.engine_restarts(port))
+        process = Process.of(pod, model_spec.engine.port if model_spec is not None else None)
         self._processes[pod.name] = process
         written = copies.get(pod.name)
         awake_since = None if engine is None else engine.state_since.get(EngineState.AWAKE.value)
@@ -490,7 +491,7 @@ class PoolLoop:
         self._written = new
 
 
-def _count(value: object) -> int | None:
+def _restart_count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

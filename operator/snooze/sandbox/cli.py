@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     def say(text: str, *, level: int = logging.INFO, out: bool = False) -> None:
         # Plain lines for people (the README shows them); with --log-format json, records
         # like every other line of the process, for whatever reads them.
-        if getattr(args, "log_format", "text") == "json":
+        if args.log_format == "json":
             log.log(level, "%s", text)
         else:
             print(f"snooze sandbox: {text}", file=sys.stdout if out else sys.stderr, flush=True)
