@@ -45,6 +45,19 @@ class HeadroomSpec(Wire):
         return parse_duration(self.idle_after)
 
 
+class PrimeSpec(Wire):
+    """Each member's first level-1 sleep done ahead of need: it pins host RAM for the copy of
+    the weights, which makes it several times slower than the member's later ones (PyTorch
+    keeps the pinned blocks for the life of the process)."""
+
+    idle_after: Duration = "10s"
+    """Only a member that has served nothing for this long is primed."""
+
+    @property
+    def idle_after_seconds(self) -> float:
+        return parse_duration(self.idle_after)
+
+
 class GPUPoolSpec(Wire):
     """One device (a GPU shared through a DRA ResourceClaim, or time-slicing) and its members."""
 
@@ -67,6 +80,12 @@ class GPUPoolSpec(Wire):
     of need (never a busy one, never inside minResidency or below minAwake), so that a request
     for a sleeping member waits for its wake only, not for another member's sleep first.
     Without it, room is made only when a wake asks for it (lazy)."""
+    prime: PrimeSpec | None = None
+    """Optional: a member whose model sleeps at level 1 and whose engine never did is put to
+    sleep once while the pool is quiet and it is idle (one member at a time, never a busy one,
+    never inside minResidency or below minAwake, within hostMemory), then woken back at once
+    into its own room if no wake took it meanwhile. Its later sleeps, when room is needed on a
+    request's path, reuse the pinned RAM. Only in pools whose members do not all fit awake."""
     resource_claim_name: str | None = Field(
         default=None, min_length=1, max_length=253, pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"
     )
@@ -169,5 +188,6 @@ __all__ = [
     "GPUPoolStatus",
     "HeadroomSpec",
     "PoolMember",
+    "PrimeSpec",
     "parse_pool_spec",
 ]

@@ -356,6 +356,55 @@ def test_headroom_sleeps_an_idle_member_ahead_of_the_next_wake(
         watcher.stop()
 
 
+def test_prime_pins_each_member_ahead_of_need_and_wakes_it_back(
+    cluster: Cluster, pool: Kubelet, operator: OperatorThread, gateway: GatewayThread
+) -> None:
+    """An engine's first level-1 sleep pins host RAM and is slow; its later ones reuse it. With
+    prime on, each idle member that never slept does that first sleep while nobody waits, one
+    at a time, and is woken back at once: a later request for a sleeping model then waits for
+    a fast sleep only."""
+    watcher = Watcher(pool.engines)
+    try:
+        for name in ("a", "b", "c"):  # the third starts once one of the first two slept
+            pool.start(name)
+        first_sleeper = wait_for(
+            "one asleep",
+            lambda: next((n for n, e in pool.engines.items() if e.is_sleeping), None),
+        )
+        unpinned = sorted(n for n, e in pool.engines.items() if not e.host_memory_bytes)
+        assert len(unpinned) == 2 and first_sleeper not in unpinned
+        sleep_seconds = 3.0  # a first sleep, pinning; the later ones take 0.14 of it
+        for engine in pool.engines.values():
+            engine.config = replace(engine.config, sleep_seconds=sleep_seconds)
+
+        patch_pool(cluster, {"prime": {"idleAfter": "1s"}})
+        wait_for(
+            "both primed and awake again",
+            lambda: all(
+                pool.engines[n].host_memory_bytes and not pool.engines[n].is_sleeping
+                for n in unpinned
+            ),
+            timeout=60,
+        )
+        primes = operator.metrics.pool_evictions.labels("default", "gpu-0", "prime")
+        assert primes._value.get() == 2
+        making_room = [e["message"] for e in cluster.events("MakingRoom")]
+        assert sum("(prime)" in m for m in making_room) == 2, making_room
+        woke = [e["message"] for e in cluster.events("Woke")]
+        assert sum("the pool's prime" in m for m in woke) == 2, woke
+        assert pool.engines[first_sleeper].is_sleeping  # untouched: its copy was pinned
+
+        # A request for the sleeping model: an awake member makes room with a fast sleep.
+        assert ask(gateway, first_sleeper) == "lorem ipsum"
+        [waited] = [w for w in operator.metrics.pool_waits if w.model == first_sleeper]
+        assert waited.seconds < sleep_seconds, waited
+        assert primes._value.get() == 2  # nothing primed twice
+        assert watcher.most_awake <= 2
+        assert wake_ooms(pool) == 0 and start_refusals(pool) == 0
+    finally:
+        watcher.stop()
+
+
 def test_headroom_never_takes_a_member_serving_traffic_the_operator_did_not_route(
     cluster: Cluster, pool: Kubelet
 ) -> None:

@@ -1008,6 +1008,22 @@ def pooled(engine: EngineView, **kw: Any) -> EngineView:
         [pooled(asleep("a"), pool_grant=True)],
         model(),
     ),
+    Case(
+        "a member the pool primed is woken back into its room",
+        [pooled(asleep("a"), pool_grant=True, pool_rewake=True)],
+        model(),
+        ["Wake a"],
+    ),
+    Case(
+        "a primed member is not woken back without room (it sleeps on)",
+        [pooled(asleep("a"), pool_rewake=True)],
+        model(),
+    ),
+    Case(
+        "desiredState Asleep keeps a primed member asleep",
+        [pooled(asleep("a"), pool_grant=True, pool_rewake=True)],
+        model(spec(desired="Asleep")),
+    ),
 )
 def test_pool_members(case: Case) -> None:
     check(case)

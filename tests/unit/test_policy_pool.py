@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 from snooze.gpupool import Eviction
 from snooze.policy.pool import (
     HEADROOM,
+    PRIME,
     Headroom,
     Member,
     MemberState,
     ModelNeeds,
     PoolView,
+    Prime,
     WakeAsk,
     decide_pool,
     eviction_order,
@@ -308,6 +310,83 @@ def test_headroom_for_two_wakes_sleeps_as_many_as_it_takes_or_none() -> None:
     assert not decide_pool(pool(busy, members[1], *sleepers, headroom=two)).evict  # in vain
 
 
+PRIME_10 = Prime(idle_after=10.0)
+
+
+def primed(*members: Member, **kw: object) -> PoolView:
+    """A pool where two of three fit, with priming on."""
+    return pool(*members, prime=PRIME_10, **kw)
+
+
+def test_prime_sleeps_one_idle_member_that_never_slept_at_level_one() -> None:
+    view = primed(
+        member("a-0", last_used=NOW - 100),
+        member("b-0", last_used=NOW - 900),
+        member("c-0", ASLEEP, host_copy=True),
+    )
+    decision = decide_pool(view)
+    # One at a time, the least needed first; at level 1, whatever else the host memory says.
+    assert dict(decision.evict) == {"b-0": PRIME}
+    assert decision.levels["b-0"] == 1
+    assert not decision.grant and not decision.waiting
+    assert not decide_pool(replace(view, prime=None)).evict  # off unless the pool asks for it
+
+
+@pytest.mark.parametrize(
+    ("changed", "why"),
+    [
+        ({"host_copy": True}, "its process holds a pinned copy already"),
+        ({"level": 2}, "its model sleeps at level 2 (no copy to pin)"),
+        ({"busy": True}, "busy"),
+        ({"last_used": NOW - 5}, "served a request less than idleAfter ago"),
+        ({"awake_since": NOW - 10}, "inside minResidency"),
+    ],
+)
+def test_prime_spares_members_it_would_not_help_or_that_are_wanted(
+    changed: dict[str, object], why: str
+) -> None:
+    view = primed(member("a-0", **changed), member("c-0", ASLEEP, host_copy=True))
+    assert not decide_pool(view).evict, why
+
+
+def test_prime_waits_for_a_quiet_pool_and_respects_needs_and_host_memory() -> None:
+    idle = member("a-0", weights=16 * GIB)
+    pinned = member("b-0", host_copy=True, weights=16 * GIB)  # awake, its copy kept
+    sleeper = member("c-0", ASLEEP, host_copy=True, weights=16 * GIB)
+    assert decide_pool(primed(idle, pinned, sleeper)).evict == {"a-0": PRIME}
+    for other, kw, why in (
+        (replace(pinned, state=DRAINING), {}, "a sleep under way"),
+        (replace(pinned, state=MemberState.WAKING), {}, "a wake under way"),
+        (replace(pinned, state=MemberState.STARTING), {}, "a member starting"),
+        (pinned, {"asks": {"c-0": NOW - 1000}}, "a wake asked"),
+        (pinned, {"models": {"a": ModelNeeds(min_awake=1)}}, "minAwake"),
+        (pinned, {"models": {"a": ModelNeeds(keep_awake=True)}}, "desiredState Awake"),
+        (pinned, {"memory": 200 * GIB}, "every member fits awake"),
+        (pinned, {"host_memory": 47 * GIB}, "no host memory for its copy beside the others'"),
+    ):
+        decision = decide_pool(primed(idle, other, sleeper, **kw))
+        assert PRIME not in decision.evict.values(), why
+    assert decide_pool(primed(idle, pinned, sleeper, host_memory=48 * GIB)).evict == {"a-0": PRIME}
+
+
+def test_a_primed_member_is_woken_back_only_into_free_room_after_every_real_ask() -> None:
+    members = [member("a-0"), member("b-0", ASLEEP), member("c-0", ASLEEP)]
+    back = WakeAsk(pod="b-0", asked_at=NOW - 50, lazy=True)
+    # Room for it: granted, and it never shows as waiting.
+    alone = pool(*members, asks=None)
+    decision = decide_pool(replace(alone, asks=[back]))
+    assert decision.grant == {"b-0"} and not decision.waiting and not decision.evict
+    # A real ask, even a later one, takes the room first; the wake back neither waits nor
+    # makes anyone sleep.
+    real = WakeAsk(pod="c-0", asked_at=NOW)
+    decision = decide_pool(replace(alone, asks=[back, real]))
+    assert decision.grant == {"c-0"} and not decision.waiting and not decision.evict
+    # No room at all: nothing is evicted for it.
+    full = pool(member("a-0"), member("d-0"), member("b-0", ASLEEP), asks=None)
+    decision = decide_pool(replace(full, asks=[back]))
+    assert not decision.grant and not decision.evict and not decision.waiting
+
+
 def test_overcommitted_says_the_arithmetic() -> None:
     assert overcommitted(70 * GIB, [member("a-0"), member("b-0")]) is None
     message = overcommitted(20 * GIB, [member("a-0", ASLEEP), member("b-0", ASLEEP)])
@@ -331,18 +410,28 @@ class World:
     host_memory: int | None = None
     wants_level: dict[str, int] = field(default_factory=dict)
     """The level each member's model asks for (a member asleep has the level it sleeps at)."""
+    prime: Prime | None = None
+    priming: dict[str, float] = field(default_factory=dict)
+    """Members put to sleep to prime them: once asleep, woken back by a lazy ask."""
 
     def view(self) -> PoolView:
+        asks = [WakeAsk(pod=p, asked_at=t) for p, t in self.asked.items()]
+        asks += [
+            WakeAsk(pod=p, asked_at=t, lazy=True)
+            for p, t in self.priming.items()
+            if self.members[p].state is ASLEEP
+        ]
         return PoolView(
             memory=self.memory,
             host_memory=self.host_memory,
             eviction=self.eviction,
             min_residency=30.0,
             members=tuple(self.members.values()),
-            asks=[WakeAsk(pod=p, asked_at=t) for p, t in self.asked.items()],
+            asks=asks,
             models=self.models,
             now=self.now,
             headroom=self.headroom,
+            prime=self.prime,
         )
 
     def used(self) -> int:
@@ -389,7 +478,13 @@ class World:
             self.now += 10.0 * (index % 7 + 1)
 
     def decide(self) -> None:
-        decision = decide_pool(self.view())
+        view = self.view()
+        decision = decide_pool(view)
+        lazy = {a.pod for a in view.asks if a.lazy}
+        if decision.grant & lazy:
+            # A wake back takes only room nobody waits for, and nobody sleeps for it.
+            assert not decision.waiting and not decision.evict
+        self.priming = {p: t for p, t in self.priming.items() if p not in lazy}
         # What the status reports never exceeds the device, and names exactly the starting
         # members that have no room.
         assert decision.used <= self.memory
@@ -403,6 +498,12 @@ class World:
             if why == HEADROOM:
                 assert self.headroom is not None and not decision.waiting
                 assert self.now - m.last_used >= self.headroom.idle_after
+            if why == PRIME:
+                assert self.prime is not None and not decision.waiting and not decision.grant
+                assert self.now - m.last_used >= self.prime.idle_after
+                assert m.level == 1 and not m.host_copy and len(decision.evict) == 1
+                assert decision.levels[pod] == 1
+                self.priming[pod] = self.now
             self.members[pod] = replace(m, state=DRAINING, level=decision.levels.get(pod, m.level))
         for pod in decision.grant:
             m = self.members[pod]
@@ -444,6 +545,7 @@ def worlds(draw: st.DrawFn) -> World:
         )
     )
     eviction = draw(st.sampled_from(list(Eviction)))
+    prime = draw(st.sampled_from([None, Prime(idle_after=10.0)]))
     host_memory = draw(st.one_of(st.none(), st.integers(0, 40)))
     if host_memory is not None:
         host_memory = host_memory_used(members.values()) + host_memory * GIB
@@ -455,6 +557,7 @@ def worlds(draw: st.DrawFn) -> World:
         eviction=eviction,
         host_memory=host_memory,
         wants_level=wants_level,
+        prime=prime,
     )
 
 
@@ -559,6 +662,34 @@ def test_with_headroom_a_settled_pool_grants_the_next_wake_at_once(
     pod = sleepers[asker % len(sleepers)]
     world.asked[pod] = world.now
     assert decide_pool(world.view()).grant == {pod}, world.members
+
+
+@settings(max_examples=150, deadline=None)
+@given(worlds())
+def test_prime_pins_every_awake_member_once_and_wakes_it_back(world: World) -> None:
+    # Members start awake with no copy, as many as fit; nobody asks for anything. One at a
+    # time, each is put to sleep at level 1 and woken back into its own room: in the end every
+    # one of them holds its copy and is awake again, and the device was never over-committed.
+    world.prime = Prime(idle_after=10.0)
+    world.headroom, world.host_memory = None, None
+    world.models = {name: ModelNeeds() for name in world.models}
+    started: list[str] = []
+    for pod, m in sorted(world.members.items()):
+        woken = replace(m, state=AWAKE, host_copy=False, level=1, awake_since=None)
+        world.wants_level[pod] = 1
+        if world.used() - m.held + woken.held <= world.memory:
+            world.members[pod] = woken
+            started.append(pod)
+    if sum(m.footprint for m in world.members.values()) <= world.memory:
+        return  # every member fits awake: nothing will ever need a fast sleep
+    for _ in range(3 * len(started) + 2):
+        world.decide()
+        assert world.used() <= world.memory
+        world.apply(("confirm", 0))
+        world.apply(("tick", 0))  # 10 s: idle long enough, again
+    for pod in started:
+        m = world.members[pod]
+        assert m.host_copy and m.state is AWAKE, (pod, world.members)
 
 
 @pytest.mark.parametrize("eviction", list(Eviction))

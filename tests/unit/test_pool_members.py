@@ -311,3 +311,50 @@ def test_engines_with_traffic_the_gateway_does_not_see_are_judged_by_probes_alon
     engine.direct_activity = False
     [member], _, _ = loop._gather(parse_pool_spec({"memory": "70Gi"}), now=10.0)
     assert not member.busy
+
+
+def test_a_primed_member_is_woken_back_then_forgotten() -> None:
+    """The pool primes the idle member with no copy; once its engine sleeps, the pool grants it
+    its room back (the model's loop wakes it, reason Primed); a wake another model asks for
+    meanwhile takes that room first, and the primed member then simply sleeps on."""
+    sources = [Source(app, model_spec(app), [pod(f"{app}-0", **READY)]) for app in "abc"]
+    engines = {
+        "a-0": EngineMemory(last_activity=0.0, sleeping=False),
+        "b-0": EngineMemory(last_activity=0.0, sleeping=False),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+    }
+    for source in sources:
+        source.engines[f"{source.name}-0"] = engines[f"{source.name}-0"]
+    for name in ("b-0", "c-0"):  # they slept at level 1 before: their copies are pinned
+        engines[name].note_host_copy(Process.of(sources[0].selected[0], 8000))
+    loop = PoolLoop(
+        namespace="ns",
+        name="gpu",
+        body={"metadata": {"name": "gpu"}, "spec": {"memory": "70Gi", "prime": {}}},
+        api=NoApi(),  # type: ignore[arg-type]
+        hub=PoolHub(),
+        models=lambda: sources,
+        emit=lambda *_: None,
+        metrics=OperatorMetrics(),
+        interval=10.0,
+    )
+    asyncio.run(loop.cycle())
+    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "prime"}
+    directive = loop.directive("a-0")
+    assert directive.evict and directive.headroom and directive.level == 1
+    loop.made_room("a-0")  # its model's loop begins the sleep
+    evictions = loop.metrics.pool_evictions
+    assert evictions.labels("ns", "gpu", "prime")._value.get() == 1
+
+    engines["a-0"].sleeping, engines["a-0"].sleep_level = True, 1
+    for _ in range(2):  # the grant stands until its loop starts the wake
+        asyncio.run(loop.cycle())
+        assert loop.decision.grant == {"a-0"} and not loop.decision.waiting
+        assert loop.directive("a-0").rewake
+
+    loop.ask("c", ["c-0"], now=50.0)  # a request for c: c's wake takes the room
+    asyncio.run(loop.cycle())
+    assert loop.decision.grant == {"c-0"} and not loop.directive("a-0").rewake
+    loop.ask("c", [], now=51.0)  # c's loop started its wake
+    asyncio.run(loop.cycle())
+    assert not loop.decision.grant  # a-0 is forgotten: it sleeps on until it is asked for

@@ -464,4 +464,5 @@ def _why(action: Action) -> str:
         "DesiredAwake": "desiredState is Awake",
         "WakeRequested": "a wake was requested",
         "MinAwake": "minAwake engines must stay awake",
+        "Primed": "woken back after a sleep that only pinned its host copy (the pool's prime)",
     }.get(action.reason, action.reason)

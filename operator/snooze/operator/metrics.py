@@ -35,9 +35,10 @@ STATES = [state.value for state in EngineState]
 # reason: at a thousand models the zeros were megabytes of page (benchmarks/README.md, scrape
 # cost). The first event of a series is then invisible to rate() and increase(); the alert
 # rules that must see it (SnoozeWakeFailures) also match series that did not exist earlier.
-# Why a pool put a member to sleep: room for another member's wake, for one starting, or
-# room kept ahead of wakes (a pool's headroom).
-POOL_EVICTION_REASONS = ("wake", "start", "headroom")
+# Why a pool put a member to sleep: room for another member's wake, for one starting, room
+# kept ahead of wakes (a pool's headroom), or its first level-1 sleep done ahead of need
+# (a pool's prime: it is woken back at once).
+POOL_EVICTION_REASONS = ("wake", "start", "headroom", "prime")
 
 # `_created` samples double every counter's and histogram's series and no panel or rule
 # reads them: at a thousand models the page is megabytes, scraped every few seconds.
@@ -178,8 +179,8 @@ class OperatorMetrics:
         )
         self.pool_evictions = Counter(
             "snooze_pool_evictions_total",
-            "Pool members put to sleep to make room: for a wake, for a member starting, or "
-            "ahead of wakes (headroom).",
+            "Pool members put to sleep to make room: for a wake, for a member starting, "
+            "ahead of wakes (headroom), or to pin a host copy ahead of need (prime).",
             ["namespace", "pool", "reason"],
             registry=r,
         )

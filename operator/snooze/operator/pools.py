@@ -22,12 +22,14 @@ from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.poolstatus import invalid_pool_status, pool_status
 from snooze.policy.pool import (
     HEADROOM,
+    PRIME,
     Headroom,
     Member,
     MemberState,
     ModelNeeds,
     PoolDecision,
     PoolView,
+    Prime,
     Waiting,
     WakeAsk,
     decide_pool,
@@ -56,7 +58,9 @@ class Directive:
     grant: bool = False
     evict: bool = False
     headroom: bool = False
-    """Its sleep only keeps room ahead of wakes: a request for it may still cancel it."""
+    """Its sleep only keeps room ahead of wakes, or primes it: a request may still cancel it."""
+    rewake: bool = False
+    """It slept only to pin its host copy, and the pool has room to wake it back now."""
     level: int | None = None
     """The level to sleep at if it sleeps now (None: the model's own)."""
 
@@ -169,6 +173,9 @@ class PoolLoop:
         counters makes the pool look again, so that it takes the first idle moment."""
         self._processes: dict[str, Process] = {}
         """Member -> its engine's process: which one the status's hostCopy speaks of."""
+        self._priming: dict[str, float] = {}
+        """Member -> when its priming sleep began: once asleep, it is woken back into its own
+        room if that is still free (a lazy ask). Lost with the process: it then sleeps on."""
 
     # -- what the model loops call ------------------------------------------------------------
 
@@ -179,7 +186,8 @@ class PoolLoop:
         return Directive(
             grant=pod in decision.grant,
             evict=pod in decision.evict,
-            headroom=decision.evict.get(pod) == HEADROOM,
+            headroom=decision.evict.get(pod) in (HEADROOM, PRIME),
+            rewake=pod in decision.grant and pod in self._priming,
             level=decision.levels.get(pod),
         )
 
@@ -201,6 +209,10 @@ class PoolLoop:
         for_what = self._room_for.pop(pod, "")
         if for_what == HEADROOM:
             reason, why = "headroom", "keep room free for the next wake (headroom)"
+        elif for_what == PRIME:
+            reason = "prime"
+            why = "pin its host copy ahead of need, and wakes again at once (prime)"
+            self._priming[pod] = time.time()
         elif for_what.startswith("starting "):
             reason, why = "start", f"make room for {for_what}"
         else:
@@ -263,20 +275,27 @@ class PoolLoop:
         # Asks of pods that left the pool, or that woke meanwhile, lapse.
         for pod in [p for p in self.asks if p not in sources]:
             del self.asks[pod]
+        lazy = self._lazy_asks(members, now)
         view = PoolView(
             memory=spec.memory_bytes,
             host_memory=spec.host_memory_bytes,
             eviction=spec.eviction,
             min_residency=spec.min_residency_seconds,
             members=members,
-            asks=[WakeAsk(pod=p, asked_at=t) for p, (_, t) in self.asks.items()],
+            asks=[WakeAsk(pod=p, asked_at=t) for p, (_, t) in self.asks.items()] + lazy,
             models=needs,
             now=now,
             headroom=None
             if spec.headroom is None
             else Headroom(wakes=spec.headroom.wakes, idle_after=spec.headroom.idle_after_seconds),
+            prime=None if spec.prime is None else Prime(idle_after=spec.prime.idle_after_seconds),
         )
         decision = decide_pool(view)
+        for ask in lazy:
+            if ask.pod not in decision.grant:
+                # Its room went to a wake that asked meanwhile (or the headroom's): it sleeps
+                # on, with its copy pinned, as any sleeping member.
+                del self._priming[ask.pod]
         # Watch only while a wake waits with nothing being put to sleep for it.
         self.watching = any(not w.making_room for w in decision.waiting) and any(
             m.busy and m.state is MemberState.AWAKE for m in members
@@ -285,6 +304,21 @@ class PoolLoop:
             self.hub.hurry(self.interval)
         self._publish(decision, members, sources, now)
         await self._write_status(self._status(spec, members, decision, generation, now))
+
+    def _lazy_asks(self, members: Iterable[Member], now: float) -> list[WakeAsk]:
+        """The wakes back of primed members that are asleep now; records of members that were
+        woken, left, or whose priming sleep was cancelled (awake for a whole interval) lapse."""
+        states = {m.pod: m.state for m in members}
+        asks = []
+        for pod, since in list(self._priming.items()):
+            state = states.get(pod)
+            if state is MemberState.ASLEEP and pod not in self.asks:
+                asks.append(WakeAsk(pod=pod, asked_at=since, lazy=True))
+            elif state in (None, MemberState.WAKING, MemberState.ASLEEP) or (
+                state is MemberState.AWAKE and now - since > self.interval
+            ):
+                del self._priming[pod]
+        return asks
 
     def _gather(
         self, spec: GPUPoolSpec, now: float

@@ -13,7 +13,11 @@ place:
   footprint until its engine has confirmed the sleep (it is `draining` until then);
 - with a headroom, once no wake waits, members idle for its `idle_after` are put to sleep
   ahead of need until the next wakes of sleeping members would find room at once (a wake
-  that meets a full device waits for a whole sleep, seconds, before its own wake begins).
+  that meets a full device waits for a whole sleep, seconds, before its own wake begins);
+- with priming, once the pool is quiet, one idle member that never slept at level 1 sleeps
+  at level 1 and is woken again into its own room (a lazy ask): its first level-1 sleep pins
+  host RAM and is several times slower than its later ones, so it is done ahead of need rather
+  than on a request's path.
 Pure: frozen views in, a decision out; tested by tables and properties.
 """
 
@@ -109,10 +113,16 @@ class WakeAsk:
     pod: str
     asked_at: float
     """When it first asked; the queue's order."""
+    lazy: bool = False
+    """Woken back after a priming sleep: granted only into room that is free after every other
+    ask, never by evicting anyone; it never waits (not granted, it sleeps on). The headroom
+    then keeps its room by its own rule (members idle for its idle_after)."""
 
 
 # What `PoolDecision.evict` says a member makes room for when no wake has asked yet.
 HEADROOM = "headroom"
+# What it says of a member put to sleep only to pin its host copy (it is woken back at once).
+PRIME = "prime"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +132,15 @@ class Headroom:
     wakes: int = 1
     idle_after: float = 30.0
     """Only a member that has served nothing for this long sleeps for headroom."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prime:
+    """Members whose model sleeps at level 1 and whose process holds no pinned copy yet sleep
+    once ahead of need, one at a time, while the pool is quiet, and are woken back at once."""
+
+    idle_after: float = 10.0
+    """Only a member that has served nothing for this long is primed."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +154,7 @@ class PoolView:
     models: Mapping[str, ModelNeeds] = field(default_factory=dict)
     now: float = 0.0
     headroom: Headroom | None = None
+    prime: Prime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,7 +176,8 @@ class PoolDecision:
     """Members that may wake now."""
     evict: Mapping[str, str]
     """Members to put to sleep now, with what they make room for: the model whose wake asked,
-    `starting POD[, POD]` for members that start, or HEADROOM for wakes to come."""
+    `starting POD[, POD]` for members that start, HEADROOM for wakes to come, or PRIME (it
+    sleeps at level 1 only to pin its host copy, and is woken back by a lazy ask)."""
     levels: Mapping[str, int]
     """The level each awake member sleeps at if it sleeps now (host memory may force 2)."""
     waiting: Sequence[Waiting]
@@ -209,8 +230,13 @@ def decide_pool(view: PoolView) -> PoolDecision:
     grant: set[str] = set()
     evict: dict[str, str] = {}
     waiting: list[Waiting] = []
-    asks = sorted(
-        (a for a in view.asks if a.pod in members and members[a.pod].state is MemberState.ASLEEP),
+    asleep_asks = [
+        a for a in view.asks if a.pod in members and members[a.pod].state is MemberState.ASLEEP
+    ]
+    eager = {a.pod for a in asleep_asks if not a.lazy}
+    asks = sorted((a for a in asleep_asks if not a.lazy), key=lambda a: (a.asked_at, a.pod))
+    lazy = sorted(
+        (a for a in asleep_asks if a.lazy and a.pod not in eager),
         key=lambda a: (a.asked_at, a.pod),
     )
     # Starting members take their footprint as soon as it is free: a deficit they cause is
@@ -260,20 +286,59 @@ def decide_pool(view: PoolView) -> PoolDecision:
             )
         if member is not None:
             waiting.append(_wait(member, need, True, "members are being put to sleep for it"))
-    if view.headroom is not None and not waiting and free >= 0:
+    quiet = not waiting and free >= 0
+    if quiet:
+        for ask in lazy:
+            member = members[ask.pod]
+            if member.frees <= free:
+                grant.add(member.pod)
+                free -= member.frees
+    if view.headroom is not None and quiet:
         room = free + sum(releasing)
         spare = _headroom_evictions(view, view.headroom, candidates, room, grant, awake_count)
         for candidate in spare:
             evict[candidate.pod] = HEADROOM
+    levels = _levels(view)
+    if view.prime is not None and quiet and not evict and not grant and not view.asks:
+        primed = _prime_candidate(view, view.prime, candidates, awake_count)
+        if primed is not None:
+            evict[primed.pod] = PRIME
+            levels[primed.pod] = 1
     held, unplaced = _placed(view)
     return PoolDecision(
         grant=frozenset(grant),
         evict=evict,
-        levels=_levels(view),
+        levels=levels,
         waiting=waiting,
         used=held,
         unplaced=unplaced,
     )
+
+
+def _prime_candidate(
+    view: PoolView, prime: Prime, candidates: Sequence[Member], awake_count: Mapping[str, int]
+) -> Member | None:
+    """The member to prime now, if any: only where some member must sleep for another one day
+    (not all fit awake together), only in a quiet pool (no member waking, sleeping or
+    starting), and only an idle member that would sleep at level 1 and holds no copy yet,
+    with room for that copy in the pool's host memory."""
+    if sum(m.footprint for m in view.members) <= view.memory:
+        return None
+    settled = (MemberState.AWAKE, MemberState.ASLEEP)
+    if any(m.state not in settled for m in view.members):
+        return None
+    host_used = host_memory_used(view.members)
+    for candidate in candidates:
+        if candidate.level != 1 or candidate.host_copy:
+            continue
+        if view.now - candidate.last_used < prime.idle_after:
+            continue
+        if _at_min_awake(view, awake_count, candidate.model):
+            continue
+        if view.host_memory is not None and host_used + candidate.weights > view.host_memory:
+            continue
+        return candidate
+    return None
 
 
 def _headroom_evictions(

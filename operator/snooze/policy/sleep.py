@@ -52,7 +52,9 @@ class EngineView:
     pool_evict: bool = False
     """The pool puts it to sleep to make room for another model's engine."""
     pool_headroom: bool = False
-    """That sleep only keeps room ahead of wakes: no wake is promised its memory."""
+    """That sleep only keeps room ahead of wakes (or primes it): no wake is promised its memory."""
+    pool_rewake: bool = False
+    """The pool slept it only to pin its host copy (priming) and has room to wake it back now."""
     pool_level: int | None = None
     """The level the pool has it sleep at (2 when the pool's host memory is full)."""
     sleep_level: int | None = None
@@ -348,6 +350,8 @@ def _wake_reason(engine: EngineView, model: ModelView) -> str | None:
         return "DesiredAwake"
     if wants_wake(engine, model):
         return "WakeRequested"
+    if engine.pool_rewake and engine.pool_grant:
+        return "Primed"
     return None
 
 
