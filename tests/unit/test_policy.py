@@ -993,6 +993,11 @@ def pooled(engine: EngineView, **kw: Any) -> EngineView:
         model(requested_ago=5),
     ),
     Case(
+        "a drain under way that the pool promised to a wake is not cancelled by a request",
+        [pooled(draining("a", sleep_started=NOW - 10), pool_promised=True)],
+        model(requested_ago=5),
+    ),
+    Case(
         "a drain the pool ordered only for headroom is cancelled by a request",
         [pooled(draining("a", sleep_started=NOW - 10), pool_evict=True, pool_headroom=True)],
         model(requested_ago=5),

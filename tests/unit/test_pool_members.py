@@ -358,3 +358,61 @@ def test_a_primed_member_is_woken_back_then_forgotten() -> None:
     loop.ask("c", [], now=51.0)  # c's loop started its wake
     asyncio.run(loop.cycle())
     assert not loop.decision.grant  # a-0 is forgotten: it sleeps on until it is asked for
+
+
+def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> None:
+    """Once a member's drain has begun, the decision no longer lists it (it lists awake members
+    to put to sleep): the pool still tells its model's loop that this drain makes room for a
+    wake, so that a request for the member does not cancel it and take the room back. A drain
+    for headroom or a prime stays cancellable."""
+    sources = [Source(app, model_spec(app), [pod(f"{app}-0", **READY)]) for app in "abc"]
+    engines = {
+        "a-0": EngineMemory(last_activity=0.0, sleeping=False),
+        "b-0": EngineMemory(last_activity=100.0, sleeping=False),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+    }
+    for source in sources:
+        source.engines[f"{source.name}-0"] = engines[f"{source.name}-0"]
+    loop = PoolLoop(
+        namespace="ns",
+        name="gpu",
+        body={"metadata": {"name": "gpu"}, "spec": {"memory": "70Gi"}},
+        api=NoApi(),  # type: ignore[arg-type]
+        hub=PoolHub(),
+        models=lambda: sources,
+        emit=lambda *_: None,
+        metrics=OperatorMetrics(),
+        interval=10.0,
+    )
+
+    async def scenario() -> None:
+        loop.ask("c", ["c-0"], now=200.0)
+        await loop.cycle()
+        assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "c"}
+        # a's loop starts the sleep (the action's task runs), which begins the drain.
+        engines["a-0"].action = "Sleep"
+        engines["a-0"].task = asyncio.create_task(asyncio.sleep(60))
+        loop.made_room("a-0")
+        await loop.cycle()
+        assert "a-0" not in loop.decision.evict  # draining: not an awake member any more
+        directive = loop.directive("a-0")
+        assert directive.promised and not directive.headroom
+        # The sleep ends (confirmed): the promise ends with it.
+        engines["a-0"].task.cancel()
+        engines["a-0"].sleeping = True
+        await asyncio.sleep(0)
+        await loop.cycle()
+        assert not loop.directive("a-0").promised
+
+    asyncio.run(scenario())
+
+
+def test_a_drain_for_headroom_is_not_promised() -> None:
+    source = Source("m", POOLED, [pod("a-0", **READY)])
+    loop = loop_over(source)
+    chosen = PoolDecision(
+        grant=frozenset(), evict={"a-0": "headroom"}, levels={}, waiting=(), used=0
+    )
+    loop._publish(chosen, [], {"a-0": source}, now=1.0)
+    loop.made_room("a-0")
+    assert not loop.directive("a-0").promised

@@ -483,6 +483,7 @@ class ModelLoop:
                     pool_evict=directive.evict,
                     pool_headroom=directive.headroom,
                     pool_rewake=directive.rewake,
+                    pool_promised=directive.promised,
                     pool_level=directive.level,
                     sleep_level=(engine.sleep_level or pod.sleep_level) or None,
                     sleep_failures=engine.sleep_failures,

@@ -61,6 +61,10 @@ class Directive:
     """Its sleep only keeps room ahead of wakes, or primes it: a request may still cancel it."""
     rewake: bool = False
     """It slept only to pin its host copy, and the pool has room to wake it back now."""
+    promised: bool = False
+    """Its sleep under way makes room for a wake or a starting member: a request for it must
+    not cancel the drain (the decision lists only awake members, so `evict` says nothing of a
+    member already draining)."""
     level: int | None = None
     """The level to sleep at if it sleeps now (None: the model's own)."""
 
@@ -173,6 +177,10 @@ class PoolLoop:
         counters makes the pool look again, so that it takes the first idle moment."""
         self._processes: dict[str, Process] = {}
         """Member -> its engine's process: which one the status's hostCopy speaks of."""
+        self._sleeping_for: dict[str, str] = {}
+        """Member -> what its sleep under way makes room for (from made_room until its sleep
+        action ends): the decision lists only awake members to put to sleep, and a request for
+        one whose drain makes room for a wake must not cancel that drain."""
         self._priming: dict[str, float] = {}
         """Member -> when its priming sleep began: once asleep, it is woken back into its own
         room if that is still free (a lazy ask). Lost with the process: it then sleeps on."""
@@ -187,6 +195,7 @@ class PoolLoop:
             grant=pod in decision.grant,
             evict=pod in decision.evict,
             headroom=decision.evict.get(pod) in (HEADROOM, PRIME),
+            promised=self._sleeping_for.get(pod, HEADROOM) not in (HEADROOM, PRIME),
             rewake=pod in decision.grant and pod in self._priming,
             level=decision.levels.get(pod),
         )
@@ -207,6 +216,7 @@ class PoolLoop:
         MakingRoom Event, now (one chosen on an old probe and found busy is spared, and is
         neither)."""
         for_what = self._room_for.pop(pod, "")
+        self._sleeping_for[pod] = for_what
         if for_what == HEADROOM:
             reason, why = "headroom", "keep room free for the next wake (headroom)"
         elif for_what == PRIME:
@@ -275,6 +285,10 @@ class PoolLoop:
         # Asks of pods that left the pool, or that woke meanwhile, lapse.
         for pod in [p for p in self.asks if p not in sources]:
             del self.asks[pod]
+        # A sleep to make room runs in its model's loop until confirmed, or cancelled (only a
+        # headroom's or a prime's), or spared; while it runs the member is draining.
+        draining = {m.pod for m in members if m.state is MemberState.DRAINING}
+        self._sleeping_for = {p: f for p, f in self._sleeping_for.items() if p in draining}
         lazy = self._lazy_asks(members, now)
         view = PoolView(
             memory=spec.memory_bytes,
@@ -293,8 +307,8 @@ class PoolLoop:
         decision = decide_pool(view)
         for ask in lazy:
             if ask.pod not in decision.grant:
-                # Its room went to a wake that asked meanwhile (or the headroom's): it sleeps
-                # on, with its copy pinned, as any sleeping member.
+                # Its room went to a wake that asked meanwhile: it sleeps on, with its copy
+                # pinned, as any sleeping member, until it is asked for.
                 del self._priming[ask.pod]
         # Watch only while a wake waits with nothing being put to sleep for it.
         self.watching = any(not w.making_room for w in decision.waiting) and any(

@@ -53,6 +53,8 @@ class EngineView:
     """The pool puts it to sleep to make room for another model's engine."""
     pool_headroom: bool = False
     """That sleep only keeps room ahead of wakes (or primes it): no wake is promised its memory."""
+    pool_promised: bool = False
+    """Its drain under way makes room the pool promised to a wake: a request does not cancel it."""
     pool_rewake: bool = False
     """The pool slept it only to pin its host copy (priming) and has room to wake it back now."""
     pool_level: int | None = None
@@ -213,10 +215,8 @@ def _through_pool(
             out.append(action)
         elif action.kind is ActionKind.WAKE and not engine.pool_grant:
             out.append(replace(action, kind=ActionKind.ASK_ROOM))
-        elif (
-            action.kind is ActionKind.CANCEL_SLEEP
-            and engine.pool_evict
-            and not engine.pool_headroom
+        elif action.kind is ActionKind.CANCEL_SLEEP and (
+            engine.pool_promised or (engine.pool_evict and not engine.pool_headroom)
         ):
             continue  # its room is promised to another model (a headroom sleep's is not)
         else:
