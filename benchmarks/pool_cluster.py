@@ -147,6 +147,8 @@ class Cluster:
             spec["eviction"] = args.eviction
             if args.headroom:
                 spec["headroom"] = {"wakes": 1, "idleAfter": d(args.headroom)}
+            if args.prime:
+                spec["prime"] = {"idleAfter": d(args.prime)}
             body = {"apiVersion": "snooze.dev/v1alpha1", "kind": "GPUPool"}
             self.api.post(POOLS, json={**body, "metadata": {"name": f"gpu-{p}"}, "spec": spec})
         for i in range(args.models):

@@ -87,14 +87,16 @@ def forced_waits(
     token_seconds: float,
     wake_seconds: float,
     bound: float,
+    sleep_seconds: float = 0.0,
 ) -> int:
     """The requests that wait longer than `bound` whatever the pool's policy, by the trace
     alone: a request whose model has none of its own in flight, while the models of its pool
     that do (each request in flight from its `at` for `tokens * token_seconds`, as on an
     always-on engine) leave it no room, must wait until one of those ends (no policy puts a
-    busy engine to sleep), then for its own wake. Counted when that wait (the earliest end,
-    plus `wake_seconds`, with no time at all for the sleep) exceeds `bound`: a lower bound on
-    the requests over the bound. The pooled run delays some requests, which only adds."""
+    busy engine to sleep), then for that engine's sleep (its memory is free only once the sleep
+    is confirmed; `sleep_seconds`: the fastest any member sleeps), then for its own wake.
+    Counted when that wait exceeds `bound`: a lower bound on the requests over the bound. The
+    pooled run delays some requests, which only adds."""
     count = 0
     ends: list[dict[int, float]] = [{} for _ in range(pools)]  # model -> end of its last request
     for request in requests:
@@ -102,7 +104,7 @@ def forced_waits(
         busy = {m: end for m, end in pool.items() if end > request.at and m != request.model}
         own_in_flight = pool.get(request.model, 0.0) > request.at
         if not own_in_flight and busy and not fits(frozenset(busy) | {request.model}):
-            wait = min(busy.values()) - request.at + wake_seconds
+            wait = min(busy.values()) - request.at + sleep_seconds + wake_seconds
             if wait > bound:
                 count += 1
         end = request.at + request.tokens * token_seconds

@@ -18,7 +18,7 @@ from pool_trace import Request, forced_waits, oversubscribed  # noqa: E402
 def test_the_pools_benchmark_reports_figures_that_add_up(tmp_path: Path) -> None:
     command = [
         sys.executable, "pools.py", "--models", "3", "--pools", "1", "--minutes", "2",
-        "--time-scale", "20", "--bursts-per-hour", "600", "--headroom", "20s",
+        "--time-scale", "20", "--bursts-per-hour", "600", "--headroom", "20s", "--prime", "10s",
         "--logs", str(tmp_path),
     ]  # fmt: skip
     done = subprocess.run(
@@ -43,10 +43,11 @@ def test_the_pools_benchmark_reports_figures_that_add_up(tmp_path: Path) -> None
     assert report["start_refusals"]["trace"] == 0
     assert report["target"]["models_per_gpu_at_least_4"] is False
     assert report["scenario"]["headroom_idle_after"] == "20s"
+    assert report["scenario"]["prime_idle_after"] == "10s"
     # All three models are wanted within most minutes of this trace, and two fit.
     assert report["oversubscribed"]["requests"] == 45
     assert 0 <= report["forced_over_limit"]["requests"] <= report["oversubscribed"]["requests"]
-    assert set(report["evictions_metric"]["trace"]) == {"wake", "start", "headroom"}
+    assert set(report["evictions_metric"]["trace"]) == {"wake", "start", "headroom", "prime"}
 
     logged = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert len(logged) == requests["sent"]
@@ -72,16 +73,25 @@ def test_forced_waits_count_requests_no_policy_can_serve_in_time() -> None:
     def two_fit(active: frozenset[int]) -> bool:
         return len(active) <= 2
 
-    def forced(trace: list[tuple[float, int, int]]) -> int:
+    def forced(trace: list[tuple[float, int, int]], sleep: float = 0.0) -> int:
         requests = [Request(at=t, model=m, tokens=n) for t, m, n in trace]
         return forced_waits(
-            requests, pools=1, fits=two_fit, token_seconds=0.01, wake_seconds=0.3, bound=1.6
+            requests,
+            pools=1,
+            fits=two_fit,
+            token_seconds=0.01,
+            wake_seconds=0.3,
+            bound=1.6,
+            sleep_seconds=sleep,
         )
 
     # Model 4 at 0.5 s: both others busy, the first ends at 2 s: 1.5 + 0.3 > 1.6, forced.
     assert forced([(0, 0, 1000), (0, 2, 200), (0.5, 4, 10)]) == 1
-    # At 1.0 s: 1.0 + 0.3 is within the bound (a policy could make it).
+    # At 1.0 s: 1.0 + 0.3 is within the bound (a policy could make it)...
     assert forced([(0, 0, 1000), (0, 2, 200), (1.0, 4, 10)]) == 0
+    # ...unless the engine that ends must sleep first, for 0.8 s: 1.0 + 0.8 + 0.3 > 1.6.
+    assert forced([(0, 0, 1000), (0, 2, 200), (1.0, 4, 10)], sleep=0.8) == 1
+    assert forced([(0, 0, 1000), (0, 2, 200), (1.6, 4, 10)], sleep=0.8) == 0
     # Only one other busy: room for it beside that one.
     assert forced([(0, 0, 1000), (0.5, 4, 10)]) == 0
     # Its own model already streams (it is awake): only that first request of it is forced.

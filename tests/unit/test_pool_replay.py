@@ -1,0 +1,69 @@
+"""benchmarks/pool_replay.py: the pool decision replayed against a trace in simulated time, with
+the engines' sleep and wake times; checked on a trace whose waits are computed by hand, and run
+as benchmarks/README.md prints it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from pool_cluster import footprints  # noqa: E402
+from pool_replay import GIB, Replay, Settings, start  # noqa: E402
+from pool_trace import Request  # noqa: E402
+
+from snooze.gpupool import Eviction  # noqa: E402
+from snooze.policy.pool import Prime  # noqa: E402
+
+FIRST_SLEEP, LATER_SLEEP, WAKE = 5.7, 5.7 * (1 - 0.86), 0.3
+
+
+def waits(prime: Prime | None) -> list[float]:
+    # m0 (30 GiB), m1 (34) and m2 (38) on 80 GiB: m1 and m2 start awake, m0 asleep. Each
+    # request finds its model asleep and the pool full: the least recently used member sleeps
+    # first (m1, then m2, then m0), and only m0 has slept before.
+    settings = Settings(
+        pool_bytes=80 * GIB,
+        min_residency=30.0,
+        eviction=Eviction.LEAST_RECENTLY_USED,
+        headroom=None,
+        prime=prime,
+        idle_after=None,
+    )
+    replay = Replay(settings, start([0, 1, 2], footprints(3), 80 * GIB))
+    replay.run([Request(at=t, model=m, tokens=10) for t, m in ((100, 0), (200, 1), (300, 2))])
+    return [round(added, 3) for _, added, _ in replay.added]
+
+
+def test_without_prime_the_first_sleep_of_each_member_is_on_a_request_s_path() -> None:
+    assert waits(None) == [FIRST_SLEEP + WAKE, FIRST_SLEEP + WAKE, round(LATER_SLEEP + WAKE, 3)]
+
+
+def test_with_prime_every_request_waits_for_a_later_sleep_only() -> None:
+    # m1 then m2, idle at the start, are primed (slept once, woken back) long before 100 s.
+    assert waits(Prime(idle_after=10.0)) == [round(LATER_SLEEP + WAKE, 3)] * 3
+
+
+@pytest.mark.parametrize("extra", [[], ["--prime", "10s", "--min-residency", "2s"]])
+def test_the_replay_runs_as_printed(extra: list[str]) -> None:
+    command = [sys.executable, "pool_replay.py", "--bursts-per-hour", "30", "--headroom", "1m"]
+    done = subprocess.run(
+        [*command, *extra, "--seeds", "1-2"],
+        cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    *rows, summary = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["seed"] for r in rows] == [1, 2]
+    assert rows[0]["requests"] == 417  # the pools benchmark's seeded trace, every request
+    for row in rows:
+        assert 0 <= row["over_limit"] <= row["requests"] and row["p50"] <= row["p99"]
+    assert summary["seeds"] == 2 and 0 <= summary["met"] <= 2
