@@ -40,10 +40,17 @@ def test_no_status_says_an_engine_is_unknown_while_its_label_is_written(
     cluster.create_pod("chat-0", labels=LABELS)
     cluster.create_model("chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": "1h"}})
     wait_for("phase Awake", lambda: cluster.status("chat").get("phase") == "Awake")
-    wait_for("the status seen by the watch", lambda: bool(statuses))
+
+    def pod_states(status: dict[str, Any]) -> list[str]:
+        return [p["state"] for p in status.get("pods") or []]
+
+    # The watch may lag the API: wait until it has seen the status that says awake (it may
+    # have seen an earlier one that says there is no pod yet first).
+    wait_for(
+        "the watch to see the engine awake",
+        lambda: statuses[-1:] and pod_states(statuses[-1]) == ["awake"],
+    )
     stop.set()
     # (A first status may say there is no pod yet, if the model's loop ran before the pod
     # reached the operator's index; never that its engine is unknown.)
-    states = [[p["state"] for p in s.get("pods") or []] for s in statuses]
-    assert ["unknown"] not in states, statuses
-    assert states[-1] == ["awake"]
+    assert ["unknown"] not in [pod_states(s) for s in statuses], statuses
