@@ -7,10 +7,12 @@ import argparse
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import yaml
 from harness import NS, ROOT, Bench
+from pool_trace import Request, TraceShape, forced_waits, generate
 
 from snooze.durations import parse_duration
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
@@ -46,6 +48,52 @@ def address(kind: int, index: int) -> str:
 def footprints(models: int) -> list[int]:
     """Each engine's awake footprint in GiB, 30 to 38: two of them and two residues fit 80."""
     return [30 + round(8 * i / max(models - 1, 1)) for i in range(models)]
+
+
+LIMIT = 2 * (WAKE_SECONDS + KV_WAKE_SECONDS) + 1
+"""The target's bound on a request's added latency: twice the engine's wake plus one second."""
+
+
+def trace_for(args: argparse.Namespace, seed: int) -> list[Request]:
+    """The trace the benchmarks' flags describe."""
+    shape = TraceShape(
+        models=args.models,
+        seconds=60 * args.minutes,
+        zipf=args.zipf,
+        bursts_per_hour=args.bursts_per_hour,
+        burst_seconds=args.burst_seconds,
+        request_gap=args.request_gap,
+    )
+    return generate(shape, seed)
+
+
+def pool_fits(args: argparse.Namespace) -> Callable[[frozenset[int]], bool]:
+    """Whether a set of models of one pool fits awake together, its other members asleep."""
+    sizes = footprints(args.models)
+    pools: int = args.pools
+    memory: int = args.pool_gib
+    members = [[m for m in range(args.models) if m % pools == p] for p in range(pools)]
+
+    def fits(active: frozenset[int]) -> bool:
+        pool = members[next(iter(active)) % pools]
+        return sum(sizes[m] if m in active else ASLEEP_GIB for m in pool) <= memory
+
+    return fits
+
+
+def forced_over_limit(requests: list[Request], args: argparse.Namespace) -> int:
+    """The trace's lower bound on the requests over LIMIT (pool_trace.forced_waits), with the
+    benchmark's engines: the members sleep at level 1 (no hostMemory), at best a later sleep
+    that reuses its pinned RAM."""
+    return forced_waits(
+        requests,
+        pools=args.pools,
+        fits=pool_fits(args),
+        token_seconds=TOKEN_SECONDS,
+        wake_seconds=WAKE_SECONDS + KV_WAKE_SECONDS,
+        bound=LIMIT,
+        sleep_seconds=SLEEP_SECONDS * (1 - args.pinning_share),
+    )
 
 
 class Scaled:
@@ -143,7 +191,8 @@ class Cluster:
         sizes = footprints(args.models)
         for p in range(args.pools):
             self.sim.add_device(name=f"gpu-{p}", memory_gib=args.pool_gib)
-            spec = {"memory": f"{args.pool_gib}Gi", "minResidency": d(args.min_residency)}
+            spec: dict[str, Any] = {"memory": f"{args.pool_gib}Gi"}
+            spec["minResidency"] = d(args.min_residency)
             spec["eviction"] = args.eviction
             if args.headroom:
                 spec["headroom"] = {"wakes": 1, "idleAfter": d(args.headroom)}

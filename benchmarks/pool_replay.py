@@ -26,12 +26,15 @@ from pool_cluster import (
     ASLEEP_GIB,
     KV_WAKE_SECONDS,
     LEVEL2_SLEEP_SECONDS,
+    LIMIT,
     SLEEP_SECONDS,
     TOKEN_SECONDS,
     WAKE_SECONDS,
     footprints,
+    forced_over_limit,
+    trace_for,
 )
-from pool_trace import Request, TraceShape, forced_waits, generate
+from pool_trace import Request
 
 from snooze.durations import parse_duration
 from snooze.gpupool import Eviction
@@ -253,20 +256,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def replay(args: argparse.Namespace, seed: int) -> dict[str, Any]:
-    trace = generate(
-        TraceShape(
-            models=args.models,
-            seconds=60 * args.minutes,
-            zipf=args.zipf,
-            bursts_per_hour=args.bursts_per_hour,
-            burst_seconds=args.burst_seconds,
-            request_gap=args.request_gap,
-        ),
-        seed,
-    )
+    trace = trace_for(args, seed)
     sizes = footprints(args.models)
     settings = settings_of(args)
-    limit = 2 * (WAKE_SECONDS + KV_WAKE_SECONDS) + 1
+    limit = LIMIT
     added: list[tuple[Request, float, str]] = []
     evictions = 0
     for pool in range(args.pools):
@@ -277,22 +270,7 @@ def replay(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         evictions += one.evictions
     values = [a for _, a, _ in added]
     slow = sorted((r.at, f"m{r.model}", round(a, 2)) for r, a, _ in added if a > limit)
-    members = [[m for m in range(args.models) if m % args.pools == p] for p in range(args.pools)]
-
-    def fits(active: frozenset[int]) -> bool:
-        pool = members[next(iter(active)) % args.pools]
-        held = sum(sizes[m] if m in active else ASLEEP_GIB for m in pool)
-        return held <= args.pool_gib
-
-    forced = forced_waits(
-        trace,
-        pools=args.pools,
-        fits=fits,
-        token_seconds=TOKEN_SECONDS,
-        wake_seconds=WAKE_SECONDS + KV_WAKE_SECONDS,
-        bound=limit,
-        sleep_seconds=SLEEP_SECONDS * (1 - args.pinning_share),
-    )
+    forced = forced_over_limit(trace, args)
     return {
         "seed": seed,
         "requests": len(values),
@@ -366,7 +344,7 @@ def main() -> None:
     rows = [replay(args, seed) for seed in args.seeds]
     for row in rows:
         print(json.dumps(row))
-    limit = 2 * (WAKE_SECONDS + KV_WAKE_SECONDS) + 1
+    limit = LIMIT
     print(json.dumps({"replay": "pools", **summary(rows, lambda r: r["p99"] <= limit)}))
 
 

@@ -40,14 +40,17 @@ from pool_cluster import (
     ASLEEP_GIB,
     DRIFT_INTERVAL,
     KV_WAKE_SECONDS,
+    LIMIT,
     PROBE_INTERVAL,
     SLEEP_SECONDS,
-    TOKEN_SECONDS,
     WAKE_SECONDS,
     Cluster,
     footprints,
+    forced_over_limit,
+    pool_fits,
+    trace_for,
 )
-from pool_trace import Request, TraceShape, forced_waits, generate, oversubscribed
+from pool_trace import Request, oversubscribed
 from prometheus_client.parser import text_string_to_metric_families
 
 from snooze.durations import DurationError, parse_duration
@@ -209,25 +212,9 @@ def summarize(
     def moved(key: str) -> float:
         return after.get(key, 0.0) - before.get(key, 0.0)
 
-    sizes = footprints(args.models)
-    members = [[m for m in range(args.models) if m % args.pools == p] for p in range(args.pools)]
-
-    def fits(active: frozenset[int]) -> bool:
-        pool = members[next(iter(active)) % args.pools]
-        held = sum(sizes[m] if m in active else ASLEEP_GIB for m in pool)
-        return held <= args.pool_gib
-
-    crowded = oversubscribed([p.request for p in pairs], pools=args.pools, fits=fits)
-    forced = forced_waits(
-        [p.request for p in pairs],
-        pools=args.pools,
-        fits=fits,
-        token_seconds=TOKEN_SECONDS,
-        wake_seconds=WAKE_SECONDS + KV_WAKE_SECONDS,
-        bound=2 * (WAKE_SECONDS + KV_WAKE_SECONDS) + 1,
-        # The members sleep at level 1 (no hostMemory): at best a later one, reusing its RAM.
-        sleep_seconds=SLEEP_SECONDS * (1 - args.pinning_share),
-    )
+    requests = [p.request for p in pairs]
+    crowded = oversubscribed(requests, pools=args.pools, fits=pool_fits(args))
+    forced = forced_over_limit(requests, args)
     both = [p for p in pairs if p.pooled.ok and p.baseline.ok]
     added = [p.added for p in both]
     by_state: dict[str, Any] = {}
@@ -245,7 +232,7 @@ def summarize(
     start, end = counts["before"], counts["after"]
     during = {key: end[key] - start[key] for key in end}
     p99 = percentiles(added, k)["p99"]
-    limit = 2 * wake + 1
+    limit = LIMIT
     failed = sum(1 for p in pairs if not p.pooled.ok)
     ooms = during["wake_ooms"] + during["start_refusals"] + moved("snooze_pool_oom_total")
     wakes = moved("snooze_wake_duration_seconds_count")
@@ -355,17 +342,7 @@ def summarize(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
-    trace = generate(
-        TraceShape(
-            models=args.models,
-            seconds=60 * args.minutes,
-            zipf=args.zipf,
-            bursts_per_hour=args.bursts_per_hour,
-            burst_seconds=args.burst_seconds,
-            request_gap=args.request_gap,
-        ),
-        args.seed,
-    )
+    trace = trace_for(args, args.seed)
     progress(f"trace: {len(trace)} requests over {args.minutes} min (seed {args.seed})")
     with bench() as setup, SimulatorHost() as sim:
         if args.operator_pythonpath:

@@ -313,24 +313,17 @@ def test_engines_with_traffic_the_gateway_does_not_see_are_judged_by_probes_alon
     assert not member.busy
 
 
-def test_a_primed_member_is_woken_back_then_forgotten() -> None:
-    """The pool primes the idle member with no copy; once its engine sleeps, the pool grants it
-    its room back (the model's loop wakes it, reason Primed); a wake another model asks for
-    meanwhile takes that room first, and the primed member then simply sleeps on."""
+def three_member_pool(
+    spec: dict[str, Any], engines: dict[str, EngineMemory]
+) -> tuple[PoolLoop, list[Source]]:
+    """Models a, b and c with one member each (a-0, b-0, c-0), their engines as given."""
     sources = [Source(app, model_spec(app), [pod(f"{app}-0", **READY)]) for app in "abc"]
-    engines = {
-        "a-0": EngineMemory(last_activity=0.0, sleeping=False),
-        "b-0": EngineMemory(last_activity=0.0, sleeping=False),
-        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
-    }
     for source in sources:
         source.engines[f"{source.name}-0"] = engines[f"{source.name}-0"]
-    for name in ("b-0", "c-0"):  # they slept at level 1 before: their copies are pinned
-        engines[name].note_host_copy(Process.of(sources[0].selected[0], 8000))
     loop = PoolLoop(
         namespace="ns",
         name="gpu",
-        body={"metadata": {"name": "gpu"}, "spec": {"memory": "70Gi", "prime": {}}},
+        body={"metadata": {"name": "gpu"}, "spec": spec},
         api=NoApi(),  # type: ignore[arg-type]
         hub=PoolHub(),
         models=lambda: sources,
@@ -338,6 +331,21 @@ def test_a_primed_member_is_woken_back_then_forgotten() -> None:
         metrics=OperatorMetrics(),
         interval=10.0,
     )
+    return loop, sources
+
+
+def test_a_primed_member_is_woken_back_then_forgotten() -> None:
+    """The pool primes the idle member with no copy; once its engine sleeps, the pool grants it
+    its room back (the model's loop wakes it, reason Primed); a wake another model asks for
+    meanwhile takes that room first, and the primed member then simply sleeps on."""
+    engines = {
+        "a-0": EngineMemory(last_activity=0.0, sleeping=False),
+        "b-0": EngineMemory(last_activity=0.0, sleeping=False),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+    }
+    loop, sources = three_member_pool({"memory": "70Gi", "prime": {}}, engines)
+    for name in ("b-0", "c-0"):  # they slept at level 1 before: their copies are pinned
+        engines[name].note_host_copy(Process.of(sources[0].selected[0], 8000))
     asyncio.run(loop.cycle())
     assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "prime"}
     directive = loop.directive("a-0")
@@ -365,25 +373,12 @@ def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> No
     to put to sleep): the pool still tells its model's loop that this drain makes room for a
     wake, so that a request for the member does not cancel it and take the room back. A drain
     for headroom or a prime stays cancellable."""
-    sources = [Source(app, model_spec(app), [pod(f"{app}-0", **READY)]) for app in "abc"]
     engines = {
         "a-0": EngineMemory(last_activity=0.0, sleeping=False),
         "b-0": EngineMemory(last_activity=100.0, sleeping=False),
         "c-0": EngineMemory(last_activity=0.0, sleeping=True),
     }
-    for source in sources:
-        source.engines[f"{source.name}-0"] = engines[f"{source.name}-0"]
-    loop = PoolLoop(
-        namespace="ns",
-        name="gpu",
-        body={"metadata": {"name": "gpu"}, "spec": {"memory": "70Gi"}},
-        api=NoApi(),  # type: ignore[arg-type]
-        hub=PoolHub(),
-        models=lambda: sources,
-        emit=lambda *_: None,
-        metrics=OperatorMetrics(),
-        interval=10.0,
-    )
+    loop, _ = three_member_pool({"memory": "70Gi"}, engines)
 
     async def scenario() -> None:
         loop.ask("c", ["c-0"], now=200.0)
