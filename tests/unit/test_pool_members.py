@@ -411,3 +411,38 @@ def test_a_drain_for_headroom_is_not_promised() -> None:
     loop._publish(chosen, [], {"a-0": source}, now=1.0)
     loop.made_room("a-0")
     assert not loop.directive("a-0").promised
+
+
+def test_a_member_spared_as_busy_is_not_chosen_again_on_an_older_scrape() -> None:
+    """A member chosen on the gateway's counters and found busy by its loop's check before the
+    sleep is spared. That check is newer than the scrape: the pool must not choose the same
+    member again on the scrape. It did (the action's end clears last_probe, which dropped the
+    check), so it kept "making room" with a member it could not take, did not watch the
+    counters closely, and the wake waited for the longer of two streams, not the first."""
+    engines = {
+        "a-0": EngineMemory(last_activity=0.0, sleeping=False),
+        "b-0": EngineMemory(last_activity=5.0, sleeping=False, busy=True, last_probe=11.5),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+    }
+    loop, _ = three_member_pool({"memory": "70Gi"}, engines)
+    hurried: list[float] = []
+    loop.hub.hurry = hurried.append
+    # The last scrape, from before the streams began, says both idle; b's probe since says busy.
+    idle = {"a-0": Traffic(sent=1, in_flight=0, last=1.0, at=10.0)}
+    idle["b-0"] = Traffic(sent=1, in_flight=0, last=5.0, at=10.0)
+    loop.hub.traffic = lambda namespace, pod: idle.get(pod)
+    loop.ask("c", ["c-0"], now=11.0)
+    asyncio.run(loop.cycle())
+    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "c"}
+    # a's loop checks before the sleep: busy, so a is spared, as the executor does it; the
+    # action's end then clears last_probe (confirm with a probe).
+    engines["a-0"].saw_busy(now=12.0)
+    engines["a-0"].last_probe = None
+    asyncio.run(loop.cycle())
+    assert not loop.decision.evict  # both busy: nothing to choose
+    assert [w.pod for w in loop.decision.waiting] == ["c-0"]
+    assert loop.watching and hurried  # the counters are read often until one ends
+    # A newer scrape: a's stream ended. The pool takes it.
+    idle["a-0"] = Traffic(sent=2, in_flight=0, last=13.0, at=13.5)
+    asyncio.run(loop.cycle())
+    assert dict(loop.decision.evict) == {"a-0": "c"}

@@ -270,8 +270,9 @@ class Executor:
         if action.reason == "MakeRoom" and await _busy(client):
             # The pool chose it on a probe older than this: a member serving requests is not
             # put to sleep for another; the pool sees it busy now and chooses again.
-            engine.busy = True
-            engine.last_activity = self.memory.last_activity = time.time()
+            now = time.time()
+            engine.saw_busy(now)
+            self.memory.last_activity = now
             log.info("%s/%s: busy, so not put to sleep to make room", self.namespace, pod.name)
             return
         if action.reason == "MakeRoom":

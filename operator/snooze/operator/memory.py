@@ -86,6 +86,9 @@ class EngineMemory:
     """It has answered a probe since the operator first saw its pod."""
     last_probe: float | None = None
     """When it was last probed (None: never, or an action since wants it confirmed)."""
+    busy_at: float | None = None
+    """When a check before a sleep last found it busy (kept apart from last_probe, which the
+    action's end clears): a fact newer than a scrape of the gateway's counters may be."""
     direct_activity: bool = False
     """Its last probe found activity that the gateway's counters do not account for."""
     ledger: Ledger | None = None
@@ -151,6 +154,11 @@ class EngineMemory:
     @property
     def acting(self) -> bool:
         return self.task is not None and not self.task.done()
+
+    def saw_busy(self, now: float) -> None:
+        """A check of the engine itself found requests running or waiting now."""
+        self.busy = True
+        self.last_activity = self.busy_at = now
 
     @property
     def acting_kind(self) -> str | None:

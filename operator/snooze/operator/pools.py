@@ -424,16 +424,16 @@ class PoolLoop:
 
     def _busy(self, pod: PodInfo, engine: EngineMemory | None) -> bool:
         """Whether its engine serves requests now: as its model's loop last saw it, or, when
-        the gateway's counters are fresher than that loop's last probe and carry all of its
-        traffic, as they say (the loop reads them once per interval; a pool waiting for a
-        busy member reads every scrape)."""
+        the gateway's counters are fresher than that loop's last probe (or its check before a
+        sleep) and carry all of its traffic, as they say (the loop reads them once per
+        interval; a pool waiting for a busy member reads every scrape)."""
         if engine is None:
             return False
         traffic = self.hub.traffic(self.namespace, pod.name)
         if traffic is None or engine.direct_activity:
             return engine.busy
-        probed_busy = engine.busy and (engine.last_probe or 0.0) > traffic.at
-        return traffic.in_flight > 0 or probed_busy
+        seen = max(engine.last_probe or 0.0, engine.busy_at or 0.0)
+        return traffic.in_flight > 0 or (engine.busy and seen > traffic.at)
 
     def _publish(
         self,
