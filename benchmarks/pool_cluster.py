@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -52,6 +53,18 @@ def footprints(models: int) -> list[int]:
 
 LIMIT = 2 * (WAKE_SECONDS + KV_WAKE_SECONDS) + 1
 """The target's bound on a request's added latency: twice the engine's wake plus one second."""
+
+
+def percentiles(values: list[float], scale: float = 1.0) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p99": None, "max": None}
+    ordered = sorted(v * scale for v in values)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return {
+        "p50": round(statistics.median(ordered), 3),
+        "p99": round(p99, 3),
+        "max": round(ordered[-1], 3),
+    }
 
 
 def trace_for(args: argparse.Namespace, seed: int) -> list[Request]:

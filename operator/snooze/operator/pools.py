@@ -21,6 +21,7 @@ from snooze.operator.memory import EngineMemory, Process
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.poolstatus import invalid_pool_status, pool_status
 from snooze.policy.pool import (
+    CANCELLABLE,
     HEADROOM,
     PRIME,
     Headroom,
@@ -181,9 +182,9 @@ class PoolLoop:
         """Member -> what its sleep under way makes room for (from made_room until its sleep
         action ends): the decision lists only awake members to put to sleep, and a request for
         one whose drain makes room for a wake must not cancel that drain."""
-        self._priming: dict[str, float] = {}
-        """Member -> when its priming sleep began: once asleep, it is woken back into its own
-        room if that is still free (a lazy ask). Lost with the process: it then sleeps on."""
+        self._priming: set[str] = set()
+        """Members whose priming sleep ended asleep: each is woken back into its own room if
+        that is still free (a lazy ask). Lost with the process: it then sleeps on."""
 
     # -- what the model loops call ------------------------------------------------------------
 
@@ -194,8 +195,8 @@ class PoolLoop:
         return Directive(
             grant=pod in decision.grant,
             evict=pod in decision.evict,
-            headroom=decision.evict.get(pod) in (HEADROOM, PRIME),
-            promised=self._sleeping_for.get(pod, HEADROOM) not in (HEADROOM, PRIME),
+            headroom=decision.evict.get(pod) in CANCELLABLE,
+            promised=pod in self._sleeping_for and self._sleeping_for[pod] not in CANCELLABLE,
             rewake=pod in decision.grant and pod in self._priming,
             level=decision.levels.get(pod),
         )
@@ -222,7 +223,6 @@ class PoolLoop:
         elif for_what == PRIME:
             reason = "prime"
             why = "pin its host copy ahead of need, and wakes again at once (prime)"
-            self._priming[pod] = time.time()
         elif for_what.startswith("starting "):
             reason, why = "start", f"make room for {for_what}"
         else:
@@ -285,11 +285,7 @@ class PoolLoop:
         # Asks of pods that left the pool, or that woke meanwhile, lapse.
         for pod in [p for p in self.asks if p not in sources]:
             del self.asks[pod]
-        # A sleep to make room runs in its model's loop until confirmed, or cancelled (only a
-        # headroom's or a prime's), or spared; while it runs the member is draining.
-        draining = {m.pod for m in members if m.state is MemberState.DRAINING}
-        self._sleeping_for = {p: f for p, f in self._sleeping_for.items() if p in draining}
-        lazy = self._lazy_asks(members, now)
+        lazy = self._follow_sleeps(members)
         view = PoolView(
             memory=spec.memory_bytes,
             host_memory=spec.host_memory_bytes,
@@ -305,11 +301,9 @@ class PoolLoop:
             prime=None if spec.prime is None else Prime(idle_after=spec.prime.idle_after_seconds),
         )
         decision = decide_pool(view)
-        for ask in lazy:
-            if ask.pod not in decision.grant:
-                # Its room went to a wake that asked meanwhile: it sleeps on, with its copy
-                # pinned, as any sleeping member, until it is asked for.
-                del self._priming[ask.pod]
+        # A wake back not granted lost its room to a wake that asked meanwhile: the member
+        # sleeps on, with its copy pinned, as any sleeping member, until it is asked for.
+        self._priming &= decision.grant
         # Watch only while a wake waits with nothing being put to sleep for it.
         self.watching = any(not w.making_room for w in decision.waiting) and any(
             m.busy and m.state is MemberState.AWAKE for m in members
@@ -319,20 +313,22 @@ class PoolLoop:
         self._publish(decision, members, sources, now)
         await self._write_status(self._status(spec, members, decision, generation, now))
 
-    def _lazy_asks(self, members: Iterable[Member], now: float) -> list[WakeAsk]:
-        """The wakes back of primed members that are asleep now; records of members that were
-        woken, left, or whose priming sleep was cancelled (awake for a whole interval) lapse."""
+    def _follow_sleeps(self, members: Iterable[Member]) -> list[WakeAsk]:
+        """The wakes back of primed members. A sleep to make room runs in its model's loop
+        until confirmed, cancelled (a headroom's or a prime's) or spared, and the member is
+        draining meanwhile; a priming sleep that ended asleep is offered its room back, once
+        and then as long as it is granted, unless the member's own model asks for it."""
         states = {m.pod: m.state for m in members}
-        asks = []
-        for pod, since in list(self._priming.items()):
-            state = states.get(pod)
-            if state is MemberState.ASLEEP and pod not in self.asks:
-                asks.append(WakeAsk(pod=pod, asked_at=since, lazy=True))
-            elif state in (None, MemberState.WAKING, MemberState.ASLEEP) or (
-                state is MemberState.AWAKE and now - since > self.interval
-            ):
-                del self._priming[pod]
-        return asks
+        for pod, for_what in self._sleeping_for.items():
+            if for_what == PRIME and states.get(pod) is MemberState.ASLEEP:
+                self._priming.add(pod)
+        self._sleeping_for = {
+            p: f for p, f in self._sleeping_for.items() if states.get(p) is MemberState.DRAINING
+        }
+        self._priming = {
+            p for p in self._priming if states.get(p) is MemberState.ASLEEP and p not in self.asks
+        }
+        return [WakeAsk(pod=p, asked_at=0.0, lazy=True) for p in sorted(self._priming)]
 
     def _gather(
         self, spec: GPUPoolSpec, now: float

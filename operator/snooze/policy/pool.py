@@ -123,6 +123,8 @@ class WakeAsk:
 HEADROOM = "headroom"
 # What it says of a member put to sleep only to pin its host copy (it is woken back at once).
 PRIME = "prime"
+# The sleeps that promise their room to no wake: a request for the member may cancel them.
+CANCELLABLE = frozenset({HEADROOM, PRIME})
 
 
 @dataclass(frozen=True, kw_only=True)
