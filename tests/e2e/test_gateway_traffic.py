@@ -13,9 +13,10 @@ from dataclasses import replace
 import httpx
 from conftest import FAST, Cluster, OperatorThread, wait_for
 from gateway_fixtures import GatewayThread, gateway, routable_pods
-from prometheus_client import CollectorRegistry, start_http_server
 from test_gateway import MESSAGES, add_model
 
+from snooze.gateway import metrics_port
+from snooze.gateway.metrics import GatewayMetrics
 from snooze.sim import SimulatedEngine
 
 __all__ = ["gateway"]
@@ -24,8 +25,9 @@ PROBE = "GET /metrics"
 
 
 @contextmanager
-def metrics_served(registry: CollectorRegistry) -> Iterator[str]:
-    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+def metrics_served(metrics: GatewayMetrics) -> Iterator[str]:
+    """The gateway's metrics port, as `snooze gateway --metrics-port` serves it."""
+    server, thread = metrics_port.serve(0, metrics.registry, metrics.idle, addr="127.0.0.1")
     try:
         yield f"http://127.0.0.1:{server.server_port}/metrics"
     finally:
@@ -66,7 +68,7 @@ def probes(engine: SimulatedEngine) -> int:
 def test_an_engine_fronted_by_the_gateway_is_probed_less_and_direct_traffic_still_counts(
     cluster: Cluster, gateway: GatewayThread
 ) -> None:
-    with metrics_served(gateway.g.metrics.registry) as url:
+    with metrics_served(gateway.g.metrics) as url:
         operator = OperatorThread(replace(FAST, gateway_metrics=(url,))).start()
         try:
             spec = {"idle": {"after": "2s"}}

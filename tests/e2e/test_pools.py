@@ -518,14 +518,15 @@ def test_host_memory_counts_the_copies_engines_keep_after_waking(
 def test_a_wake_waiting_for_busy_members_takes_the_first_one_to_finish(
     cluster: Cluster, pool: Kubelet, gateway: GatewayThread, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The operator reads the gateway's counters once per probe interval (10 s here): a wake
-    that waits for busy members does not wait for the next one, since the pool reads the
-    counters ten times as often meanwhile. The member whose stream ends first is put to sleep
-    while the other still streams (6 s), and the request is served at once."""
+    """The operator reads the gateway's counters once per probe interval (100 s here), ten
+    times as often while a wake waits for busy members (every 10 s), and at once when the
+    gateway says an engine's last request ended (its /idle). The member whose stream ends
+    first (1 s) is put to sleep while the other still streams (6 s, less than those 10 s),
+    and the request is served then."""
     # What the pool chose and when, shown if this fails (it failed once in a full run).
     caplog.set_level(logging.INFO, logger="snooze.operator")
-    with metrics_served(gateway.g.metrics.registry) as url:
-        settings = replace(FAST, probe_interval=10.0, drift_interval=20.0, gateway_metrics=(url,))
+    with metrics_served(gateway.g.metrics) as url:
+        settings = replace(FAST, probe_interval=100, drift_interval=200, gateway_metrics=(url,))
         operator = OperatorThread(settings).start()
         try:
             for name in NAMES:

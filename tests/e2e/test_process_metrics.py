@@ -1,4 +1,5 @@
-"""The operator and the gateway export the standard process_* series next to their own."""
+"""The operator and the gateway export the standard process_* series next to their own (and
+the gateway's metrics port answers at /idle too)."""
 
 from __future__ import annotations
 
@@ -31,10 +32,16 @@ def test_process_series(cluster: Cluster, tmp_path: Path, command: str, own: str
         except httpx.HTTPError:
             return ""
 
+    idle = None
     try:
         text = wait_for("metrics served", scrape, timeout=30)
+        if command == "gateway":  # and beside its page, where the operator waits (its /idle)
+            query = {"after": 0, "timeout": 0}
+            idle = httpx.get(f"http://127.0.0.1:{port}/idle", params=query)
     finally:
         process.stop()
+    if idle is not None:
+        assert (idle.status_code, idle.text) == (200, "0\n")
     names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"}
     for name in (*PROCESS, own):
         assert name in names, name

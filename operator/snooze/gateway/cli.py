@@ -115,14 +115,16 @@ def run(args: argparse.Namespace) -> int:
     credentials.use_or_exit("snooze gateway", args.kubeconfig, args.context)
     metrics = GatewayMetrics()
     if args.metrics_port is not None:
-        from prometheus_client import ProcessCollector, start_http_server
+        from prometheus_client import ProcessCollector
+
+        from snooze.gateway import metrics_port
 
         # The standard process_* series (CPU, memory, open files, start time), as every
         # Prometheus client exports them on its default registry.
         ProcessCollector(registry=metrics.registry)
 
         try:
-            start_http_server(args.metrics_port, registry=metrics.registry)
+            metrics_port.serve(args.metrics_port, metrics.registry, metrics.idle)
         except OSError as exc:
             raise SystemExit(
                 f"snooze gateway: cannot serve metrics on port {args.metrics_port}: {exc}"

@@ -23,6 +23,7 @@ from prometheus_client import (
 )
 
 from snooze import __version__
+from snooze.gateway.metrics_port import IdleSignal
 
 # `_created` samples double every counter's and histogram's series and no panel or rule
 # reads them: at a thousand models the page is megabytes, scraped every few seconds.
@@ -131,6 +132,16 @@ class GatewayMetrics:
             ["namespace", "pod"],
             registry=r,
         )
+        # Before the in-flight gauge, so that a page is collected in that order: a page that
+        # counts an engine gone idle also shows it with nothing in flight (operator/gateways.py
+        # waits on /idle for a count above the page's).
+        self.went_idle = Counter(
+            "snooze_gateway_pods_went_idle",
+            "Times an engine's (pod's) last request in flight through this replica ended.",
+            registry=r,
+        )
+        self.idle = IdleSignal()
+        self._flying: dict[tuple[str, str], int] = {}
         self.pod_in_flight = Gauge(
             "snooze_gateway_pod_requests_in_flight",
             "Requests being sent to, or answered by, each engine (pod) now.",
@@ -197,8 +208,10 @@ class GatewayMetrics:
         """A request being sent to an engine and answered: in flight while inside, then done,
         with its end time (also when it failed once sent; not if it could not be sent:
         `Sending.not_sent()`)."""
+        key = (namespace, pod)
         flight = self.pod_in_flight.labels(namespace, pod)
         flight.inc()
+        self._flying[key] = self._flying.get(key, 0) + 1
         sending = Sending()
         try:
             yield sending
@@ -207,6 +220,11 @@ class GatewayMetrics:
             if sending.sent:
                 self.pod_requests.labels(namespace, pod).inc()
                 self.pod_last_request.labels(namespace, pod).set(wall())
+            self._flying[key] -= 1
+            if not self._flying[key]:
+                del self._flying[key]
+                self.went_idle.inc()
+                self.idle.went_idle()
 
     def pod_gone(self, namespace: str, pod: str) -> None:
         """Drop a deleted pod's series: the page keeps only pods that exist."""

@@ -1,6 +1,8 @@
 """What the gateway's replicas say of each engine's traffic: one scrape of each replica per
 probe interval tells the operator which engines served requests and when, so that it need
-not probe an engine whose requests all come through the gateway (policy/probing.py)."""
+not probe an engine whose requests all come through the gateway (policy/probing.py). While a
+GPU pool waits for a busy member, each replica is also asked to answer the moment an engine's
+last request ends (its /idle), and is scraped again then."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from urllib.parse import urljoin
 
 import aiohttp
 
@@ -21,9 +24,15 @@ SENT = "snooze_gateway_pod_requests_total"
 IN_FLIGHT = "snooze_gateway_pod_requests_in_flight"
 LAST = "snooze_gateway_pod_last_request_timestamp_seconds"
 FAMILIES = frozenset({SENT, IN_FLIGHT, LAST})
+WENT_IDLE = "snooze_gateway_pods_went_idle_total"
 # While a GPU pool waits for a busy member to finish, the replicas are scraped this many times
-# per interval: a burst's idle gaps last seconds, and the pool must see one to use it.
+# per interval, and also as soon as one says an engine went idle: a burst's idle gaps last
+# seconds, and the pool must see one to use it...
 HURRIED = 10
+# ... but never more often than this many times per interval.
+SOONEST = 100
+# The gateway's own bound on a wait at /idle (gateway/metrics_port.py: LONGEST_WAIT).
+LONGEST_IDLE_WAIT = 30.0
 
 
 def read_page(text: str, at: float = 0.0) -> dict[tuple[str, str], Traffic]:
@@ -44,6 +53,20 @@ def read_page(text: str, at: float = 0.0) -> dict[tuple[str, str], Traffic]:
         )
         for key in sent.keys() | flight.keys() | last.keys()
     }
+
+
+def went_idle(text: str) -> int | None:
+    """Pure: how many times an engine went idle through this replica, as its page says (None:
+    a gateway too old to say, which cannot be waited on)."""
+    for _, _, value in samples(text, frozenset({WENT_IDLE})):
+        return int(value)
+    return None
+
+
+def idle_url(metrics_url: str) -> str:
+    """A replica's /idle, beside its metrics page (http://10.0.0.7:9091/metrics ->
+    http://10.0.0.7:9091/idle)."""
+    return urljoin(metrics_url, "idle")
 
 
 def merge(pages: Iterable[dict[tuple[str, str], Traffic]]) -> dict[tuple[str, str], Traffic]:
@@ -93,6 +116,8 @@ class GatewayTraffic:
         self._hurry = asyncio.Event()
         self.scraped: list[Callable[[], None]] = []
         """Called after each scrape (the pools that wait for a busy member look again)."""
+        self.idled: dict[str, int] = {}
+        """Replica URL -> its count of engines gone idle, as its last page said."""
 
     @property
     def enabled(self) -> bool:
@@ -121,35 +146,62 @@ class GatewayTraffic:
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while True:
                 self._hurry.clear()
+                began = time.monotonic()
                 await self.scrape(session)
                 for listener in self.scraped:
                     listener()
                 hurried = time.monotonic() < self.hurried_until
                 wait = self.interval / HURRIED if hurried else self.interval
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait):
-                        await self._hurry.wait()
+                waits: list[Awaitable[object]] = [self._hurry.wait()]
+                if hurried:
+                    waits += [self._went_idle(session, *at, wait) for at in self.idled.items()]
+                await first(waits, wait)
+                # On a busy gateway an engine goes idle at nearly every request's end: scraped
+                # no more than SOONEST times per interval, whatever /idle says.
+                await asyncio.sleep(began + self.interval / SOONEST - time.monotonic())
 
     async def scrape(self, session: aiohttp.ClientSession) -> None:
         urls = list(self.urls) + await self._discovered()
         began = time.time()
         pages = await asyncio.gather(*(self._page(session, url, began) for url in urls))
-        answered = [page for page in pages if page is not None]
+        answered = [page for page, _ in filter(None, pages)]
         self.pods = merge(answered)
         self.at = began
         self.complete = bool(urls) and len(answered) == len(urls)
+        counts = zip(urls, pages, strict=True)
+        self.idled = {url: got[1] for url, got in counts if got and got[1] is not None}
 
     async def _page(
         self, session: aiohttp.ClientSession, url: str, began: float
-    ) -> dict[tuple[str, str], Traffic] | None:
-        query = [("name[]", name) for name in sorted(FAMILIES)]
+    ) -> tuple[dict[tuple[str, str], Traffic], int | None] | None:
+        """A replica's page and its count of engines gone idle; None if it did not answer."""
+        query = [("name[]", name) for name in sorted(FAMILIES | {WENT_IDLE})]
         try:
             async with session.get(url, params=query) as response:
                 response.raise_for_status()
-                return read_page(await response.text(), began)
+                text = await response.text()
+                page = read_page(text, began)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             log.debug("gateway replica %s did not answer: %s", url, exc)
             return None
+        return page, went_idle(text)
+
+    async def _went_idle(
+        self, session: aiohttp.ClientSession, url: str, after: int, wait: float
+    ) -> None:
+        """Returns when the replica says an engine went idle after its count `after`; else
+        (no change, no answer, a gateway without /idle) not before `wait` seconds."""
+        deadline = time.monotonic() + wait
+        query = {"after": str(after), "timeout": f"{min(wait, LONGEST_IDLE_WAIT):.3f}"}
+        timeout = aiohttp.ClientTimeout(total=wait + self.timeout)
+        try:
+            async with session.get(idle_url(url), params=query, timeout=timeout) as response:
+                response.raise_for_status()
+                if int(await response.text()) > after:
+                    return
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.debug("gateway replica %s cannot be waited on: %s", url, exc)
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
 
     async def _discovered(self) -> list[str]:
         if self.service is None or self.api is None:
@@ -176,6 +228,17 @@ class GatewayTraffic:
                     host = f"[{address}]" if ":" in address else address
                     urls.append(f"http://{host}:{port['port']}/metrics")
         return urls
+
+
+async def first(waits: Iterable[Awaitable[object]], seconds: float) -> None:
+    """Wait until the first of `waits` ends or `seconds` pass; cancel the others."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def stop(task: asyncio.Task[None] | None) -> None:
