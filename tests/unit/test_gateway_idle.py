@@ -18,7 +18,13 @@ from test_gateway_counters import Scrapes, running
 from snooze.gateway import metrics_port
 from snooze.gateway.metrics import GatewayMetrics
 from snooze.gateway.metrics_port import MOST_WAITERS, IdleSignal
-from snooze.operator.gateways import IN_FLIGHT, WENT_IDLE, GatewayTraffic, went_idle
+from snooze.operator.gateways import (
+    IN_FLIGHT,
+    SOONEST,
+    WENT_IDLE,
+    GatewayTraffic,
+    went_idle,
+)
 
 
 @contextmanager
@@ -151,3 +157,31 @@ def test_an_unhurried_scraper_does_not_wait_on_idle() -> None:
 
     assert asyncio.run(run()) == 1
     assert metrics.idle.waiters == 0
+
+
+def test_a_gateway_whose_engines_go_idle_all_the_time_is_scraped_at_most_soonest_times() -> None:
+    """On a busy gateway nearly every request's end leaves an engine idle: the scraper
+    scrapes no more than SOONEST times per interval (here every 0.2 s, hurried every 2 s)."""
+    metrics = GatewayMetrics()
+    ending = threading.Event()
+
+    def requests() -> None:
+        while not ending.is_set():
+            with metrics.sending("ns", "p"):
+                pass
+            threading.Event().wait(0.005)
+
+    async def run() -> int:
+        with port(metrics) as url, ThreadPoolExecutor(1) as threads:
+            traffic = GatewayTraffic(api=None, urls=[f"{url}/metrics"], interval=SOONEST * 0.2)
+            scrapes = Scrapes(traffic)
+            traffic.hurry(600)
+            async with running(traffic):
+                await scrapes.reach(1)
+                threads.submit(requests)
+                await asyncio.sleep(1.2)
+                ending.set()
+                return scrapes.count
+
+    count = asyncio.run(run())
+    assert 2 <= count <= 10, count  # sooner than every 2 s; never sooner than every 0.2 s
