@@ -80,8 +80,10 @@ def test_a_wait_ends_when_an_engine_goes_idle_and_otherwise_at_its_timeout() -> 
             assert not waiting.done()
         answer = waiting.result(10)  # long before the 30 s
         assert (answer.status_code, answer.text) == (200, "1\n")
-        # A count already above `after` answers at once.
+        # A count already above `after` answers at once; so does one below it (the replica
+        # restarted since the caller read its page).
         assert httpx.get(f"{url}/idle", params={"after": 0, "timeout": 30}).text == "1\n"
+        assert httpx.get(f"{url}/idle", params={"after": 7, "timeout": 30}).text == "1\n"
         # The page is served beside it, as before.
         assert went_idle(httpx.get(f"{url}/metrics").text) == 1
 

@@ -38,14 +38,15 @@ class IdleSignal:
             self._changed.notify_all()
 
     def wait(self, after: int, timeout: float) -> int | None:
-        """The count once it exceeds `after`, or as it is after `timeout` seconds; None when
+        """The count once it differs from `after` (above it, or below it if this replica
+        restarted since `after` was read), or as it is after `timeout` seconds; None when
         MOST_WAITERS already wait."""
         with self._changed:
             if self.waiters >= MOST_WAITERS:
                 return None
             self.waiters += 1
             try:
-                self._changed.wait_for(lambda: self.count > after, timeout)
+                self._changed.wait_for(lambda: self.count != after, timeout)
                 return self.count
             finally:
                 self.waiters -= 1
@@ -53,7 +54,7 @@ class IdleSignal:
 
 def idle_app(signal: IdleSignal) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
     """`GET /idle?after=N&timeout=S`: answers with the count of engines gone idle once it is
-    above N, or after S seconds (at most LONGEST_WAIT) with the count as it is."""
+    not N, or after S seconds (at most LONGEST_WAIT) with the count as it is."""
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         def answer(status: str, text: str) -> list[bytes]:

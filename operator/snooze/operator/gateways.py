@@ -189,15 +189,16 @@ class GatewayTraffic:
     async def _went_idle(
         self, session: aiohttp.ClientSession, url: str, after: int, wait: float
     ) -> None:
-        """Returns when the replica says an engine went idle after its count `after`; else
-        (no change, no answer, a gateway without /idle) not before `wait` seconds."""
+        """Returns when the replica's count of engines gone idle is no longer `after` (one
+        went idle, or the replica restarted); else (no change, no answer, a gateway without
+        /idle) not before `wait` seconds."""
         deadline = time.monotonic() + wait
         query = {"after": str(after), "timeout": f"{min(wait, LONGEST_IDLE_WAIT):.3f}"}
         timeout = aiohttp.ClientTimeout(total=wait + self.timeout)
         try:
             async with session.get(idle_url(url), params=query, timeout=timeout) as response:
                 response.raise_for_status()
-                if int(await response.text()) > after:
+                if int(await response.text()) != after:
                     return
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             log.debug("gateway replica %s cannot be waited on: %s", url, exc)
