@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import jsonschema
+
+from snooze import crd
 from snooze.gpupool import parse_pool_spec
 from snooze.kube.pods import PodInfo, pod_info
 from snooze.models import InferenceModelSpec, parse_spec
@@ -214,6 +217,46 @@ def test_a_pinned_copy_is_counted_until_the_engine_restarts() -> None:
     assert not member.host_copy
 
 
+def pruned(value: Any, schema: dict[str, Any]) -> Any:
+    """What a real API server stores of `value` under a structural schema: fields the schema
+    does not declare are dropped (the sandbox's emulator keeps them)."""
+    if isinstance(value, dict) and "properties" in schema:
+        known = schema["properties"]
+        return {k: pruned(v, known[k]) for k, v in value.items() if k in known}
+    if isinstance(value, list) and "items" in schema:
+        return [pruned(item, schema["items"]) for item in value]
+    return value
+
+
+def closed(schema: Any) -> Any:
+    """The schema with every object closed: a field it does not declare fails validation."""
+    if isinstance(schema, dict):
+        schema = {k: closed(v) for k, v in schema.items()}
+        if "properties" in schema:
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [closed(item) for item in schema]
+    return schema
+
+
+def test_the_pool_status_written_says_only_what_its_crd_declares() -> None:
+    """The API server would drop the others without a word (the sandbox keeps them)."""
+    pool_spec = parse_pool_spec({"memory": "70Gi", "hostMemory": "64Gi"})
+    source = Source("m", POOLED, [engine_pod("m-0", 2), engine_pod("m-1", 0)])
+    source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
+    source.engines["m-0"].note_host_copy(Process("uid-m-0", 2))
+    source.engines["m-1"] = EngineMemory(last_activity=0.0, sleeping=True)
+    loop = loop_over(source)
+    members, _, _ = loop._gather(pool_spec, now=1.0)
+    decision = PoolDecision(
+        grant=frozenset(), evict={"m-0": "wake"}, levels={}, waiting=(), used=31 * GIB
+    )
+    status = loop._status(pool_spec, members, decision, generation=1, now=1.0)
+    assert {m["pod"] for m in status["members"]} == {"m-0", "m-1"}
+    jsonschema.validate(status, closed(crd.pool_status_schema()))
+
+
 def test_an_operator_restarted_reads_the_copies_from_the_pool_status() -> None:
     pool_spec = parse_pool_spec({"memory": "70Gi", "hostMemory": "64Gi"})
     source = Source("m", POOLED, [engine_pod("m-0", 2)])
@@ -225,13 +268,14 @@ def test_an_operator_restarted_reads_the_copies_from_the_pool_status() -> None:
     status = first._status(pool_spec, members, decision, generation=1, now=1.0)
     [entry] = status["members"]
     assert (entry["hostCopy"], entry["hostBytes"]) == (True, 29 * GIB)
-    assert (entry["podUID"], entry["restarts"]) == ("uid-m-0", 2)
+    assert (entry["podUid"], entry["restarts"]) == ("uid-m-0", 2)
     assert (status["hostUsedBytes"], status["hostMemoryBytes"]) == (29 * GIB, 64 * GIB)
 
-    # A new operator process: no memory of the engine, only the status it finds.
+    # A new operator process: no memory of the engine, only the status it finds, as the API
+    # server stored it (fields its CRD does not declare pruned).
     source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
     second = loop_over(source)
-    second._written = status
+    second._written = pruned(status, crd.pool_status_schema())
     [member], _, _ = second._gather(pool_spec, now=2.0)
     assert member.host_copy
     # The same pod, its engine container restarted since that status was written: no copy.

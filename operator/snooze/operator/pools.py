@@ -340,7 +340,7 @@ class PoolLoop:
         # What the pool's status says of each member's copy, read once for the whole cycle.
         copies = {
             str(entry.get("pod")): Process(
-                str(entry.get("podUID")), _restart_count(entry.get("restarts"))
+                str(entry.get("podUid")), _restart_count(entry.get("restarts"))
             )
             for entry in self._written.get("members") or []
             if isinstance(entry, Mapping) and entry.get("hostCopy") is True

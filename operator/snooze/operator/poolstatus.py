@@ -116,8 +116,8 @@ def invalid_pool_status(
 
 def _process_fields(process: Process | None) -> JSON:
     if process is None:
-        return {"podUID": "", "restarts": None}
-    return {"podUID": process.pod_uid, "restarts": process.restarts}
+        return {"podUid": "", "restarts": None}
+    return {"podUid": process.pod_uid, "restarts": process.restarts}
 
 
 def _shown_state(member: Member, decision: PoolDecision) -> str:
