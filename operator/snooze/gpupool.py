@@ -138,6 +138,9 @@ class PoolMember(Status):
     """Its engine container's restartCount (a restarted container holds no copy)."""
     priority: int = 0
     """Its model's spec.pool.priority."""
+    primed: bool = False
+    """It sleeps, or is going to sleep, only to pin its host copy ahead of need (the pool's
+    prime): it is woken back into its own room unless a wake takes that room first."""
 
 
 class GPUPoolStatus(Status):

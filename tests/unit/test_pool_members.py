@@ -358,16 +358,17 @@ def test_engines_with_traffic_the_gateway_does_not_see_are_judged_by_probes_alon
 
 
 def three_member_pool(
-    spec: dict[str, Any], engines: dict[str, EngineMemory]
+    spec: dict[str, Any], engines: dict[str, EngineMemory], status: dict[str, Any] | None = None
 ) -> tuple[PoolLoop, list[Source]]:
-    """Models a, b and c with one member each (a-0, b-0, c-0), their engines as given."""
+    """Models a, b and c with one member each (a-0, b-0, c-0), their engines as given; the
+    pool's status as the API server has it, if any."""
     sources = [Source(app, model_spec(app), [pod(f"{app}-0", **READY)]) for app in "abc"]
     for source in sources:
         source.engines[f"{source.name}-0"] = engines[f"{source.name}-0"]
     loop = PoolLoop(
         namespace="ns",
         name="gpu",
-        body={"metadata": {"name": "gpu"}, "spec": spec},
+        body={"metadata": {"name": "gpu"}, "spec": spec, "status": status or {}},
         api=NoApi(),  # type: ignore[arg-type]
         hub=PoolHub(),
         models=lambda: sources,
@@ -410,6 +411,47 @@ def test_a_primed_member_is_woken_back_then_forgotten() -> None:
     loop.ask("c", [], now=51.0)  # c's loop started its wake
     asyncio.run(loop.cycle())
     assert not loop.decision.grant  # a-0 is forgotten: it sleeps on until it is asked for
+
+
+def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
+    """The prime's record is on the pool's status: a new operator process finds the member the
+    old one put to sleep to pin its copy, and wakes it back into its room as the old one
+    would have."""
+    engines = {
+        "a-0": EngineMemory(last_activity=0.0, sleeping=False),
+        "b-0": EngineMemory(last_activity=0.0, sleeping=False),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+    }
+    loop, sources = three_member_pool({"memory": "70Gi", "prime": {}}, engines)
+    for name in ("b-0", "c-0"):
+        engines[name].note_host_copy(Process.of(sources[0].selected[0], 8000))
+
+    async def primed_then_stopped() -> dict[str, Any]:
+        await loop.cycle()
+        assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "prime"}
+        engines["a-0"].action = "Sleep"  # a's loop starts the priming sleep
+        engines["a-0"].task = asyncio.create_task(asyncio.sleep(60))
+        loop.made_room("a-0")
+        await loop.cycle()  # written while a-0 drains; then the operator stops
+        engines["a-0"].task.cancel()
+        return pruned(loop._written, crd.pool_status_schema())
+
+    written = asyncio.run(primed_then_stopped())
+    assert {m["pod"]: m["primed"] for m in written["members"]} == {
+        "a-0": True,
+        "b-0": False,
+        "c-0": False,
+    }
+    # The sleep ends while no operator runs; a new one starts, with no memory but the status.
+    engines["a-0"].action, engines["a-0"].task = None, None
+    engines["a-0"].sleeping, engines["a-0"].sleep_level = True, 1
+    again, _ = three_member_pool({"memory": "70Gi", "prime": {}}, engines, status=written)
+    asyncio.run(again.cycle())
+    assert again.decision is not None and again.decision.grant == {"a-0"}
+    assert again.directive("a-0").rewake
+    # c-0, asleep but never primed, sleeps on: only what the status says was primed wakes.
+    assert not again.directive("c-0").grant
+    assert {m["pod"]: m["primed"] for m in again._written["members"]}["a-0"]
 
 
 def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> None:

@@ -178,13 +178,18 @@ class PoolLoop:
         counters makes the pool look again, so that it takes the first idle moment."""
         self._processes: dict[str, Process] = {}
         """Member -> its engine's process: which one the status's hostCopy speaks of."""
-        self._sleeping_for: dict[str, str] = {}
+        self._sleeping_for: dict[str, str] = {
+            str(entry.get("pod")): PRIME
+            for entry in self._written.get("members") or []
+            if isinstance(entry, Mapping) and entry.get("primed") is True
+        }
         """Member -> what its sleep under way makes room for (from made_room until its sleep
         action ends): the decision lists only awake members to put to sleep, and a request for
-        one whose drain makes room for a wake must not cancel that drain."""
+        one whose drain makes room for a wake must not cancel that drain. A restarted operator
+        finds its primes on the status (`primed`): those asleep are woken back as below."""
         self._priming: set[str] = set()
         """Members whose priming sleep ended asleep: each is woken back into its own room if
-        that is still free (a lazy ask). Lost with the process: it then sleeps on."""
+        that is still free (a lazy ask)."""
 
     # -- what the model loops call ------------------------------------------------------------
 
@@ -516,6 +521,7 @@ class PoolLoop:
             problem=problem,
             claim_holder=None if holder == self.name else holder,
             processes=self._processes,
+            primed=self._priming | {p for p, f in self._sleeping_for.items() if f == PRIME},
             evictions=self._evictions,
             previous=self._written,
             generation=generation,

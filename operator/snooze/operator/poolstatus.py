@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from snooze.gpupool import GPUPoolSpec
@@ -30,6 +30,7 @@ def pool_status(
     problem: str | None,
     claim_holder: str | None,
     processes: Mapping[str, Process],
+    primed: Collection[str],
     evictions: int,
     previous: Mapping[str, Any],
     generation: int | None,
@@ -37,7 +38,8 @@ def pool_status(
 ) -> JSON:
     """The status of a valid pool. `awake` and `asleep` are the bytes held by members awake
     and asleep, `problem` the Overcommitted message, `claim_holder` another pool that names
-    this one's ResourceClaim, `processes` each member's engine run."""
+    this one's ResourceClaim, `processes` each member's engine run, `primed` the members
+    asleep or going to sleep for the pool's prime."""
     memory = spec.memory_bytes
     claim = spec.resource_claim_name
     values = [
@@ -81,6 +83,7 @@ def pool_status(
                 "hostCopy": m.host_copy,
                 **_process_fields(processes.get(m.pod)),
                 "priority": m.priority,
+                "primed": m.pod in primed,
             }
             for m in sorted(members, key=lambda m: m.pod)
         ],
