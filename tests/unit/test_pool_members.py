@@ -219,7 +219,7 @@ def test_a_pinned_copy_is_counted_until_the_engine_restarts() -> None:
 
 def pruned(value: Any, schema: dict[str, Any]) -> Any:
     """What a real API server stores of `value` under a structural schema: fields the schema
-    does not declare are dropped (the sandbox's emulator keeps them)."""
+    does not declare are dropped (as the sandbox's API drops them too)."""
     if isinstance(value, dict) and "properties" in schema:
         known = schema["properties"]
         return {k: pruned(v, known[k]) for k, v in value.items() if k in known}
@@ -241,7 +241,8 @@ def closed(schema: Any) -> Any:
 
 
 def test_the_pool_status_written_says_only_what_its_crd_declares() -> None:
-    """The API server would drop the others without a word (the sandbox keeps them)."""
+    """The API server would drop the others without a word (a member's pod uid was dropped so,
+    and no test checked a host copy after an operator restart)."""
     pool_spec = parse_pool_spec({"memory": "70Gi", "hostMemory": "64Gi"})
     source = Source("m", POOLED, [engine_pod("m-0", 2), engine_pod("m-1", 0)])
     source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
