@@ -515,6 +515,44 @@ def test_host_memory_counts_the_copies_engines_keep_after_waking(
     assert {p[:-2]: m["hostBytes"] for p, m in members.items()} == held
 
 
+def test_a_restarted_operator_still_counts_the_copies_engines_keep(
+    cluster: Cluster, pool: Kubelet, gateway: GatewayThread
+) -> None:
+    """A woken engine's copy is known from the pool's status alone once the operator restarts
+    (as the API stores it, undeclared fields pruned): the new operator still counts it in
+    hostMemory, and the member with no copy sleeps at level 2."""
+    patch_pool(cluster, {"hostMemory": "20Gi"})
+    for name in ("a", "b", "c"):
+        cluster.patch_model(name, {"spec": {"pool": {"weightsMemory": "10Gi"}}})
+    watcher = Watcher(pool.engines)
+    before = OperatorThread(FAST).start()
+    try:
+        for name in ("a", "b", "c"):
+            pool.start(name, reload_seconds=0.2)
+        first = next(n for n, e in pool.engines.items() if e.is_sleeping)
+        assert ask(gateway, first) == "lorem ipsum"  # a second member sleeps, at level 1
+        second = next(n for n, e in pool.engines.items() if e.is_sleeping)
+        assert wait_for("the status", lambda: pool_status(cluster)["hostUsedBytes"] == 20 * GIB)
+    finally:
+        before.stop()
+    after = OperatorThread(FAST).start()
+    try:
+        third = next(n for n in ("a", "b", "c") if n not in (first, second))
+        assert pool.engines[third].host_memory_bytes == 0  # it never slept
+        assert ask(gateway, first) == "lorem ipsum"
+        assert ask(gateway, second) == "lorem ipsum"
+        assert pool.engines[third].is_sleeping and pool.engines[third].sleep_level == 2
+        # Both copies pinned, as before the restart: the woken `first`'s too.
+        assert wait_for("the status", lambda: pool_status(cluster)["hostUsedBytes"] == 20 * GIB)
+        members = {m["pod"][:-2]: m for m in pool_status(cluster)["members"]}
+        assert members[first]["hostCopy"] and members[second]["hostCopy"]
+    finally:
+        after.stop()
+        watcher.stop()
+    assert watcher.most_pinned <= 20 * GIB, watcher.most_pinned / GIB
+    assert wake_ooms(pool) == 0
+
+
 def test_a_wake_waiting_for_busy_members_takes_the_first_one_to_finish(
     cluster: Cluster, pool: Kubelet, gateway: GatewayThread, caplog: pytest.LogCaptureFixture
 ) -> None:

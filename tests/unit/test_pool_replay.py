@@ -61,6 +61,12 @@ PRINTED = {
         "| | 2s, `prime`, with the delays | 6 | 12, 6, 33, 0, 0, 10, 3, 6, 1, 0 |",
         6,
     ),
+    "python pool_replay.py --bursts-per-hour 30 --headroom 1m --min-residency 2s --prime 10s "
+    "--seeds 1-10 --reaction 0.15 --busy-lag 0": (
+        "| | 2s, `prime`, with the control path only (`/idle`: `--busy-lag 0`) | 8 "
+        "| 4, 0, 0, 11, 0, 1, 0, 4, 1, 0 |",
+        8,
+    ),
 }
 
 
