@@ -17,9 +17,10 @@ from test_gateway_counters import Scrapes, running
 
 from snooze.gateway import metrics_port
 from snooze.gateway.metrics import GatewayMetrics
-from snooze.gateway.metrics_port import MOST_WAITERS, IdleSignal
+from snooze.gateway.metrics_port import LONGEST_WAIT, MOST_WAITERS, IdleSignal
 from snooze.operator.gateways import (
     IN_FLIGHT,
+    LONGEST_IDLE_WAIT,
     SOONEST,
     WENT_IDLE,
     GatewayTraffic,
@@ -51,6 +52,18 @@ def test_an_engine_goes_idle_when_its_last_request_ends_not_before() -> None:
     assert metrics.idle.count == 2
     page = generate_latest(metrics.registry).decode()
     assert went_idle(page) == 2
+
+
+@pytest.mark.parametrize("value", ["+Inf", "NaN", "-Inf"])
+def test_a_count_that_is_no_number_of_times_cannot_be_waited_on(value: str) -> None:
+    """Whatever answers at a replica's address is read as a page: a count of +Inf must not
+    stop the scraper (int() of it raises), only make that replica one not waited on."""
+    assert went_idle(f"{WENT_IDLE} {value}\n") is None
+
+
+def test_the_operator_waits_no_longer_than_the_gateway_allows() -> None:
+    # The operator may not import the gateway (the layers contract): the bound is copied.
+    assert LONGEST_IDLE_WAIT == LONGEST_WAIT
 
 
 def test_the_page_counts_an_engine_gone_idle_before_it_shows_its_requests_in_flight() -> None:

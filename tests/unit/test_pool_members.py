@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
-import jsonschema
-
-from snooze import crd
+from snooze import crd, gpupool, models
 from snooze.gpupool import parse_pool_spec
 from snooze.kube.pods import PodInfo, pod_info
 from snooze.models import InferenceModelSpec, parse_spec
@@ -16,6 +15,7 @@ from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
 from snooze.policy.pool import MemberState, PoolDecision
 from snooze.policy.probing import Traffic
+from snooze.sandbox.validation import Check
 
 GIB = 2**30
 
@@ -217,27 +217,20 @@ def test_a_pinned_copy_is_counted_until_the_engine_restarts() -> None:
     assert not member.host_copy
 
 
-def pruned(value: Any, schema: dict[str, Any]) -> Any:
-    """What a real API server stores of `value` under a structural schema: fields the schema
-    does not declare are dropped (as the sandbox's API drops them too)."""
-    if isinstance(value, dict) and "properties" in schema:
-        known = schema["properties"]
-        return {k: pruned(v, known[k]) for k, v in value.items() if k in known}
-    if isinstance(value, list) and "items" in schema:
-        return [pruned(item, schema["items"]) for item in value]
-    return value
-
-
-def closed(schema: Any) -> Any:
-    """The schema with every object closed: a field it does not declare fails validation."""
-    if isinstance(schema, dict):
-        schema = {k: closed(v) for k, v in schema.items()}
-        if "properties" in schema:
-            schema["additionalProperties"] = False
-        return schema
-    if isinstance(schema, list):
-        return [closed(item) for item in schema]
-    return schema
+def stored(status: dict[str, Any], directive: str = "Ignore") -> dict[str, Any]:
+    """A pool status as the API server stores it: checked against the CRD's status schema by
+    the sandbox's own validation, fields it does not declare dropped (`Ignore`) or refused
+    (`Strict`: ApiError)."""
+    kept = copy.deepcopy(status)
+    Check(
+        kind=gpupool.KIND,
+        group=models.GROUP,
+        version=models.VERSION,
+        schema=crd.pool_status_schema(),
+        custom=True,
+        directive=directive,
+    )(kept)
+    return kept
 
 
 def test_the_pool_status_written_says_only_what_its_crd_declares() -> None:
@@ -255,7 +248,7 @@ def test_the_pool_status_written_says_only_what_its_crd_declares() -> None:
     )
     status = loop._status(pool_spec, members, decision, generation=1, now=1.0)
     assert {m["pod"] for m in status["members"]} == {"m-0", "m-1"}
-    jsonschema.validate(status, closed(crd.pool_status_schema()))
+    stored(status, "Strict")  # raises ApiError naming any field the CRD does not declare
 
 
 def test_an_operator_restarted_reads_the_copies_from_the_pool_status() -> None:
@@ -276,7 +269,7 @@ def test_an_operator_restarted_reads_the_copies_from_the_pool_status() -> None:
     # server stored it (fields its CRD does not declare pruned).
     source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
     second = loop_over(source)
-    second._written = pruned(status, crd.pool_status_schema())
+    second._written = stored(status)
     [member], _, _ = second._gather(pool_spec, now=2.0)
     assert member.host_copy
     # The same pod, its engine container restarted since that status was written: no copy.
@@ -435,7 +428,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
         loop.made_room("a-0")
         await loop.cycle()  # written while a-0 drains; then the operator stops
         engines["a-0"].task.cancel()
-        return pruned(loop._written, crd.pool_status_schema())
+        return stored(loop._written)
 
     written = asyncio.run(primed_then_stopped())
     assert {m["pod"]: m["primed"] for m in written["members"]} == {

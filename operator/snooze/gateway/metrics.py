@@ -134,7 +134,7 @@ class GatewayMetrics:
         )
         # Before the in-flight gauge, so that a page is collected in that order: a page that
         # counts an engine gone idle also shows it with nothing in flight (operator/gateways.py
-        # waits on /idle for a count above the page's).
+        # waits on /idle for a count other than the page's).
         self.went_idle = Counter(
             "snooze_gateway_pods_went_idle",
             "Times an engine's (pod's) last request in flight through this replica ended.",
@@ -142,6 +142,7 @@ class GatewayMetrics:
         )
         self.idle = IdleSignal()
         self._flying: dict[tuple[str, str], int] = {}
+        # (What the in-flight gauge holds, kept here too: a gauge's value is not public API.)
         self.pod_in_flight = Gauge(
             "snooze_gateway_pod_requests_in_flight",
             "Requests being sent to, or answered by, each engine (pod) now.",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import urljoin
@@ -57,9 +58,9 @@ def read_page(text: str, at: float = 0.0) -> dict[tuple[str, str], Traffic]:
 
 def went_idle(text: str) -> int | None:
     """Pure: how many times an engine went idle through this replica, as its page says (None:
-    a gateway too old to say, which cannot be waited on)."""
+    a gateway too old to say, or a count that is not a number of times: it is not waited on)."""
     for _, _, value in samples(text, frozenset({WENT_IDLE})):
-        return int(value)
+        return int(value) if math.isfinite(value) else None
     return None
 
 
