@@ -49,12 +49,10 @@ class GatedProber(Prober):
         super().__init__()
         self.host, self.first = host, first
 
-    async def _get(
-        self, base_url: str, path: str, query: list[tuple[str, str]] | None, urgent: bool = False
-    ) -> str:
+    async def _get(self, base_url: str, path: str, *args: Any, **kwargs: Any) -> Answer:
         if httpx.URL(base_url).host == self.host and path == "/metrics":
             await self.first()
-        return await super()._get(base_url, path, query, urgent)
+        return await super()._get(base_url, path, *args, **kwargs)
 
 
 def chat_pod(index: int, engine: SimulatedEngine, state: str, **fields: Any) -> PodInfo:

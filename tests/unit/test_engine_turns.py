@@ -8,8 +8,9 @@ import contextlib
 
 import pytest
 
-from snooze.engine.http import EngineHttp, Turns
+from snooze.engine.http import EngineHttp
 from snooze.engine.probe import Prober
+from snooze.engine.turns import Turns
 from snooze.operator.memory import EngineMemory
 from snooze.operator.observe import first_try
 

@@ -28,6 +28,8 @@ def operator_registry() -> CollectorRegistry:
     metrics.asleep_seconds.labels(*ids).inc(12.5)
     metrics.tier_transitions.labels(*ids, "Asleep").inc()
     metrics.reconcile_errors.labels(*ids).inc()
+    metrics.probe_failures.labels(*ids, "AnswerTooLarge").inc()
+    metrics.gateway_scrape_failures.labels("InvalidAnswer").inc()
     metrics.set_engine_states(*ids, {"chat-0": "asleep", "chat-1": "awake"})
     metrics.set_phase(*ids, "Asleep")
     return metrics.registry

@@ -1,13 +1,15 @@
 """What an engine's `/metrics` says about its work and its sleep, read from the few lines a probe
 asks for (`name[]`): requests running and waiting, requests finished, the sleep state, the
-sleeps under way, and the engine's share of its GPU."""
+sleeps under way, and the engine's share of its GPU; every value checked, since an engine's
+page is whatever its pod chooses to serve."""
 
 from __future__ import annotations
 
 import enum
 import math
-import re
 from dataclasses import dataclass
+
+from snooze.engine.exposition import COUNTER_LIMIT, Labels, Page, checked_count, shown
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -23,7 +25,18 @@ OPERATIONS = "vllm:sleep_mode_operations_in_flight"
 CACHE_CONFIG = "vllm:cache_config_info"
 PROBE_METRICS = (RUNNING, WAITING, SUCCESS, SLEEP_STATE, OPERATIONS)
 ACTIVITY_METRICS = (*PROBE_METRICS, CACHE_CONFIG)
-_WANTED = frozenset(ACTIVITY_METRICS)
+# The most a probe reads of a `/metrics` answer (the page is then refused: AnswerTooLarge).
+# The filtered page is a few lines (under 1 kB); a whole page, read only when the filter finds
+# nothing (vLLM with several API servers), was 25 kB for a simulated engine with its histograms
+# filled (benchmarks/README.md, scrape cost): 8 MiB leaves a real one three hundred times that,
+# and costs the operator about 40 ms of CPU to read.
+METRICS_LIMIT = 8 << 20
+# Series of the families a probe reads: one of each per engine of a data-parallel engine
+# (vllm:engine_sleep_state three), so a few hundred at most.
+SERIES_LIMIT = 4096
+# No engine holds a million requests (vLLM runs at most max_num_seqs, 256 by default, and
+# queues the rest).
+REQUESTS_LIMIT = 1_000_000
 
 
 class SleepState(enum.StrEnum):
@@ -65,85 +78,83 @@ class ActivitySnapshot:
         return None if self.sleep_state is None else _DEPTH[self.sleep_state]
 
 
-def label(labels: str, key: str) -> str | None:
-    """The value of one label in the text between a sample's braces (escapes kept as sent)."""
-    match = re.search(rf'(?:^|,)\s*{re.escape(key)}="((?:[^"\\]|\\.)*)"', labels)
-    return None if match is None else match.group(1)
-
-
-def samples(text: str, wanted: frozenset[str] = _WANTED) -> list[tuple[str, str, float]]:
-    """The (name, label text, value) of each sample named in `wanted` (by default the probe's)
-    in a Prometheus text payload; raises ValueError on a malformed line.
-
-    A probe reads a few lines every few seconds from thousands of engines: this reads only
-    what it needs, about ten times faster than prometheus_client's general parser.
+class ActivityReader:
+    """Reads an engine's `/metrics` answer a chunk at a time (`feed`) into an ActivitySnapshot
+    (`result`), with every value checked: the page is untrusted, and a value no engine can
+    have (NaN, an infinity, a negative or impossibly large count, a series sent twice) makes it
+    unreadable, a ValueError that says which value, rather than a count the policy would act
+    on. Memory stays bounded whatever the page's size (exposition.Page); the caller bounds its
+    bytes and its time.
     """
-    found = []
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        brace = line.find("{")
-        space = line.find(" ")
-        if brace != -1 and (space == -1 or brace < space):
-            name, close = line[:brace], line.rfind("}")
-            if close < brace:
-                raise ValueError(f"unclosed labels: {line[:80]!r}")
-            labels, rest = line[brace + 1 : close], line[close + 1 :]
-        else:
-            if space == -1:
-                raise ValueError(f"no value: {line[:80]!r}")
-            name, labels, rest = line[:space], "", line[space:]
-        if name not in wanted:
-            continue
-        words = rest.split()
-        if not words:
-            raise ValueError(f"no value: {line[:80]!r}")
-        found.append((name, labels, float(words[0])))
-    return found
+
+    def __init__(self) -> None:
+        self._page = Page(ACTIVITY_METRICS, self._sample, series_limit=SERIES_LIMIT)
+        self._running = self._waiting = self._success = 0.0
+        self._seen_gauge = False
+        self._state: SleepState | None = None
+        self._share: float | None = None
+        self._sleeps: float | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        self._page.feed(chunk)
+
+    def result(self) -> ActivitySnapshot | None:
+        """The activity on the page, or None if it has no request gauges."""
+        self._page.close()
+        if not self._seen_gauge:
+            return None
+        running = checked_count(RUNNING, self._running, REQUESTS_LIMIT, summed=True)
+        waiting = checked_count(WAITING, self._waiting, REQUESTS_LIMIT, summed=True)
+        success = checked_count(SUCCESS, self._success, COUNTER_LIMIT, summed=True)
+        return ActivitySnapshot(
+            running=round(running),
+            waiting=round(waiting),
+            success_total=success,
+            sleep_state=self._state,
+            gpu_memory_utilization=self._share,
+            sleeps_in_flight=None if self._sleeps is None else round(self._sleeps),
+        )
+
+    def _sample(self, name: str, labels: Labels, value: float) -> None:
+        # Summed over label sets: a data-parallel engine publishes one per `engine` label.
+        if name == RUNNING:
+            self._running += checked_count(name, value, REQUESTS_LIMIT)
+            self._seen_gauge = True
+        elif name == WAITING:
+            self._waiting += checked_count(name, value, REQUESTS_LIMIT)
+            self._seen_gauge = True
+        elif name == SUCCESS:
+            self._success += checked_count(name, value, COUNTER_LIMIT)
+        elif name == OPERATIONS:
+            value = checked_count(name, value, REQUESTS_LIMIT)
+            if labels.get("operation") == "sleep":
+                self._sleeps = (self._sleeps or 0.0) + value
+        elif name == CACHE_CONFIG:
+            self._share = _share(labels.get("gpu_memory_utilization")) or self._share
+        elif name == SLEEP_STATE:
+            if value not in (0.0, 1.0):
+                raise ValueError(f"{SLEEP_STATE} is {shown(value)}, where a state is 1 or 0")
+            if value == 1:
+                self._note_state(labels.get("sleep_state") or "")
+
+    def _note_state(self, text: str) -> None:
+        # When the engines of a data-parallel engine disagree, the deepest state wins: an
+        # engine partly asleep cannot serve.
+        try:
+            candidate = SleepState(text)
+        except ValueError:
+            return  # a state a later vLLM may add; ignore rather than fail the probe
+        if self._state is None or _DEPTH[candidate] > _DEPTH[self._state]:
+            self._state = candidate
 
 
 def parse_activity(text: str) -> ActivitySnapshot | None:
-    """Return the activity in a Prometheus text payload, or None if it has no request gauges.
-
-    Pure; raises ValueError for a payload that is not Prometheus text. Samples are summed over
-    label sets because a data-parallel engine publishes one per `engine` label. When those
-    disagree on the sleep state, the deepest one wins: an engine partly asleep cannot serve.
-    """
-    running = waiting = success = 0.0
-    seen_gauge = False
-    state: SleepState | None = None
-    share: float | None = None
-    sleeps: float | None = None
-    for name, labels, value in samples(text):
-        if name == RUNNING:
-            running += value
-            seen_gauge = True
-        elif name == WAITING:
-            waiting += value
-            seen_gauge = True
-        elif name == SUCCESS:
-            success += value
-        elif name == OPERATIONS and label(labels, "operation") == "sleep":
-            sleeps = (sleeps or 0.0) + value
-        elif name == CACHE_CONFIG:
-            share = _share(label(labels, "gpu_memory_utilization")) or share
-        elif name == SLEEP_STATE and value == 1:
-            try:
-                candidate = SleepState(label(labels, "sleep_state") or "")
-            except ValueError:
-                continue  # a state a later vLLM may add; ignore rather than fail the probe
-            if state is None or _DEPTH[candidate] > _DEPTH[state]:
-                state = candidate
-    if not seen_gauge:
-        return None
-    return ActivitySnapshot(
-        running=round(running),
-        waiting=round(waiting),
-        success_total=success,
-        sleep_state=state,
-        gpu_memory_utilization=share,
-        sleeps_in_flight=None if sleeps is None else round(sleeps),
-    )
+    """Pure: the activity in a whole Prometheus text payload, or None if it has no request
+    gauges; ValueError for a payload that is not Prometheus text or holds a value that no
+    engine can have (ActivityReader)."""
+    reader = ActivityReader()
+    reader.feed(text.encode())
+    return reader.result()
 
 
 def _share(text: str | None) -> float | None:

@@ -10,9 +10,11 @@ from typing import Any, Self
 
 from snooze.engine.activity import (
     ACTIVITY_METRICS,
+    METRICS_LIMIT,
     PROBE_METRICS,
     RUNNING,
     WAITING,
+    ActivityReader,
     ActivitySnapshot,
     SleepState,
     parse_activity,
@@ -21,9 +23,10 @@ from snooze.engine.errors import (
     EngineError,
     EngineHTTPError,
     EngineTimeoutError,
+    InvalidAnswerError,
     classify_answer,
 )
-from snooze.engine.http import Answer, EngineHttp, Params
+from snooze.engine.http import ANSWER_LIMIT, Answer, EngineHttp, Params, Sink
 
 __all__ = [
     "ACTIVITY_METRICS",
@@ -203,11 +206,14 @@ class EngineClient:
         return snapshot
 
     async def _scrape(self, params: Params) -> ActivitySnapshot | None:
-        response = await self._request("GET", "/metrics", params=params)
+        reader = ActivityReader()  # a chunk at a time, nothing kept (engine/probe.py)
         try:
-            return parse_activity(response.text)
+            await self._request(
+                "GET", "/metrics", params=params, limit=METRICS_LIMIT, sink=reader.feed
+            )
+            return reader.result()
         except ValueError as error:
-            raise self._unreadable("/metrics", f"not Prometheus text ({error})") from error
+            raise self._unreadable("/metrics", str(error)) from error
 
     async def _request(
         self,
@@ -218,8 +224,11 @@ class EngineClient:
         ok_statuses: range | None = None,
         params: Params = None,
         json: Any = None,
+        limit: int = ANSWER_LIMIT,
+        sink: Sink | None = None,
     ) -> Answer:
-        """Send one request with a total deadline and turn every failure into an EngineError."""
+        """Send one request with a total deadline, read at most `limit` bytes of its answer
+        (to `sink`, if given), and turn every failure into an EngineError."""
         total = self.timeout if budget is None else budget
         url = self.base_url + path
         try:
@@ -232,6 +241,8 @@ class EngineClient:
                 connect=min(total, self.timeout),
                 params=params,
                 json=json,
+                limit=limit,
+                sink=sink,
             )
         except TimeoutError as error:
             raise self._timed_out(path, total) from error
@@ -249,9 +260,9 @@ class EngineClient:
         return data
 
     def _unreadable(self, path: str, what: str, *, status: int = 200) -> EngineError:
-        return EngineHTTPError(
-            f"{self.base_url}{path} answered something the client cannot read ({what}). Is this "
-            "port a vLLM engine?",
+        return InvalidAnswerError(
+            f"{self.base_url}{path} answered something the client cannot read or believe "
+            f"({what}). Is this port a vLLM engine?",
             url=self.base_url + path,
             status=status,
             message=what,

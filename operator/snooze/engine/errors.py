@@ -32,8 +32,13 @@ class EngineError(Exception):
       timeout) or the connection broke mid-answer. The pod is gone, starting or dead.
     - `EngineTimeoutError` ("Timeout"): connected, but no answer in time. A wake or a sleep
       that times out may still be running inside the engine: ask `is_sleeping` before retrying.
-    - `EngineHTTPError` ("EngineError"): a non-2xx answer, or a 2xx answer the client cannot
-      read; carries `status` and the engine's own `message`. Its subclasses:
+    - `EngineHTTPError` ("EngineError"): a non-2xx answer; carries `status` and the engine's
+      own `message`. Its subclasses:
+      - `AnswerTooLargeError` ("AnswerTooLarge"): an answer longer than the client reads of
+        one (engine/http.py); nothing of it is believed.
+      - `InvalidAnswerError` ("InvalidAnswer"): a 2xx answer the client cannot read, or one
+        with a value no engine can have (NaN, an infinity, a negative count, a series sent
+        twice); nothing of it is believed.
       - `HybridKVCacheReinitError` ("HybridKVCacheReinit"): the vLLM hybrid-model wake bug;
         the engine stays asleep until its pod restarts.
       - `SleepModeDisabledError` ("SleepModeDisabled"): the engine does not offer sleep mode.
@@ -71,6 +76,18 @@ class EngineHTTPError(EngineError):
         super().__init__(text, url=url)
         self.status = status
         self.message = message
+
+
+class AnswerTooLargeError(EngineHTTPError):
+    """The engine's answer was longer than the most the client reads of one."""
+
+    reason = "AnswerTooLarge"
+
+
+class InvalidAnswerError(EngineHTTPError):
+    """The engine answered 2xx with something the client cannot read or cannot believe."""
+
+    reason = "InvalidAnswer"
 
 
 class HybridKVCacheReinitError(EngineHTTPError):

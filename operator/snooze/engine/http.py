@@ -1,6 +1,7 @@
 """The operator's HTTP to engines (its probes, and its sleeps and wakes, each on a session of
-its own): aiohttp, a bounded number of requests at once, each request timed from its turn,
-and every transport failure turned into an EngineError.
+its own): aiohttp, a bounded number of requests at once, each request timed from its turn and
+read up to a bound, every transport failure turned into an EngineError, and, for probes, no
+slot held long by an engine that answers slowly.
 
 aiohttp, not httpx: in a sleep wave of 2,500 engines, httpx's requests (a sleep, a drain check
 and a confirmation per engine) were a third of the operator's CPU, most of it anyio's cancel
@@ -10,11 +11,10 @@ scopes and httpcore's pool (benchmarks/README.md); aiohttp is kopf's own client.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import ssl
-from collections import deque
-from collections.abc import AsyncIterator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -22,9 +22,22 @@ from typing import Any, Self
 import aiohttp
 import yarl
 
-from snooze.engine.errors import EngineUnreachableError
+from snooze.engine.errors import AnswerTooLargeError, EngineUnreachableError
+from snooze.engine.turns import Turn, Turns
 
 Params = dict[str, Any] | list[tuple[str, str]] | None
+Sink = Callable[[bytes], None]
+# The most read of an answer that is not a metrics page: vLLM's admin answers are a JSON
+# object of a few dozen bytes, its errors a message; a traceback fits many times over.
+ANSWER_LIMIT = 64 * 1024
+# How long a probe may hold its slot among the probes' shared ones: a healthy engine answers a
+# probe in milliseconds. Past it the request gives its slot back and finishes without one, and
+# its engine's next requests wait for slots of their own (the slow lane), until one of them is
+# answered within this again: engines that drip their answers a byte at a time, or that
+# never answer, then delay nobody but each other.
+LEASE_SECONDS = 0.5
+# Engines remembered as slow: ten thousand fit many times over; the oldest are forgotten first.
+SLOW_REMEMBERED = 65536
 # How long an idle connection to an engine is kept for the next request: the requests of one
 # step come together (a probe, a drain check, the sleep, its confirmation; a wake's stages),
 # then nothing for seconds. Well under vLLM's own keep-alive (5 s), so that the engine never
@@ -39,55 +52,6 @@ KEEPALIVE_SECONDS = 2.0
 @functools.lru_cache(maxsize=16384)
 def _parsed(url: str, query: tuple[tuple[str, str], ...]) -> yarl.URL:
     return yarl.URL(url).extend_query(query) if query else yarl.URL(url)
-
-
-class Turns:
-    """At most `limit` holders at once; waiters marked urgent take their turn before the others,
-    each kind first come, first served.
-
-    Urgent requests are those a decision is blocked on: the first probe of an engine that has
-    never answered, which stays unlabelled (so the gateway sends it nothing) until it does. At
-    start-up, the first probes of ten thousand engines otherwise wait behind the routine probes
-    of the engines already labelled, which come round every interval.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._free = limit
-        self._urgent: deque[asyncio.Future[None]] = deque()
-        self._routine: deque[asyncio.Future[None]] = deque()
-
-    @contextlib.asynccontextmanager
-    async def turn(self, *, urgent: bool = False) -> AsyncIterator[None]:
-        await self._take(urgent)
-        try:
-            yield
-        finally:
-            self._give_back()
-
-    async def _take(self, urgent: bool) -> None:
-        if self._free > 0 and not self._urgent and not self._routine:
-            self._free -= 1
-            return
-        queue = self._urgent if urgent else self._routine
-        turn = asyncio.get_running_loop().create_future()
-        queue.append(turn)
-        try:
-            await turn
-        except asyncio.CancelledError:
-            # A waiter cancelled before its turn stays queued, skipped by _give_back (which
-            # empties the queues of such waiters before a turn goes free): O(1) either way.
-            if not turn.cancelled():
-                self._give_back()  # given its turn, then cancelled: the next waiter has it
-            raise
-
-    def _give_back(self) -> None:
-        for queue in (self._urgent, self._routine):
-            while queue:
-                turn = queue.popleft()
-                if not turn.done():
-                    turn.set_result(None)
-                    return
-        self._free += 1
 
 
 @dataclass(frozen=True)
@@ -106,20 +70,75 @@ class Answer:
         return 200 <= self.status < 300
 
 
+class TooLarge(Exception):
+    """An answer went on past the most its reader takes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {size(limit)}")
+        self.limit = limit
+
+
+async def read_bounded(
+    response: aiohttp.ClientResponse, *, limit: int, sink: Sink | None = None
+) -> bytes:
+    """The body of `response`, never more than `limit` bytes of it (decompressed): TooLarge
+    past them, at once when its Content-Length says so. With `sink`, each chunk goes there as
+    it comes and nothing is kept (the answer is b""); what `sink` raises ends the read.
+    The caller bounds the time."""
+    encoded = response.headers.get("Content-Encoding", "identity") != "identity"
+    if not encoded and (response.content_length or 0) > limit:
+        raise TooLarge(limit)
+    kept = bytearray()
+    read = 0
+    async for chunk in response.content.iter_any():
+        read += len(chunk)
+        if read > limit:
+            raise TooLarge(limit)
+        if sink is None:
+            kept += chunk
+        else:
+            sink(chunk)
+    return bytes(kept)
+
+
+def size(count: int) -> str:
+    """A byte count as people read it: 64 KiB, 8 MiB."""
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if count >= 1 << shift and count % (1 << shift) == 0:
+            return f"{count >> shift} {unit}"
+    return f"{count} bytes"
+
+
 class EngineHttp:
     """Requests to many engines over one session, at most `limit` at once (the others wait
-    their turn in O(1), the urgent ones first).
+    their turn in O(1), the urgent ones first), each answer read up to a bound.
+
+    With a `lease` (the probes' session), a request holds its slot at most that long: one
+    still unanswered then gives it back and goes on without, and its engine is slow from then
+    on: its requests take turns among `limit` slots of their own until one is answered within
+    the lease again. Without one (sleeps and wakes, which take as long as the engine needs),
+    a request holds its slot until it is answered or times out.
 
     A connection is kept for `KEEPALIVE_SECONDS` after its request, for the next request of
     the same step (opening a TCP connection per request was a sixth of a sleep wave's CPU).
     Use it as an async context manager, or call `aclose`.
     """
 
-    def __init__(self, *, limit: int = 64, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        limit: int = 64,
+        ssl_context: ssl.SSLContext | None = None,
+        lease: float | None = None,
+    ) -> None:
         self.limit = limit
+        self.lease = lease
         self._ssl = ssl_context
         self._session: aiohttp.ClientSession | None = None
         self._turns = Turns(limit)
+        self._slow_turns = Turns(limit)
+        self._slow: OrderedDict[str, None] = OrderedDict()
+        """Engines (host:port) whose last request overran its lease, or was too large."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -135,6 +154,10 @@ class EngineHttp:
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+    def is_slow(self, url: str) -> bool:
+        """Whether requests to this engine take their turns in the slow lane."""
+        return _engine_of(_parsed(url, ())) in self._slow
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -159,47 +182,126 @@ class EngineHttp:
         params: Params = None,
         json: Any = None,
         urgent: bool = False,
+        owner: Hashable = None,
+        limit: int = ANSWER_LIMIT,
+        sink: Sink | None = None,
     ) -> Answer:
         """Send one request and read its whole answer within `total` seconds of its turn
-        (connecting within `connect`); `urgent` requests take their turn before the others.
-        Raises EngineUnreachableError when the engine cannot be reached or the connection
-        breaks, and TimeoutError (for the caller to word) when the answer takes too long; an
-        answer of any status is returned."""
+        (connecting within `connect`), at most `limit` bytes of it; `urgent` requests take
+        their turn before the others, and `owner`s take turns in rotation (Turns). With
+        `sink`, a 2xx answer's body goes there chunk by chunk and the Answer's body is empty
+        (what `sink` raises ends the request); another status's body is kept for its error
+        (up to ANSWER_LIMIT). Raises
+        EngineUnreachableError when the engine cannot be reached or the connection breaks,
+        AnswerTooLargeError past `limit`, and TimeoutError (for the caller to word) when the
+        answer takes too long; an answer of any status is returned."""
         if isinstance(params, dict):
             target = _parsed(url, ())  # aiohttp adds the params
         else:
             target, params = _parsed(url, tuple(params or ())), None
+        engine = _engine_of(target)
+        slow = self.lease is not None and engine in self._slow
         # The deadline starts once the request has its slot: a queue of requests (thousands of
         # models at once, an operator busy with a sleep wave) is the operator's delay, not the
         # engine's, and a healthy engine must not be reported unreachable for it.
-        async with self._turns.turn(urgent=urgent):
+        turns = self._slow_turns if slow else self._turns
+        async with turns.turn(urgent=urgent, owner=owner) as turn:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            lease = None
+            if self.lease is not None and not slow:
+                lease = loop.call_later(self.lease, self._overran, turn, engine)
             try:
-                async with (
-                    asyncio.timeout(total),
-                    self._client().request(
-                        method,
-                        target,
-                        params=params,
-                        json=json,
-                        timeout=aiohttp.ClientTimeout(total=None, connect=connect),
-                    ) as response,
-                ):
-                    return Answer(response.status, await response.read())
-            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-                raise EngineUnreachableError(
-                    f"cannot connect to {url}: {_describe(exc)}. The pod may be starting, gone "
-                    "or dead; check that it runs and that the operator may reach its port "
-                    "(NetworkPolicy).",
-                    url=url,
-                ) from exc
-            except TimeoutError:
-                raise  # before ClientError: aiohttp's read timeouts are both
-            except (aiohttp.ClientError, asyncio.IncompleteReadError) as exc:
-                raise EngineUnreachableError(
-                    f"the connection to {url} broke before a whole answer: {_describe(exc)}. "
-                    "The engine may have crashed or restarted; check the pod.",
-                    url=url,
-                ) from exc
+                answer = await self._send(
+                    method,
+                    url,
+                    target,
+                    total=total,
+                    connect=connect,
+                    params=params,
+                    json=json,
+                    limit=limit,
+                    sink=sink,
+                )
+            except (TimeoutError, AnswerTooLargeError):
+                self._note_slow(engine)
+                raise
+            finally:
+                if lease is not None:
+                    lease.cancel()
+            if self.lease is not None and loop.time() - began <= self.lease:
+                self._slow.pop(engine, None)
+            return answer
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        target: yarl.URL,
+        *,
+        total: float,
+        connect: float,
+        params: Params,
+        json: Any,
+        limit: int,
+        sink: Sink | None,
+    ) -> Answer:
+        try:
+            async with (
+                asyncio.timeout(total),  # the whole answer, not each chunk of it
+                self._client().request(
+                    method,
+                    target,
+                    params=params,
+                    json=json,
+                    timeout=aiohttp.ClientTimeout(total=None, connect=connect),
+                ) as response,
+            ):
+                if not 200 <= response.status < 300:
+                    limit, sink = min(limit, ANSWER_LIMIT), None  # kept for its message
+                try:
+                    body = await read_bounded(response, limit=limit, sink=sink)
+                except TooLarge as exc:
+                    raise AnswerTooLargeError(
+                        f"{url} answered {response.status} with {exc} (the most the operator "
+                        "reads of an engine's answer there): it counts as no answer. Check that "
+                        "this port is a vLLM engine's.",
+                        url=url,
+                        status=response.status,
+                        message=f"an answer of {exc}",
+                    ) from None
+                return Answer(response.status, body)
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            raise EngineUnreachableError(
+                f"cannot connect to {url}: {_describe(exc)}. The pod may be starting, gone "
+                "or dead; check that it runs and that the operator may reach its port "
+                "(NetworkPolicy).",
+                url=url,
+            ) from exc
+        except TimeoutError:
+            raise  # before ClientError: aiohttp's read timeouts are both
+        except (aiohttp.ClientError, asyncio.IncompleteReadError) as exc:
+            raise EngineUnreachableError(
+                f"the connection to {url} broke before a whole answer: {_describe(exc)}. "
+                "The engine may have crashed or restarted; check the pod.",
+                url=url,
+            ) from exc
+
+    def _overran(self, turn: Turn, engine: str) -> None:
+        turn.give_back()
+        self._note_slow(engine)
+
+    def _note_slow(self, engine: str) -> None:
+        if self.lease is None:
+            return
+        self._slow[engine] = None
+        self._slow.move_to_end(engine)
+        while len(self._slow) > SLOW_REMEMBERED:
+            self._slow.popitem(last=False)
+
+
+def _engine_of(target: yarl.URL) -> str:
+    return f"{target.host}:{target.port}"
 
 
 def _describe(error: Exception) -> str:

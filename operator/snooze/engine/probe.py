@@ -1,33 +1,46 @@
 """Probes of many engines over one aiohttp session: the operator's most frequent request, made
-cheap (about half the CPU of an httpx request, measured in benchmarks/scrape.py)."""
+cheap (about half the CPU of an httpx request, measured in benchmarks/scrape.py), bounded in
+what it reads, and kept from waiting on engines that answer slowly (engine/http.py's lease)."""
 
 from __future__ import annotations
 
 import json
 import ssl
+from collections.abc import Hashable
 
-from snooze.engine.activity import ACTIVITY_METRICS, PROBE_METRICS, ActivitySnapshot, parse_activity
+from snooze.engine.activity import (
+    ACTIVITY_METRICS,
+    METRICS_LIMIT,
+    PROBE_METRICS,
+    ActivityReader,
+    ActivitySnapshot,
+)
 from snooze.engine.errors import (
     EngineError,
-    EngineHTTPError,
     EngineTimeoutError,
+    InvalidAnswerError,
     classify_answer,
 )
-from snooze.engine.http import EngineHttp
+from snooze.engine.http import ANSWER_LIMIT, LEASE_SECONDS, Answer, EngineHttp, Sink
 
 
 class Prober:
     """Scrapes engines' `/metrics` (and `/is_sleeping`) for the operator's probes.
 
-    One session for every engine (EngineHttp), at most `limit` requests at once. Every method
-    raises only EngineError subclasses.
+    One session for every engine (EngineHttp), at most `limit` requests at once, each holding
+    its slot at most `lease` seconds. Every method raises only EngineError subclasses.
     """
 
     def __init__(
-        self, *, limit: int = 64, timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None
+        self,
+        *,
+        limit: int = 64,
+        timeout: float = 5.0,
+        ssl_context: ssl.SSLContext | None = None,
+        lease: float = LEASE_SECONDS,
     ) -> None:
         self.timeout = timeout
-        self._http = EngineHttp(limit=limit, ssl_context=ssl_context)
+        self._http = EngineHttp(limit=limit, ssl_context=ssl_context, lease=lease)
         self._unfiltered: set[str] = set()
         """Engines whose `name[]` filter finds nothing (vLLM with several API servers uses the
         multiprocess collector, which the filter cannot see): scraped whole."""
@@ -36,26 +49,32 @@ class Prober:
         await self._http.aclose()
 
     async def activity(
-        self, base_url: str, *, share_known: bool = False, urgent: bool = False
+        self,
+        base_url: str,
+        *,
+        share_known: bool = False,
+        urgent: bool = False,
+        owner: Hashable = None,
     ) -> ActivitySnapshot:
         """The engine's activity, from a filtered scrape (the whole page if the filter fails);
-        `urgent` probes go before the others (EngineHttp)."""
+        `urgent` probes go before the others, and `owner`s (models) take turns (Turns)."""
         if base_url not in self._unfiltered:
             names = PROBE_METRICS if share_known else ACTIVITY_METRICS
             query = [("name[]", name) for name in names]
-            text = await self._get(base_url, "/metrics", query, urgent)
-            snapshot = parse_or_raise(text, base_url)
+            snapshot = await self._scrape(base_url, query, urgent, owner)
             if snapshot is not None:
                 return snapshot
-        snapshot = parse_or_raise(await self._get(base_url, "/metrics", None, urgent), base_url)
+        snapshot = await self._scrape(base_url, None, urgent, owner)
         if snapshot is None:
             raise _unreadable(base_url, "/metrics", "no request gauges in the payload")
         self._unfiltered.add(base_url)  # only a whole page with the gauges blames the filter
         return snapshot
 
-    async def is_sleeping(self, base_url: str, *, urgent: bool = False) -> bool:
+    async def is_sleeping(
+        self, base_url: str, *, urgent: bool = False, owner: Hashable = None
+    ) -> bool:
         """For engines that do not publish vllm:engine_sleep_state (before vLLM 0.11.1)."""
-        text = await self._get(base_url, "/is_sleeping", None, urgent)
+        text = (await self._get(base_url, "/is_sleeping", None, urgent, owner)).text
         try:
             value = json.loads(text).get("is_sleeping")
         except (ValueError, AttributeError):
@@ -64,16 +83,47 @@ class Prober:
             raise _unreadable(base_url, "/is_sleeping", 'expected {"is_sleeping": true|false}')
         return value
 
+    async def _scrape(
+        self, base_url: str, query: list[tuple[str, str]] | None, urgent: bool, owner: Hashable
+    ) -> ActivitySnapshot | None:
+        # Read as it comes, a chunk at a time: nothing of the page is kept but the few values
+        # a probe needs, however long the page (up to METRICS_LIMIT).
+        reader = ActivityReader()
+        try:
+            await self._get(
+                base_url, "/metrics", query, urgent, owner, limit=METRICS_LIMIT, sink=reader.feed
+            )
+            return reader.result()
+        except ValueError as exc:
+            raise _unreadable(base_url, "/metrics", str(exc)) from exc
+
     async def _get(
-        self, base_url: str, path: str, query: list[tuple[str, str]] | None, urgent: bool = False
-    ) -> str:
+        self,
+        base_url: str,
+        path: str,
+        query: list[tuple[str, str]] | None,
+        urgent: bool = False,
+        owner: Hashable = None,
+        *,
+        limit: int = ANSWER_LIMIT,
+        sink: Sink | None = None,
+    ) -> Answer:
         url = base_url + path
         # The timeout starts once the request has its turn (EngineHttp): aiohttp's own timeout
         # counted the wait for a pooled connection, and healthy engines were reported
-        # unreachable (217 of 3,000 in one wave).
+        # unreachable (217 of 3,000 in one wave). It bounds the whole answer, not each chunk:
+        # an engine that drips its answer a byte at a time is cut off at it.
         try:
             answer = await self._http.request(
-                "GET", url, params=query, total=self.timeout, connect=self.timeout, urgent=urgent
+                "GET",
+                url,
+                params=query,
+                total=self.timeout,
+                connect=self.timeout,
+                urgent=urgent,
+                owner=owner,
+                limit=limit,
+                sink=sink,
             )
         except TimeoutError as exc:
             raise EngineTimeoutError(
@@ -81,20 +131,13 @@ class Prober:
             ) from exc
         if answer.status >= 300:
             raise classify_answer(answer.status, answer.text, url=url, path=path)
-        return answer.text
-
-
-def parse_or_raise(text: str, base_url: str) -> ActivitySnapshot | None:
-    try:
-        return parse_activity(text)
-    except ValueError as exc:
-        raise _unreadable(base_url, "/metrics", f"not Prometheus text ({exc})") from exc
+        return answer
 
 
 def _unreadable(base_url: str, path: str, what: str) -> EngineError:
-    return EngineHTTPError(
-        f"{base_url}{path} answered something the operator cannot read ({what}). Is this port "
-        "a vLLM engine?",
+    return InvalidAnswerError(
+        f"{base_url}{path} answered something the operator cannot read or believe ({what}): "
+        "it counts as no answer. Is this port a vLLM engine?",
         url=base_url + path,
         status=200,
         message=what,

@@ -2,7 +2,8 @@
 probe interval tells the operator which engines served requests and when, so that it need
 not probe an engine whose requests all come through the gateway (policy/probing.py). While a
 GPU pool waits for a busy member, each replica is also asked to answer the moment an engine's
-last request ends (its /idle), and is scraped again then."""
+last request ends (its /idle), and is scraped again then. What a replica answers is read as
+an engine's answers are: bounded in size and time, a chunk at a time, every value checked."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ from urllib.parse import urljoin
 
 import aiohttp
 
-from snooze.engine.activity import label, samples
+from snooze.engine.activity import REQUESTS_LIMIT
+from snooze.engine.exposition import COUNTER_LIMIT, Labels, Page, checked_count
+from snooze.engine.http import TooLarge, read_bounded
 from snooze.kube.api import KubeApi, KubeError, Ref
+from snooze.operator.metrics import OperatorMetrics
 from snooze.policy.probing import Traffic
 
 log = logging.getLogger(__name__)
@@ -34,34 +38,72 @@ HURRIED = 10
 SOONEST = 100
 # The gateway's own bound on a wait at /idle (gateway/metrics_port.py: LONGEST_WAIT).
 LONGEST_IDLE_WAIT = 30.0
+# The most read of a replica's page: three series of about 120 bytes per engine it sent
+# requests to, so about 45,000 engines.
+PAGE_LIMIT = 16 << 20
+SERIES_LIMIT = 3 * 65536
+# A replica's /idle answers one count.
+IDLE_LIMIT = 1024
+Key = tuple[str, str]
 
 
-def read_page(text: str, at: float = 0.0) -> dict[tuple[str, str], Traffic]:
-    """Pure: one replica's page, scraped from `at` on, as (namespace, pod) -> Traffic;
-    ValueError if malformed."""
-    sent: dict[tuple[str, str], float] = {}
-    flight: dict[tuple[str, str], float] = {}
-    last: dict[tuple[str, str], float] = {}
-    for name, labels, value in samples(text, FAMILIES):
-        key = (label(labels, "namespace") or "", label(labels, "pod") or "")
-        {SENT: sent, IN_FLIGHT: flight, LAST: last}[name][key] = value
-    return {
-        key: Traffic(
-            sent=sent.get(key, 0.0),
-            in_flight=round(flight.get(key, 0.0)),
-            last=last.get(key),
-            at=at,
+class ReplicaPage:
+    """One replica's page, fed a chunk at a time: its traffic per (namespace, pod), scraped
+    from `at` on, and its count of engines gone idle. ValueError for a malformed page or a
+    value no gateway writes (a count that is NaN, infinite or negative, two series for one
+    engine): the page is then not used at all."""
+
+    def __init__(self, at: float = 0.0) -> None:
+        self.at = at
+        self._page = Page(FAMILIES | {WENT_IDLE}, self._sample, series_limit=SERIES_LIMIT)
+        self._values: dict[str, dict[Key, float]] = {SENT: {}, IN_FLIGHT: {}, LAST: {}}
+        self._went_idle: int | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        self._page.feed(chunk)
+
+    def result(self) -> tuple[dict[Key, Traffic], int | None]:
+        self._page.close()
+        sent, flight, last = (self._values[name] for name in (SENT, IN_FLIGHT, LAST))
+        traffic = {
+            key: Traffic(
+                sent=sent.get(key, 0.0),
+                in_flight=round(flight.get(key, 0.0)),
+                last=last.get(key),
+                at=self.at,
+            )
+            for key in sent.keys() | flight.keys() | last.keys()
+        }
+        return traffic, self._went_idle
+
+    def _sample(self, name: str, labels: Labels, value: float) -> None:
+        if name == WENT_IDLE:
+            # A count that is no number of times only makes the replica one not waited on.
+            self._went_idle = int(value) if math.isfinite(value) and value >= 0 else None
+            return
+        key = (labels.get("namespace") or "", labels.get("pod") or "")
+        values = self._values[name]
+        if key in values:
+            raise ValueError(f"two series of {name} for {key[0]}/{key[1]}")
+        values[key] = checked_count(
+            name, value, REQUESTS_LIMIT if name == IN_FLIGHT else COUNTER_LIMIT
         )
-        for key in sent.keys() | flight.keys() | last.keys()
-    }
+
+
+def read_page(text: str, at: float = 0.0) -> dict[Key, Traffic]:
+    """Pure: one replica's whole page, scraped from `at` on, as (namespace, pod) -> Traffic;
+    ValueError as ReplicaPage says."""
+    page = ReplicaPage(at)
+    page.feed(text.encode())
+    return page.result()[0]
 
 
 def went_idle(text: str) -> int | None:
     """Pure: how many times an engine went idle through this replica, as its page says (None:
     a gateway too old to say, or a count that is not a number of times: it is not waited on)."""
-    for _, _, value in samples(text, frozenset({WENT_IDLE})):
-        return int(value) if math.isfinite(value) else None
-    return None
+    page = ReplicaPage()
+    page.feed(text.encode())
+    return page.result()[1]
 
 
 def idle_url(metrics_url: str) -> str:
@@ -101,8 +143,12 @@ class GatewayTraffic:
         service: str | None = None,
         interval: float,
         timeout: float = 5.0,
+        metrics: OperatorMetrics | None = None,
     ) -> None:
         self.api = api
+        self.metrics = metrics
+        self._failing: dict[str, str] = {}
+        """Replica URL -> why its last scrape failed, so that each failure is logged once."""
         self.urls = tuple(urls)
         self.service = service
         self.interval = interval
@@ -174,18 +220,50 @@ class GatewayTraffic:
 
     async def _page(
         self, session: aiohttp.ClientSession, url: str, began: float
-    ) -> tuple[dict[tuple[str, str], Traffic], int | None] | None:
-        """A replica's page and its count of engines gone idle; None if it did not answer."""
+    ) -> tuple[dict[Key, Traffic], int | None] | None:
+        """A replica's page and its count of engines gone idle; None if it did not answer, or
+        answered what cannot be used (too long, too slow, a value no gateway writes)."""
         query = [("name[]", name) for name in sorted(FAMILIES | {WENT_IDLE})]
+        page = ReplicaPage(began)
         try:
-            async with session.get(url, params=query) as response:
+            # The whole page within the timeout, a chunk at a time, nothing kept but counts.
+            async with asyncio.timeout(self.timeout), session.get(url, params=query) as response:
                 response.raise_for_status()
-                text = await response.text()
-                page = read_page(text, began)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            log.debug("gateway replica %s did not answer: %s", url, exc)
+                await read_bounded(response, limit=PAGE_LIMIT, sink=page.feed)
+            found = page.result()
+        except (aiohttp.ClientError, TimeoutError, ValueError, TooLarge) as exc:
+            self._failed(url, exc)
             return None
-        return page, went_idle(text)
+        if self._failing.pop(url, None) is not None:
+            log.info("gateway replica %s answers again", url)
+        return found
+
+    def _failed(self, url: str, error: Exception) -> None:
+        """Count a replica's failed scrape by reason; log it once, until it answers again or
+        fails for another reason."""
+        if isinstance(error, TooLarge):
+            reason, what = "AnswerTooLarge", f"its page is {error}, more than the operator reads"
+        elif isinstance(error, TimeoutError):
+            reason, what = "Timeout", f"its page took longer than {self.timeout:g}s"
+        elif isinstance(error, aiohttp.ClientResponseError):
+            reason, what = "HTTPError", f"it answered {error.status}"
+        elif isinstance(error, aiohttp.ClientError):
+            reason, what = "Unreachable", str(error) or type(error).__name__
+        else:
+            reason, what = "InvalidAnswer", f"its page cannot be read or believed ({error})"
+        if self.metrics is not None:
+            self.metrics.gateway_scrape_failures.labels(reason).inc()
+        if self._failing.get(url) != reason:
+            self._failing[url] = reason
+            log.warning(
+                "gateway replica %s cannot be used (%s): %s; until it can, engines are judged "
+                "by their probes alone",
+                url,
+                reason,
+                what,
+            )
+        else:
+            log.debug("gateway replica %s did not answer: %s", url, what)
 
     async def _went_idle(
         self, session: aiohttp.ClientSession, url: str, after: int, wait: float
@@ -195,13 +273,15 @@ class GatewayTraffic:
         /idle) not before `wait` seconds."""
         deadline = time.monotonic() + wait
         query = {"after": str(after), "timeout": f"{min(wait, LONGEST_IDLE_WAIT):.3f}"}
-        timeout = aiohttp.ClientTimeout(total=wait + self.timeout)
         try:
-            async with session.get(idle_url(url), params=query, timeout=timeout) as response:
+            async with (
+                asyncio.timeout(wait + self.timeout),
+                session.get(idle_url(url), params=query) as response,
+            ):
                 response.raise_for_status()
-                if int(await response.text()) != after:
+                if int(await read_bounded(response, limit=IDLE_LIMIT)) != after:
                     return
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except (aiohttp.ClientError, TimeoutError, ValueError, TooLarge) as exc:
             log.debug("gateway replica %s cannot be waited on: %s", url, exc)
         await asyncio.sleep(max(0.0, deadline - time.monotonic()))
 

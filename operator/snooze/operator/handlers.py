@@ -131,6 +131,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             service=runtime.settings.gateway_service,
             interval=runtime.settings.probe_interval,
             timeout=runtime.settings.probe_timeout,
+            metrics=runtime.metrics,
         )
         if runtime.gateways.enabled:
             runtime.pools.traffic = runtime.gateways.traffic

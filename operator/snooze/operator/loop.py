@@ -32,7 +32,14 @@ from snooze.operator.memory import (
     rebuild,
 )
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.observe import Probe, first_try, note_answer, note_reachability, probe
+from snooze.operator.observe import (
+    Probe,
+    confirms_wake,
+    first_try,
+    note_answer,
+    note_reachability,
+    probe,
+)
 from snooze.operator.pools import Directive, PoolHub
 from snooze.operator.reporter import StatusReporter
 from snooze.operator.scaling import Scaler
@@ -494,12 +501,18 @@ class ModelLoop:
         return views
 
     async def _probe(self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory) -> Probe:
-        return await probe(
+        result = await probe(
             self.prober,
             engine_url(spec, pod),
             pod.name,
             share_known=engine.gpu_share is not None,
-            # An engine that never answered is unlabelled, so unroutable: its first probe goes
-            # before the routine probes of engines already published.
-            urgent=first_try(engine),
+            # An engine that never answered is unlabelled, so unroutable, and one just woken is
+            # not routed to until the status written after this probe says so: these probes
+            # go before the routine probes of engines already published.
+            urgent=first_try(engine) or confirms_wake(engine),
+            # Models take turns: one with many slow engines delays this one by a turn at most.
+            owner=(self.namespace, self.name),
         )
+        if result.reason:
+            self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
+        return result

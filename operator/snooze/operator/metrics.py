@@ -151,6 +151,21 @@ class OperatorMetrics:
             ["namespace", "model"],
             registry=r,
         )
+        self.probe_failures = Counter(
+            "snooze_probe_failures_total",
+            "Probes of an engine that got no usable answer, by reason (Unreachable, Timeout, "
+            "AnswerTooLarge, InvalidAnswer, EngineError, SleepModeDisabled).",
+            ["namespace", "model", "reason"],
+            registry=r,
+        )
+        # Unlabelled by replica: replicas come and go with the gateway's rollouts.
+        self.gateway_scrape_failures = Counter(
+            "snooze_gateway_scrape_failures_total",
+            "Scrapes of a gateway replica's counters that could not be used, by reason "
+            "(Unreachable, Timeout, HTTPError, AnswerTooLarge, InvalidAnswer).",
+            ["reason"],
+            registry=r,
+        )
         self.pool_memory = Gauge(
             "snooze_pool_memory_bytes",
             "A GPU pool's device memory: held by awake (waking, draining, starting) members, "

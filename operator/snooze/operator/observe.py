@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from snooze.engine.client import SleepState
@@ -14,6 +15,7 @@ from snooze.models import InferenceModelSpec
 from snooze.operator.actions import Emit
 from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory, Process
 from snooze.policy import probing
+from snooze.policy.sleep import ActionKind
 
 log = logging.getLogger(__name__)
 
@@ -28,25 +30,34 @@ class Probe:
     gpu_share: float | None = None
     sleeps_in_flight: int | None = None
     error: str = ""
-    """Why the probe got no answer (names the URL), when it got none."""
+    """Why the probe got no usable answer (names the URL), when it got none."""
+    reason: str = ""
+    """Its EngineError's reason then (Unreachable, Timeout, AnswerTooLarge, InvalidAnswer...)."""
 
 
 async def probe(
-    prober: Prober, url: str, pod: str, *, share_known: bool, urgent: bool = False
+    prober: Prober,
+    url: str,
+    pod: str,
+    *,
+    share_known: bool,
+    urgent: bool = False,
+    owner: Hashable = None,
 ) -> Probe:
     """A filtered `/metrics` scrape; `/is_sleeping` too when the engine does not publish
     `vllm:engine_sleep_state` (before vLLM 0.11.1). One request per probe rather than two:
     at a thousand models, HTTP requests are most of the operator's CPU. `urgent` probes take
-    their turn before routine ones."""
+    their turn before routine ones; the probes of different `owner`s (models) take turns."""
     try:
-        activity = await prober.activity(url, share_known=share_known, urgent=urgent)
+        activity = await prober.activity(url, share_known=share_known, urgent=urgent, owner=owner)
         if activity.sleep_state is not None:
             sleeping = activity.sleep_state is not SleepState.AWAKE
         else:
-            sleeping = await prober.is_sleeping(url, urgent=urgent)
+            sleeping = await prober.is_sleeping(url, urgent=urgent, owner=owner)
     except EngineError as exc:
+        # Logged once it counts (note_reachability's Event), not at every probe.
         log.debug("probe of %s failed: %s", pod, exc)
-        return Probe(pod=pod, sleeping=None, error=str(exc))
+        return Probe(pod=pod, sleeping=None, error=str(exc), reason=exc.reason)
     return Probe(
         pod=pod,
         sleeping=sleeping,
@@ -61,6 +72,14 @@ async def probe(
 def first_try(engine: EngineMemory) -> bool:
     """Whether this is the first probe of an engine that has never answered one."""
     return engine.last_probe is None and not engine.answered
+
+
+def confirms_wake(engine: EngineMemory) -> bool:
+    """Whether this probe confirms a wake just done: the status that says the engine is awake,
+    which the gateway waits for before it sends the requests it holds, is written after it."""
+    return (
+        engine.last_probe is None and engine.action == ActionKind.WAKE.value and not engine.acting
+    )
 
 
 def note_answer(
@@ -131,8 +150,9 @@ def note_reachability(pod: str, engine: EngineMemory, result: Probe, emit: Emit)
         emit(
             "Warning",
             "EngineUnreachable",
-            f"{pod}: no answer to {UNREACHABLE_AFTER} probes in a row, so it gets no "
-            f"requests until it answers: {engine.probe_error}",
+            f"{pod}: no usable answer to {UNREACHABLE_AFTER} probes in a row ({result.reason}), "
+            f"so it gets no requests, and is neither slept nor woken, until it answers: "
+            f"{engine.probe_error}",
         )
     elif was and not engine.unreachable:
         # It got no requests while unreachable (the gateway routes none to it): its idle
