@@ -36,6 +36,11 @@ _OCTET = 20 + os.getpid() % 200
 _addresses = (f"127.{_OCTET}.{n // 250}.{n % 250 + 2}" for n in itertools.count())
 
 
+def next_address() -> str:
+    """A loopback address no engine of this run has had: a pod's IP."""
+    return next(_addresses)
+
+
 def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
     """Poll until `predicate` returns something truthy; fail with `what` after `timeout`."""
     deadline = time.monotonic() + timeout
@@ -90,6 +95,11 @@ class Cluster:
         )
         sim_engine = self.sim.add(config)
         self.engines[name] = sim_engine
+        self.add_pod(name, labels=labels, ip=config.host, ready=ready)
+        return sim_engine
+
+    def add_pod(self, name: str, *, labels: dict[str, str], ip: str, ready: bool = True) -> None:
+        """A Running pod whose podIP is `ip`, where an engine of the test's own listens."""
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -97,8 +107,7 @@ class Cluster:
             "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.26.0"}]},
         }
         self._check(self.http.post(PODS.format(ns=self.ns), json=pod))
-        self.set_pod_ready(name, config.host, ready=ready)
-        return sim_engine
+        self.set_pod_ready(name, ip, ready=ready)
 
     def set_pod_ready(self, name: str, ip: str, *, ready: bool) -> None:
         status = {

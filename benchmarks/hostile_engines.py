@@ -1,0 +1,199 @@
+"""Hostile engines, in a process of their own: `/metrics` answers that are huge, that drip a
+byte at a time, or that carry values no engine can have, each counting what it was asked and
+what it managed to send.
+
+A control port on 127.0.0.1 adds engines and reads them back:
+- `POST /engines` with `{"host": ADDRESS, "kind": KIND, ...}` serves an engine on ADDRESS:8000
+  (posting the same host again replaces its behaviour);
+- `GET /engines`: per address, the requests it got (`requests`, by path), the bytes of
+  answers it wrote (`sent`), the answers still being written (`open`) and the longest time
+  one was (`longest`, in seconds: how long the reader stayed).
+
+Kinds:
+- `huge`: `bytes` bytes of well-formed Prometheus text (the probe's gauges first, then one
+  histogram's buckets over and over, ending with a whole line), streamed in chunks of 1 MiB, with
+  a `Content-Length` only if `length` is true;
+- `drip`: the head at once, then one byte of a valid page every `interval` seconds, forever;
+- `page`: `text`, whole.
+`/is_sleeping` answers `{"is_sleeping": false}` for every kind; `slow_admin: true` makes it
+drip too; `/health` answers 200.
+
+Usage: python hostile_engines.py --control-port PORT
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from snooze.sim.host import raise_fd_limit
+
+GAUGES = (
+    "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
+    'vllm:engine_sleep_state{sleep_state="awake"} 1\n'
+)
+BUCKETS = "".join(
+    f'vllm:e2e_request_latency_seconds_bucket{{engine="0",le="{n}.0"}} {n}\n' for n in range(200)
+).encode()
+CHUNK = 1 << 20
+DISCONNECTED = (ConnectionError, asyncio.CancelledError)
+
+
+@dataclass
+class Engine:
+    kind: str
+    bytes: int = 0
+    length: bool = False
+    interval: float = 0.1
+    text: str = ""
+    slow_admin: bool = False
+    requests: dict[str, int] = field(default_factory=dict)
+    sent: int = 0
+    open: int = 0
+    longest: float = 0.0
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "requests": self.requests,
+            "sent": self.sent,
+            "open": self.open,
+            "longest": round(self.longest, 3),
+        }
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """One answer being written, until the reader leaves or it ends."""
+        began = time.monotonic()
+        self.open += 1
+        try:
+            yield
+        except DISCONNECTED:
+            pass  # the reader gave up: what it took is counted
+        finally:
+            self.open -= 1
+            self.longest = max(self.longest, time.monotonic() - began)
+
+
+class Engines:
+    def __init__(self) -> None:
+        self.by_host: dict[str, Engine] = {}
+        self.runners: dict[str, web.AppRunner] = {}
+
+    def engine(self, request: web.Request) -> Engine:
+        host = request.transport.get_extra_info("sockname")[0] if request.transport else ""
+        engine = self.by_host[host]
+        engine.requests[request.path] = engine.requests.get(request.path, 0) + 1
+        return engine
+
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        engine = self.engine(request)
+        if engine.kind == "page":
+            engine.sent += len(engine.text.encode())
+            return web.Response(text=engine.text)
+        if engine.kind == "drip":
+            return await drip(request, engine, GAUGES.encode())
+        return await huge(request, engine)
+
+    async def is_sleeping(self, request: web.Request) -> web.StreamResponse:
+        engine = self.engine(request)
+        if engine.slow_admin:
+            return await drip(request, engine, b'{"is_sleeping": false}')
+        return web.json_response({"is_sleeping": False})
+
+    async def health(self, request: web.Request) -> web.StreamResponse:
+        self.engine(request)
+        return web.Response()
+
+    async def add(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        host = body.pop("host")
+        known = self.by_host.get(host)
+        self.by_host[host] = Engine(**body)
+        if known is not None:
+            self.by_host[host].requests, self.by_host[host].sent = known.requests, known.sent
+            return web.json_response({"host": host, "replaced": True})
+        app = web.Application()
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/is_sleeping", self.is_sleeping)
+        app.router.add_get("/health", self.health)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.1)
+        await runner.setup()
+        await web.TCPSite(runner, host, 8000, reuse_address=True).start()
+        self.runners[host] = runner
+        return web.json_response({"host": host, "replaced": False})
+
+    async def report(self, _: web.Request) -> web.Response:
+        return web.json_response({host: e.report() for host, e in self.by_host.items()})
+
+
+async def huge(request: web.Request, engine: Engine) -> web.StreamResponse:
+    head = GAUGES.encode()
+    headers = {"Content-Type": "text/plain; version=0.0.4"}
+    if engine.length:
+        headers["Content-Length"] = str(engine.bytes)
+    response = web.StreamResponse(headers=headers)
+    await response.prepare(request)
+    with engine.writing():
+        left = engine.bytes
+        block = head + BUCKETS * (CHUNK // len(BUCKETS))
+        while left > 0:
+            piece = block[:left]
+            if len(piece) < len(block):  # the last: whole lines, padded with empty ones
+                cut = piece.rfind(b"\n") + 1
+                piece = piece[:cut] + b"\n" * (len(piece) - cut)
+            await response.write(piece)
+            engine.sent += len(piece)
+            left -= len(piece)
+            block = BUCKETS * (CHUNK // len(BUCKETS))
+        await response.write_eof()
+    return response
+
+
+async def drip(request: web.Request, engine: Engine, body: bytes) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/plain; version=0.0.4"})
+    await response.prepare(request)
+    with engine.writing():
+        index = 0
+        while True:  # a valid page, over and over, never ended
+            await response.write(body[index : index + 1])
+            engine.sent += 1
+            index = (index + 1) % len(body)
+            await asyncio.sleep(engine.interval)
+    return response
+
+
+async def serve(control_port: int) -> None:
+    engines = Engines()
+    control = web.Application()
+    control.router.add_post("/engines", engines.add)
+    control.router.add_get("/engines", engines.report)
+    runner = web.AppRunner(control, handle_signals=False, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", control_port).start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        for each in engines.runners.values():
+            with contextlib.suppress(Exception):
+                await each.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--control-port", type=int, required=True)
+    args = parser.parse_args()
+    raise_fd_limit()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(args.control_port))
+
+
+if __name__ == "__main__":
+    main()
