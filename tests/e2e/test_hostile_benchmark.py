@@ -1,0 +1,37 @@
+"""benchmarks/hostile.py runs as benchmarks/README.md prints it, and its last line is a JSON
+report whose phases say what the table says: each hostile model ends with its reason on its
+status, and the operator's failed probes are counted by that reason."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMAND = "python hostile.py"
+
+
+def test_the_hostile_engines_benchmark_runs_as_printed() -> None:
+    assert f"Reproduce: `{COMMAND}`" in (ROOT / "benchmarks" / "README.md").read_text()
+    done = subprocess.run(
+        [sys.executable, *COMMAND.split()[1:]],
+        cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+
+    assert report["rounds"] == 5
+    for phase in ("baseline", "huge", "drip", "honest"):
+        assert len(report[phase]["wakes"]) == 5
+    assert report["huge"]["hostile_status"]["state"] == "unreachable"
+    assert "more than 8 MiB" in report["huge"]["hostile_status"]["message"]
+    assert "took longer than 5s" in report["drip"]["hostile_status"]["message"]
+    assert report["honest"]["hostile_status"]["state"] == "awake"
+    assert report["drip"]["hostile_engines"]["count"] == 200
+    reasons = {key.rsplit("reason=", 1)[1].strip('"') for key in report["probe_failures"]}
+    assert reasons == {"AnswerTooLarge", "Timeout"}
