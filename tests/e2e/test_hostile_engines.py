@@ -20,7 +20,7 @@ import pytest
 from conftest import Cluster, next_address, wait_for
 from processes import Process, free_port
 
-from snooze.engine.exposition import parse_labels
+from snooze.engine.exposition import Labels
 from snooze.operator.actions import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +94,7 @@ class Operator:
         for line in httpx.get(self.metrics).text.splitlines():
             if line.startswith(name + "{"):
                 text, value = line[len(name) + 1 :].rsplit("} ", 1)
-                if labels.items() <= parse_labels(text).items():
+                if all(Labels(text.encode()).get(k) == v for k, v in labels.items()):
                     total += float(value)
         return total
 

@@ -5,38 +5,50 @@ nor its CPU grows with what the peer chooses to send."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 # Far above any line an engine writes (vLLM's longest, vllm:cache_config_info with its 37
 # labels, is about 2 kB), far below what would cost memory. A longer line of a family that is
 # not read is skipped unread; one of a family that is read makes the page unreadable.
 LINE_LIMIT = 64 * 1024
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
-
 # Past 2**53 a float no longer counts by ones: no counter of requests or seconds gets there.
 COUNTER_LIMIT = float(2**53)
 
-Labels = Mapping[str, str]
-OnSample = Callable[[str, Labels, float], None]
 
+class Labels:
+    """A sample's labels as written between its braces, each read when asked for (escapes kept
+    as sent): a probe needs one label of vllm:cache_config_info's 37, and reading them all
+    cost more than the rest of its page. ValueError for a value that is not UTF-8."""
 
-def parse_labels(text: str) -> dict[str, str]:
-    """The labels between a sample's braces, values kept as sent (escapes and all); ValueError
-    if they are not `name="value"` pairs, or name one label twice."""
-    labels: dict[str, str] = {}
-    text, at = text.rstrip(), 0
-    while at < len(text):
-        match = _LABEL.match(text, at)
+    __slots__ = ("text",)
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+
+    def get(self, key: str) -> str | None:
+        match = _label(key).search(self.text)
         if match is None:
-            raise ValueError(f"malformed labels: {text[:80]!r}")
-        name, value = match.group(1), match.group(2)
-        if name in labels:
-            raise ValueError(f"the label {name} twice in one sample: {text[:80]!r}")
-        labels[name] = value
-        at = match.end()
-    return labels
+            return None
+        try:
+            return match.group(1).decode()
+        except UnicodeDecodeError:
+            raise ValueError(f"the label {key} is not UTF-8: {_quoted(self.text)}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _label(key: str) -> re.Pattern[bytes]:
+    return re.compile(rb"(?:^|,)\s*" + re.escape(key.encode()) + rb'\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _quoted(raw: bytes) -> str:
+    """The start of a line the peer sent, as a message may show it."""
+    return repr(raw[:80].decode(errors="replace"))
+
+
+OnSample = Callable[[str, Labels, float], None]
 
 
 def shown(value: float) -> str:
@@ -69,7 +81,7 @@ class Page:
 
     def __init__(self, wanted: Iterable[str], on_sample: OnSample, *, series_limit: int) -> None:
         self._wanted = frozenset(wanted)
-        self._prefixes = tuple(sorted({name.encode() for name in self._wanted}))
+        self._names, self._prefixes = _encoded(self._wanted)
         self._on_sample = on_sample
         self._series_limit = series_limit
         self._seen: set[int] = set()
@@ -102,43 +114,53 @@ class Page:
         self._partial = b""
 
     def _line(self, raw: bytes) -> None:
+        # Read as bytes: a probe's page is a few such lines, read every few seconds from
+        # thousands of engines, and decoding each was a good part of their cost.
         if len(raw) > LINE_LIMIT:
             raise ValueError(f"a line longer than {LINE_LIMIT // 1024} KiB")
-        try:
-            line = raw.decode()
-        except UnicodeDecodeError:
-            raise ValueError(f"a line that is not UTF-8: {raw[:80]!r}") from None
-        brace = line.find("{")
-        space = line.find(" ")
+        brace = raw.find(b"{")
+        space = raw.find(b" ")
         if brace != -1 and (space == -1 or brace < space):
-            name, close = line[:brace], line.rfind("}")
+            close = raw.rfind(b"}")
             if close < brace:
-                raise ValueError(f"unclosed labels: {line[:80]!r}")
-            text, rest = line[brace + 1 : close], line[close + 1 :]
+                raise ValueError(f"unclosed labels: {_quoted(raw)}")
+            name, text, rest = (
+                self._names.get(raw[:brace]),
+                raw[brace + 1 : close],
+                raw[close + 1 :],
+            )
         else:
             if space == -1:
-                raise ValueError(f"no value: {line[:80]!r}")
-            name, text, rest = line[:space], "", line[space:]
-        if name not in self._wanted:
+                raise ValueError(f"no value: {_quoted(raw)}")
+            name, text, rest = self._names.get(raw[:space]), b"", raw[space:]
+        if name is None:
             return  # a longer name that starts like a wanted one
-        labels = parse_labels(text)
         words = rest.split()
         if not words:
-            raise ValueError(f"no value: {line[:80]!r}")
+            raise ValueError(f"no value: {_quoted(raw)}")
         try:
             value = float(words[0])
         except ValueError:
-            raise ValueError(f"not a number: {line[:80]!r}") from None
-        # Python's hash of strings is salted per process: a peer cannot craft a collision.
-        series = hash((name, frozenset(labels.items())))
+            raise ValueError(f"not a number: {_quoted(raw)}") from None
+        # The labels as written: a series sent twice the same way, as a broken collector would
+        # (one that lies can send any count it likes; the values are checked, not the intent).
+        # Python's hash of bytes is salted per process: a peer cannot craft a collision.
+        series = hash((name, text))
         if series in self._seen:
-            raise ValueError(f"a series sent twice: {line[:80]!r}")
+            raise ValueError(f"a series sent twice: {_quoted(raw)}")
         if len(self._seen) >= self._series_limit:
             raise ValueError(
                 f"more than {self._series_limit} series of {', '.join(sorted(self._wanted))}"
             )
         self._seen.add(series)
-        self._on_sample(name, labels, value)
+        self._on_sample(name, Labels(text), value)
+
+
+@functools.cache
+def _encoded(wanted: frozenset[str]) -> tuple[dict[bytes, str], tuple[bytes, ...]]:
+    # A page is made per probe, from one of a few sets of families.
+    names = {name.encode(): name for name in wanted}
+    return names, tuple(sorted(names))
 
 
 def samples(

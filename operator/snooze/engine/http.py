@@ -38,6 +38,11 @@ ANSWER_LIMIT = 64 * 1024
 LEASE_SECONDS = 0.5
 # Engines remembered as slow: ten thousand fit many times over; the oldest are forgotten first.
 SLOW_REMEMBERED = 65536
+# Requests past their lease that may go on without a slot, in slots' worth: past that, one
+# keeps its slot until others are done. On an operator too busy to read its answers within
+# the lease, every request overruns it: this keeps the requests out at once bounded (at five
+# times the slots, counting the slow lane's), as the slots alone did before.
+OVERTIME = 4
 # How long an idle connection to an engine is kept for the next request: the requests of one
 # step come together (a probe, a drain check, the sleep, its confirmation; a wake's stages),
 # then nothing for seconds. Well under vLLM's own keep-alive (5 s), so that the engine never
@@ -85,9 +90,16 @@ async def read_bounded(
     past them, at once when its Content-Length says so. With `sink`, each chunk goes there as
     it comes and nothing is kept (the answer is b""); what `sink` raises ends the read.
     The caller bounds the time."""
-    encoded = response.headers.get("Content-Encoding", "identity") != "identity"
-    if not encoded and (response.content_length or 0) > limit:
+    length = None if "Content-Encoding" in response.headers else response.content_length
+    if length is not None and length > limit:
         raise TooLarge(limit)
+    if length is not None and length <= ANSWER_LIMIT:
+        # Small and of a known length (a probe's filtered page): read at once, as it fits.
+        body = await response.read()
+        if sink is None:
+            return body
+        sink(body)
+        return b""
     kept = bytearray()
     read = 0
     async for chunk in response.content.iter_any():
@@ -114,10 +126,11 @@ class EngineHttp:
     their turn in O(1), the urgent ones first), each answer read up to a bound.
 
     With a `lease` (the probes' session), a request holds its slot at most that long: one
-    still unanswered then gives it back and goes on without, and its engine is slow from then
-    on: its requests take turns among `limit` slots of their own until one is answered within
-    the lease again. Without one (sleeps and wakes, which take as long as the engine needs),
-    a request holds its slot until it is answered or times out.
+    still unanswered then gives it back and goes on without (up to OVERTIME slots' worth of
+    such requests), and its engine is slow from then on: its requests take turns among
+    `limit` slots of their own until one is answered within the lease again. Without one
+    (sleeps and wakes, which take as long as the engine needs), a request holds its slot until
+    it is answered or times out.
 
     A connection is kept for `KEEPALIVE_SECONDS` after its request, for the next request of
     the same step (opening a TCP connection per request was a sixth of a sleep wave's CPU).
@@ -139,6 +152,8 @@ class EngineHttp:
         self._slow_turns = Turns(limit)
         self._slow: OrderedDict[str, None] = OrderedDict()
         """Engines (host:port) whose last request overran its lease, or was too large."""
+        self.overtime = 0
+        """Requests past their lease, going on without a slot."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -191,10 +206,9 @@ class EngineHttp:
         their turn before the others, and `owner`s take turns in rotation (Turns). With
         `sink`, a 2xx answer's body goes there chunk by chunk and the Answer's body is empty
         (what `sink` raises ends the request); another status's body is kept for its error
-        (up to ANSWER_LIMIT). Raises
-        EngineUnreachableError when the engine cannot be reached or the connection breaks,
-        AnswerTooLargeError past `limit`, and TimeoutError (for the caller to word) when the
-        answer takes too long; an answer of any status is returned."""
+        (up to ANSWER_LIMIT). Raises EngineUnreachableError when the engine cannot be reached
+        or the connection breaks, AnswerTooLargeError past `limit`, and TimeoutError (for the
+        caller to word) when the answer takes too long; an answer of any status is returned."""
         if isinstance(params, dict):
             target = _parsed(url, ())  # aiohttp adds the params
         else:
@@ -206,11 +220,8 @@ class EngineHttp:
         # engine's, and a healthy engine must not be reported unreachable for it.
         turns = self._slow_turns if slow else self._turns
         async with turns.turn(urgent=urgent, owner=owner) as turn:
-            loop = asyncio.get_running_loop()
-            began = loop.time()
-            lease = None
-            if self.lease is not None and not slow:
-                lease = loop.call_later(self.lease, self._overran, turn, engine)
+            began = asyncio.get_running_loop().time()
+            lease = _Lease(self, turn, engine) if self.lease is not None and not slow else None
             try:
                 answer = await self._send(
                     method,
@@ -224,12 +235,12 @@ class EngineHttp:
                     sink=sink,
                 )
             except (TimeoutError, AnswerTooLargeError):
-                self._note_slow(engine)
+                self.note_slow(engine)
                 raise
             finally:
                 if lease is not None:
-                    lease.cancel()
-            if self.lease is not None and loop.time() - began <= self.lease:
+                    lease.end()
+            if self.lease is not None and asyncio.get_running_loop().time() - began <= self.lease:
                 self._slow.pop(engine, None)
             return answer
 
@@ -287,11 +298,8 @@ class EngineHttp:
                 url=url,
             ) from exc
 
-    def _overran(self, turn: Turn, engine: str) -> None:
-        turn.give_back()
-        self._note_slow(engine)
-
-    def _note_slow(self, engine: str) -> None:
+    def note_slow(self, engine: str) -> None:
+        """From now on, requests to `engine` (host:port) take their turns in the slow lane."""
         if self.lease is None:
             return
         self._slow[engine] = None
@@ -300,6 +308,36 @@ class EngineHttp:
             self._slow.popitem(last=False)
 
 
+class _Lease:
+    """A request's hold on a shared slot, given back when the lease runs out (the request goes
+    on without it, and its engine is slow from then on), as long as fewer than OVERTIME slots'
+    worth of requests are out without one; else it is kept, and asked for again a lease later."""
+
+    def __init__(self, http: EngineHttp, turn: Turn, engine: str) -> None:
+        assert http.lease is not None
+        self._http, self._turn, self._engine = http, turn, engine
+        self._loop = asyncio.get_running_loop()
+        self._timer = self._loop.call_later(http.lease, self._run_out)
+        self._over = False
+
+    def _run_out(self) -> None:
+        http = self._http
+        http.note_slow(self._engine)
+        if http.overtime >= OVERTIME * http.limit:
+            assert http.lease is not None
+            self._timer = self._loop.call_later(http.lease, self._run_out)
+            return
+        http.overtime += 1
+        self._over = True
+        self._turn.give_back()
+
+    def end(self) -> None:
+        self._timer.cancel()
+        if self._over:
+            self._http.overtime -= 1
+
+
+@functools.lru_cache(maxsize=16384)
 def _engine_of(target: yarl.URL) -> str:
     return f"{target.host}:{target.port}"
 
