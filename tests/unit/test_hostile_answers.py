@@ -17,6 +17,7 @@ import pytest
 
 from snooze.engine import http as http_module
 from snooze.engine.activity import ActivityReader, SleepState, parse_activity
+from snooze.engine.client import EngineClient, new_http_client
 from snooze.engine.errors import AnswerTooLargeError, EngineTimeoutError, InvalidAnswerError
 from snooze.engine.exposition import LINE_LIMIT, Labels, Page, samples
 from snooze.engine.http import EngineHttp
@@ -352,6 +353,25 @@ async def test_a_slow_engine_that_answers_within_its_lease_is_slow_no_more() -> 
         behaviour[0] = answering((GAUGES + AWAKE).encode())
         await http.request("GET", url + "/metrics", total=1.0, connect=1.0)
         assert not http.is_slow(url)
+
+
+async def test_an_engine_that_never_answers_a_wake_keeps_no_other_sleep_waiting() -> None:
+    async def never(writer: asyncio.StreamWriter) -> None:
+        await asyncio.Event().wait()
+
+    async with (
+        engine(never) as hung,
+        engine(answering(b"")) as quick,
+        new_http_client(max_connections=1, lease=0.1) as http,
+    ):
+        waking = asyncio.create_task(EngineClient(hung, client=http).wake(1, timeout=30))
+        await asyncio.sleep(0.01)  # the wake holds the only slot
+        async with asyncio.timeout(5):  # well before the wake's own timeout
+            await EngineClient(quick, client=http).sleep(1)
+        assert not waking.done()
+        waking.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waking
 
 
 async def test_owners_take_turns_so_one_with_many_waiters_delays_others_by_one() -> None:

@@ -43,11 +43,19 @@ SLEEP_MODES = ("abort", "wait", "keep")
 WEIGHTS, RELOAD, KV_CACHE = "weights", "reload_weights", "kv_cache"
 
 
-def new_http_client(*, max_connections: int = 64) -> EngineHttp:
+# How long a sleep or a wake holds one of the shared slots: longer than most take (vLLM's
+# published level-1 sleep of 39 GiB, 5.7 s), so that the slots still bound a sleep wave's
+# requests, while engines that never answer (or drip their answer) cannot keep the other
+# models' sleeps and wakes waiting past it (see EngineHttp's lease).
+ACTION_LEASE_SECONDS = 10.0
+
+
+def new_http_client(*, max_connections: int = 64, lease: float | None = None) -> EngineHttp:
     """Return the HTTP session for `EngineClient`s to share (the operator's sleeps and wakes;
     its probes go through engine/probe.py's Prober). At most `max_connections` requests are
-    in flight; more wait their turn."""
-    return EngineHttp(limit=max_connections)
+    in flight, each holding its slot at most `lease` seconds (EngineHttp); more wait their
+    turn."""
+    return EngineHttp(limit=max_connections, lease=lease)
 
 
 class EngineClient:

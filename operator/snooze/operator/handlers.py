@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 
 from snooze import gpupool, models
-from snooze.engine.client import new_http_client
+from snooze.engine.client import ACTION_LEASE_SECONDS, new_http_client
 from snooze.engine.probe import Prober
 from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
@@ -124,7 +124,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             timeout=runtime.settings.probe_timeout,
             ssl_context=ssl.create_default_context(),
         )
-        runtime.action_http = new_http_client(max_connections=256)
+        runtime.action_http = new_http_client(max_connections=256, lease=ACTION_LEASE_SECONDS)
         runtime.gateways = GatewayTraffic(
             api=runtime.api,
             urls=runtime.settings.gateway_metrics,
