@@ -15,8 +15,7 @@ Kinds:
   a `Content-Length` only if `length` is true;
 - `drip`: the head at once, then one byte of a valid page every `interval` seconds, forever;
 - `page`: `text`, whole.
-`/is_sleeping` answers `{"is_sleeping": false}` for every kind; `slow_admin: true` makes it
-drip too; `/health` answers 200.
+`/is_sleeping` answers `{"is_sleeping": false}` for every kind, `/health` 200.
 
 Usage: python hostile_engines.py --control-port PORT
 """
@@ -53,7 +52,6 @@ class Engine:
     length: bool = False
     interval: float = 0.1
     text: str = ""
-    slow_admin: bool = False
     requests: dict[str, int] = field(default_factory=dict)
     sent: int = 0
     open: int = 0
@@ -103,9 +101,7 @@ class Engines:
         return await huge(request, engine)
 
     async def is_sleeping(self, request: web.Request) -> web.StreamResponse:
-        engine = self.engine(request)
-        if engine.slow_admin:
-            return await drip(request, engine, b'{"is_sleeping": false}')
+        self.engine(request)
         return web.json_response({"is_sleeping": False})
 
     async def health(self, request: web.Request) -> web.StreamResponse:
