@@ -1,0 +1,113 @@
+"""The cluster tier's fixtures: a real control plane (or the cluster SNOOZE_TEST_KUBECONFIG
+names), the CRDs applied with kubectl, and the chart installed with real Helm.
+
+On the harness's cluster the operator and the gateway run from this tree as the chart's pods,
+with their service accounts' tokens; so does every simulated engine (the same image, `snooze
+sim`). On an existing cluster, SNOOZE_TEST_IMAGE names an image built from
+images/operator/Dockerfile that the cluster can pull.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import helm_python
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from cluster import IMAGE, LocalCluster
+from controlplane import ROOT
+from kube import Kube, wait_for
+
+RELEASE = "snooze"
+SYSTEM = "snooze-system"
+ENGINES = "llm"
+"""The namespace of the tests' engines and models (the chart's NetworkPolicy covers it)."""
+OTHER_TENANT = "llm-b"
+CHART = ROOT / "charts" / "snooze"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    logging.getLogger("cluster").setLevel(logging.INFO)
+
+
+@pytest.fixture(scope="session")
+def kube() -> Iterator[Kube]:
+    existing = os.environ.get("SNOOZE_TEST_KUBECONFIG")
+    if existing:
+        kubectl = shutil.which("kubectl")
+        assert kubectl, "SNOOZE_TEST_KUBECONFIG is set but kubectl is not on PATH"
+        view = Kube(Path(existing), kubectl=kubectl, local=None)
+        yield view
+        view.close()
+        return
+    local = LocalCluster(keep=bool(os.environ.get("SNOOZE_TEST_KEEP")))
+    local.start()
+    assert local.control is not None
+    view = Kube(local.admin_kubeconfig, kubectl=str(local.control.bin / "kubectl"), local=local)
+    try:
+        yield view
+    finally:
+        view.close()
+        local.stop()
+
+
+def image() -> tuple[str, str]:
+    """The image the chart and the engines run, as repository and tag."""
+    name = os.environ.get("SNOOZE_TEST_IMAGE", f"{IMAGE}:dev")
+    repository, _, tag = name.rpartition(":")
+    return repository, tag
+
+
+@pytest.fixture(scope="session")
+def crds(kube: Kube) -> None:
+    kube.kubectl("apply", "-f", str(ROOT / "crds"))
+    for name in ("inferencemodels.snooze.dev", "gpupools.snooze.dev"):
+        kube.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+
+
+@pytest.fixture(scope="session")
+def release(kube: Kube, crds: None) -> Iterator[str]:
+    """The chart, installed with Helm into SYSTEM; the engines' namespaces exist first."""
+    for namespace in (ENGINES, OTHER_TENANT):
+        kube.kubectl("create", "namespace", namespace, check=False)
+    repository, tag = image()
+    values = {
+        "image": {"repository": repository, "tag": tag},
+        "operator": {"probeInterval": 2},
+        "networkPolicy": {"enabled": True, "namespaces": [ENGINES, OTHER_TENANT]},
+    }
+    helm = helm_python.Config(kubeconfig_path=str(kube.kubeconfig), namespace=SYSTEM)
+    helm.install(
+        str(CHART), RELEASE, values, namespace=SYSTEM, create_namespace=True, wait="watcher",
+        timeout=180,
+    )  # fmt: skip
+    try:
+        yield RELEASE
+    finally:
+        helm.uninstall(RELEASE, wait="watcher", timeout=120, ignore_not_found=True)
+        helm.close()
+
+
+@pytest.fixture
+def operator_pod(kube: Kube, release: str) -> object:
+    pods = wait_for(
+        "the operator's pod",
+        lambda: kube.ready_pods(SYSTEM, "app.kubernetes.io/component=operator"),
+    )
+    return pods[0]
+
+
+@pytest.fixture
+def gateway_pod(kube: Kube, release: str) -> object:
+    pods = wait_for(
+        "the gateway's pod",
+        lambda: kube.ready_pods(SYSTEM, "app.kubernetes.io/component=gateway"),
+    )
+    return pods[0]
