@@ -67,16 +67,25 @@ def image() -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def crds(kube: Kube) -> None:
+    """The CRDs, applied with kubectl as the README says, and the engines' namespaces."""
     kube.kubectl("apply", "-f", str(ROOT / "crds"))
     for name in ("inferencemodels.snooze.dev", "gpupools.snooze.dev"):
         kube.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    # The API server publishes a new CRD's OpenAPI a moment after it is established.
+    wait_for(
+        "the CRDs' OpenAPI",
+        lambda: (
+            kube.kubectl("explain", "inferencemodel", check=False).returncode == 0
+            and kube.kubectl("explain", "gpupool", check=False).returncode == 0
+        ),
+    )
+    for namespace in (ENGINES, OTHER_TENANT):
+        kube.kubectl("create", "namespace", namespace, check=False)
 
 
 @pytest.fixture(scope="session")
 def release(kube: Kube, crds: None) -> Iterator[str]:
-    """The chart, installed with Helm into SYSTEM; the engines' namespaces exist first."""
-    for namespace in (ENGINES, OTHER_TENANT):
-        kube.kubectl("create", "namespace", namespace, check=False)
+    """The chart, installed with Helm into SYSTEM."""
     repository, tag = image()
     values = {
         "image": {"repository": repository, "tag": tag},
