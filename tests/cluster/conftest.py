@@ -70,7 +70,14 @@ def crds(kube: Kube) -> None:
     """The CRDs, applied with kubectl as the README says, and the engines' namespaces."""
     kube.kubectl("apply", "-f", str(ROOT / "crds"))
     for name in ("inferencemodels.snooze.dev", "gpupools.snooze.dev"):
-        kube.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+        # Not `kubectl wait`: it fails on a CRD whose status has no conditions yet.
+        wait_for(
+            f"{name} to be established",
+            lambda name=name: any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in kube.get("crd", name).get("status", {}).get("conditions") or []
+            ),
+        )
     # The API server publishes a new CRD's OpenAPI a moment after it is established.
     wait_for(
         "the CRDs' OpenAPI",
