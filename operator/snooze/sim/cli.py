@@ -7,8 +7,10 @@ import ipaddress
 import itertools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from snooze.sim.device import SimulatedDevice
+from snooze.sim.devicefile import DeviceFile, DeviceFileError
 from snooze.sim.engine import EngineConfig
 
 # Argparse defaults come from EngineConfig, so the CLI and the Python API cannot disagree.
@@ -182,6 +184,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="reproduce vLLM issue #41564: waking the KV cache fails with HTTP 500",
     )
     add(
+        "--shared-gpu-file",
+        metavar="FILE",
+        help="keep that GPU's books in FILE, so that the engines of several `snooze sim`"
+        " processes share it, as the pods of one node share a device (mount one hostPath in"
+        " each); what a process held comes back when it ends. Needs --shared-gpu-gib",
+    )
+    add(
         "--full-metrics",
         action="store_true",
         help="emit a full-size vLLM /metrics payload (histograms), for scrape benchmarks",
@@ -189,9 +198,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def devices_from(args: argparse.Namespace) -> list[SimulatedDevice]:
-    """The shared GPU, if asked for."""
+    """The shared GPU, if asked for (its books in a file with --shared-gpu-file)."""
     if args.shared_gpu_gib is None:
+        if args.shared_gpu_file:
+            raise DeviceFileError("--shared-gpu-file needs --shared-gpu-gib: give the GPU's size")
         return []
+    if args.shared_gpu_file:
+        path = Path(args.shared_gpu_file)
+        return [DeviceFile(name=SHARED_DEVICE, memory_gib=args.shared_gpu_gib, path=path)]
     return [SimulatedDevice(name=SHARED_DEVICE, memory_gib=args.shared_gpu_gib)]
 
 
@@ -237,7 +251,11 @@ def run(args: argparse.Namespace) -> int:
     from snooze.sim.host import AddressUnavailable, EngineDoesNotFit, serve_engines
 
     configs = configs_from(args)
-    devices = devices_from(args)
+    try:
+        devices = devices_from(args)
+    except DeviceFileError as exc:
+        print(f"snooze sim: {exc}", file=sys.stderr)
+        return 2
 
     async def main() -> None:
         import signal
