@@ -8,9 +8,9 @@ image built from this repository (images/operator/Dockerfile), run from the tree
 
 What it does as a kubelet does: the service account token mounted where in-cluster clients
 read it (a TokenRequest bound to the Pod), KUBERNETES_SERVICE_HOST and _PORT, env (values and
-the Downward API's fieldRefs), emptyDir volumes, readiness and liveness probes (httpGet,
-tcpSocket), restarts with a back-off and restartCount, SIGTERM on deletion then SIGKILL when
-the grace period ends, and the final delete. What it does not: pull images, enforce
+the Downward API's fieldRefs), emptyDir and hostPath volumes, readiness and liveness probes
+(httpGet, tcpSocket), restarts with a back-off and restartCount, SIGTERM on deletion then
+SIGKILL when the grace period ends, and the final delete. What it does not: pull images, enforce
 securityContext or resources (every container runs as root), serve logs or exec, or run
 other images; readiness probes run every second at most, and the restart back-off is 1 s
 doubling to 10 s (the kubelet's is 10 s to 5 min), so that tests wait less.
@@ -214,15 +214,19 @@ class PodRunner:
                 continue
             command = list(spec.command or image.entrypoint)
             args = list(spec.args if spec.args is not None else ([] if spec.command else image.cmd))
-            mounts = [
-                m.mount_path
-                for m in spec.volume_mounts or []
-                if m.name in volumes and volumes[m.name].empty_dir is not None
-            ]
             prelude = ["set -e", "mount -t tmpfs -o mode=0755 tmpfs /run",
                        f"mkdir -p {SERVICE_ACCOUNT_DIR}",
                        f"cp {shlex.quote(str(sa_dir))}/* {SERVICE_ACCOUNT_DIR}/"]  # fmt: skip
-            prelude += [f"mount -t tmpfs tmpfs {shlex.quote(path)}" for path in mounts]
+            for mount in spec.volume_mounts or []:
+                volume = volumes.get(mount.name)
+                target = shlex.quote(mount.mount_path)
+                if volume is not None and volume.empty_dir is not None:
+                    prelude.append(f"mount -t tmpfs tmpfs {target}")
+                elif volume is not None and volume.host_path is not None:
+                    # DirectoryOrCreate; the mount point is made inside the pod's own /run or
+                    # /tmp where it can be (a tmpfs of this mount namespace, not the host's).
+                    source = shlex.quote(volume.host_path.path)
+                    prelude += [f"mkdir -p {source} {target}", f"mount --bind {source} {target}"]
             prelude.append('exec "$@"')
             argv = [
                 "ip", "netns", "exec", self.netns,
