@@ -15,9 +15,9 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 # Go's time.Duration is int64 nanoseconds: the API server's CEL `duration()` (and every Go
 # client) refuses anything longer, so the operator does too, rather than read it as infinite.
 MAX_SECONDS = (2**63 - 1) / 1e9
-# A command line's plain number of seconds, as the flags always took (`10`, `2.5`, `.5`); no
-# exponent, sign, infinity or NaN, which no timer can wait for.
-_PLAIN_SECONDS = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
+# A command line's plain number of seconds, as the flags always took (`10`, `2.5`, `.5`, and
+# `5e-05` as Python prints a small float); no sign, infinity or NaN, which no timer can wait for.
+_PLAIN_SECONDS = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
 
 
 class DurationError(ValueError):

@@ -55,7 +55,8 @@ def test_a_time_flag_takes_a_duration(command: str, flag: str, action: argparse.
         f"snooze {command} {flag} does not use snooze.durations.duration_flag"
     )
     assert parse("1m30s") == parse("90") == 90
-    assert parse("500ms") == 0.5
+    assert parse("500ms") == 0.5 == parse(str(0.5))
+    assert parse(str(5e-05)) == 5e-05  # a small float as Python prints it
     with pytest.raises(argparse.ArgumentTypeError, match="is not a duration"):
         parse("ten seconds")
     # The default is a number of seconds, as the flag's value is.
