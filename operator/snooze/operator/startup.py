@@ -3,16 +3,16 @@ them, one line per failed attempt naming the API's address and the wait before t
 
 kopf retries a startup handler that raises every 60 seconds, logging each failure with its
 whole traceback (kopf/_core/actions/execution.py, `execute_handler_once`): an operator started
-against an API server that does not answer printed twenty lines a minute and said neither
-where it was trying nor when it would try again. The retries are made here instead, so kopf's
-startup handler does not fail while the API is away.
+against an API server that does not answer printed a twenty-line traceback every minute, and
+said neither where it was trying nor when it would try again. The retries are made here
+instead, so kopf's startup handler does not fail while the API is away.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from snooze.durations import format_duration
 from snooze.kube.api import KubeApi, KubeError
@@ -40,15 +40,10 @@ def failure(server: str, error: KubeError) -> str:
     return f"the Kubernetes API at {server} refused a start-up read ({error})"
 
 
-async def first_reads(
-    api: KubeApi,
-    namespaces: tuple[str, ...],
-    *,
-    waits: Iterable[float] | None = None,
-) -> tuple[Indexes, frozenset[str]]:
+async def first_reads(api: KubeApi, namespaces: tuple[str, ...]) -> tuple[Indexes, frozenset[str]]:
     """The pods and models the operator starts from, and the CRDs not served yet; tried until
     the API answers them all, however long that takes (a SIGTERM cancels the wait)."""
-    pauses = iter(backoff() if waits is None else waits)
+    pauses = backoff()
     attempt = 1
     while True:
         try:
