@@ -4,7 +4,9 @@ pairs and a clock the test moves: who is admitted, who makes room, who is closed
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -38,6 +40,13 @@ def closed(client: socket.socket) -> bool:
         return False
 
 
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
 def connect(made: list[tuple[socket.socket, socket.socket]]) -> tuple[socket.socket, socket.socket]:
     pair = socket.socketpair()
     made.append(pair)
@@ -47,6 +56,8 @@ def connect(made: list[tuple[socket.socket, socket.socket]]) -> tuple[socket.soc
 def test_a_full_port_replaces_the_longest_waiting_connection(
     pairs: list[tuple[socket.socket, socket.socket]],
 ) -> None:
+    """The oldest connection still waiting for its request is closed, and the new one is
+    admitted once that one's thread has ended: never more connections than threads allowed."""
     clock = Clock()
     connections = Connections(most=3, head_timeout=5, lifetime=45, clock=clock)
     first, second, third = (connect(pairs) for _ in range(3))
@@ -55,16 +66,21 @@ def test_a_full_port_replaces_the_longest_waiting_connection(
         clock.now += 1
     connections.answering(first[0])  # its request is in: it is being answered, never replaced
     newcomer = connect(pairs)
-    assert connections.admit(newcomer[0])
+    with ThreadPoolExecutor(1) as pool:
+        admitted = pool.submit(connections.admit, newcomer[0])
+        wait_until(lambda: closed(second[1]))
+        assert not admitted.done(), "admitted before the closed connection's thread ended"
+        assert len(connections) == 3
+        connections.release(second[0])  # as its thread does when it ends
+        assert admitted.result(timeout=5) is True
     assert len(connections) == 3
-    assert closed(second[1]), "the oldest connection still waiting for its request makes room"
     assert not closed(first[1]) and not closed(third[1]) and not closed(newcomer[1])
 
 
 def test_a_port_whose_connections_are_all_answered_refuses_a_new_one(
     pairs: list[tuple[socket.socket, socket.socket]],
 ) -> None:
-    connections = Connections(most=2, head_timeout=5, lifetime=45, clock=Clock())
+    connections = Connections(most=2, head_timeout=5, lifetime=45, room_timeout=0.05)
     admitted = [connect(pairs) for _ in range(2)]
     for server, _ in admitted:
         assert connections.admit(server)
@@ -93,6 +109,12 @@ def test_deadlines_the_head_timeout_then_the_lifetime(
     clock.now += 40
     connections.reap()
     assert closed(answered[1])
+    # Listed until their threads end, and closed once.
+    assert len(connections) == 2 and connections.closed_early == 2
+    connections.reap()
+    assert connections.closed_early == 2
+    for server, _ in (silent, answered):
+        connections.release(server)
     assert len(connections) == 0
 
 

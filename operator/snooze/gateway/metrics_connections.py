@@ -24,6 +24,8 @@ HEAD_TIMEOUT = 5.0
 """Seconds from accepting a connection to its whole request line and headers."""
 IO_TIMEOUT = 5.0
 """Seconds any one read or write may block: a client that stops reading its answer."""
+ROOM_TIMEOUT = 0.5
+"""Seconds a new connection may wait for the thread of the one closed to make room to end."""
 
 
 @dataclass
@@ -31,13 +33,16 @@ class _Open:
     accepted: float
     deadline: float
     answering: bool = False
+    closing: bool = False
 
 
 class Connections:
-    """The open connections of one server, with their deadlines. Thread-safe: connections are
-    admitted and reaped by the server's thread, marked and released by their own; a socket is
-    shut down only while it is listed, and is unlisted before it is closed, so that a shutdown
-    never reaches a file descriptor the system has since given to another connection."""
+    """The open connections of one server, with their deadlines; each is listed from its
+    admission until its thread ends, so that there are never more than `most` threads.
+    Thread-safe: connections are admitted and reaped by the server's thread, marked and
+    released by their own. A socket is shut down only while it is listed, and is unlisted
+    before it is closed, so that a shutdown never reaches a file descriptor the system has
+    since given to another connection."""
 
     def __init__(
         self,
@@ -45,59 +50,69 @@ class Connections:
         lifetime: float,
         most: int = MOST_CONNECTIONS,
         head_timeout: float = HEAD_TIMEOUT,
+        room_timeout: float = ROOM_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.most = most
         self.head_timeout = head_timeout
         self.lifetime = lifetime
+        self.room_timeout = room_timeout
         self._clock = clock
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
         self._open: dict[socket.socket, _Open] = {}
         self.closed_early = 0
         """Connections closed for their deadline or to make room, and refused ones."""
 
     def __len__(self) -> int:
-        with self._lock:
+        with self._changed:
             return len(self._open)
 
     def admit(self, sock: socket.socket) -> bool:
-        """List a new connection; False (refuse it) when every open one is being answered."""
-        now = self._clock()
-        with self._lock:
+        """List a new connection, once there is room: when full, the connection that has
+        waited longest for its request is closed, and its thread awaited. False (refuse it)
+        when no room comes within `room_timeout`: every open one is being answered."""
+        with self._changed:
             if len(self._open) >= self.most:
-                waiting = [(o.accepted, s) for s, o in self._open.items() if not o.answering]
-                if not waiting:
+                waiting = [
+                    (o.accepted, s) for s, o in self._open.items() if not (o.answering or o.closing)
+                ]
+                if waiting:
+                    self._close(min(waiting, key=lambda pair: pair[0])[1])
+                if not self._changed.wait_for(
+                    lambda: len(self._open) < self.most, self.room_timeout
+                ):
                     self.closed_early += 1
                     return False
-                _, oldest = min(waiting, key=lambda pair: pair[0])
-                self._close(oldest)
+            now = self._clock()
             self._open[sock] = _Open(accepted=now, deadline=now + self.head_timeout)
             return True
 
     def answering(self, sock: socket.socket) -> None:
         """Its request's head is in: from now on only its lifetime bounds it."""
-        with self._lock:
+        with self._changed:
             entry = self._open.get(sock)
             if entry is not None:
                 entry.answering = True
                 entry.deadline = entry.accepted + self.lifetime
 
     def release(self, sock: socket.socket) -> None:
-        """Unlist it (before it is closed)."""
-        with self._lock:
-            self._open.pop(sock, None)
+        """Unlist it as its thread ends (before it is closed)."""
+        with self._changed:
+            if self._open.pop(sock, None) is not None:
+                self._changed.notify_all()
 
     def reap(self) -> None:
         """Close the connections past their deadline."""
         now = self._clock()
-        with self._lock:
-            for sock in [s for s, o in self._open.items() if o.deadline <= now]:
-                self._close(sock)
+        with self._changed:
+            for sock, entry in self._open.items():
+                if entry.deadline <= now and not entry.closing:
+                    self._close(sock)
 
     def _close(self, sock: socket.socket) -> None:
-        """Under the lock: end the connection; its thread's blocked read or write returns, and
-        the thread ends."""
-        del self._open[sock]
+        """With the lock held: end the connection; its thread's blocked read or write
+        returns, and the thread ends and releases it."""
+        self._open[sock].closing = True
         self.closed_early += 1
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
