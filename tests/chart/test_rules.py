@@ -85,7 +85,11 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
 def test_the_down_alerts_match_the_chart_s_job_names(release: str) -> None:
     """The ServiceMonitor names a job after its Service (FULLNAME-COMPONENT-metrics), whatever
     the release's name; Prometheus anchors the alerts' regexes at both ends."""
-    rendering = render({"serviceMonitor": {"enabled": True}}, release=release)
+    monitored = {
+        "serviceMonitor": {"enabled": True},
+        "networkPolicy": {"scraper": {"namespace": "monitoring"}},
+    }
+    rendering = render(monitored, release=release)
     exprs = {rule["alert"]: rule["expr"] for rule in rules()}
     for alert, component, other in [
         ("SnoozeOperatorDown", "operator", "gateway"),

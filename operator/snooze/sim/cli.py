@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from snooze.durations import duration_flag
 from snooze.sim.device import SimulatedDevice
 from snooze.sim.devicefile import DeviceFile, DeviceFileError
 from snooze.sim.engine import EngineConfig
@@ -81,10 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--sleep-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.sleep_seconds,
         help="duration of an engine's first level-1 sleep, which pins host RAM and copies the"
-        " weights there (default: %(default)s)",
+        " weights there (default: %(default)ss)",
     )
     add(
         "--pinning-share",
@@ -95,33 +97,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--level2-sleep-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.level2_sleep_seconds,
-        help="duration of a level-2 sleep, which discards them (default: %(default)s)",
+        help="duration of a level-2 sleep, which discards them (default: %(default)ss)",
     )
     add(
         "--wake-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.wake_seconds,
-        help="time to bring the weights back on wake (default: %(default)s)",
+        help="time to bring the weights back on wake (default: %(default)ss)",
     )
     add(
         "--kv-wake-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.kv_wake_seconds,
-        help="time to re-allocate the KV cache on wake (default: %(default)s)",
+        help="time to re-allocate the KV cache on wake (default: %(default)ss)",
     )
     add(
         "--reload-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.reload_seconds,
-        help="duration of collective_rpc reload_weights (default: %(default)s)",
+        help="duration of collective_rpc reload_weights (default: %(default)ss)",
     )
     add(
         "--token-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.token_seconds,
-        help="pacing between generated tokens (default: %(default)s)",
+        help="pacing between generated tokens (default: %(default)ss)",
     )
     add(
         "--max-tokens-default",
@@ -156,10 +163,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--start-retry-seconds",
-        type=_positive(float),
+        type=duration_flag(),
+        metavar="DURATION",
         default=_DEFAULTS.start_retry_seconds,
         help="while its GPU lacks room, an engine answers 503 and retries this often, like a"
-        " restarting container (default: %(default)s)",
+        " restarting container (default: %(default)ss)",
     )
     add(
         "--max-model-len",
@@ -169,9 +177,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--startup-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.startup_seconds,
-        help="loading time before listening, as vLLM (default: %(default)s)",
+        help="loading time before listening, as vLLM (default: %(default)ss)",
     )
     add(
         "--no-dev-mode",

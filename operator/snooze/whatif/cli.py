@@ -8,6 +8,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from snooze.durations import duration_flag
 from snooze.whatif.latency import Latencies
 from snooze.whatif.trace import Request
 
@@ -54,10 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, what in LATENCY_FLAGS.items():
         parser.add_argument(
             f"--{name.replace('_', '-')}",
-            type=float,
+            type=duration_flag(zero=True),
             default=getattr(defaults, name),
-            metavar="S",
-            help=f"seconds for {what} (default: {getattr(defaults, name)})",
+            metavar="DURATION",
+            help=f"the time of {what} (default: {getattr(defaults, name)}s)",
         )
     parser.add_argument(
         "--pinning-share",
