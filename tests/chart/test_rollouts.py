@@ -98,3 +98,24 @@ def test_the_operator_reads_the_gateways_counters_through_its_metrics_service() 
     assert role["rules"] == [
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]}
     ]
+
+
+def test_the_operator_strategy_is_given_whole_both_ways() -> None:
+    """Peered replicas roll (a new one before an old one stops); one replica is recreated.
+    The rolling parameters are the chart's own, not the API server's defaults, so that an
+    upgrade back to one replica drops them: Recreate forbids rollingUpdate, and a real API
+    server refused that upgrade when the defaults were left in place."""
+    peered = render({"operator": {"replicas": 2}}).one("Deployment", "-operator")
+    assert peered["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    alone = render().one("Deployment", "-operator")
+    assert alone["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_peered_replicas_are_told_apart_by_their_pod_names() -> None:
+    """kopf names a peer by POD_ID, else by user and host name, which two replicas can share."""
+    spec = render({"operator": {"replicas": 2}}).one("Deployment", "-operator")["spec"]
+    [env] = [e for e in spec["template"]["spec"]["containers"][0]["env"] if e["name"] == "POD_ID"]
+    assert env["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
