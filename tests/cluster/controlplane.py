@@ -277,8 +277,11 @@ class ControlPlane:
             # No kubelet serves logs or exec here; the API server never calls one.
             "--kubelet-preferred-address-types=InternalIP",
             "--profiling=false",
-            # Watches expire after a minute, so the tests meet 410 Gone and kopf's re-lists.
+            # Watches end after one to two minutes, and etcd is compacted every 10 s: a
+            # client that comes back with an old resourceVersion (after the API server
+            # restarts, say) meets 410 Gone and must list again, as on a busy cluster.
             "--min-request-timeout=60",
+            "--etcd-compaction-interval=10s",
             "--v=1",
         ]
 

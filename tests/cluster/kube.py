@@ -99,6 +99,13 @@ class Kube:
         body: dict[str, Any] = json.loads(done.stdout)
         return body
 
+    def delete_and_wait(self, namespace: str, selector: str, *objects: str) -> None:
+        """Delete `objects` (kubectl's TYPE/NAME or -f FILE) and wait until no pod matches
+        `selector`: the next test may make objects of the same names, whose new ReplicaSet
+        would adopt the old pods the garbage collector has not removed yet."""
+        self.kubectl("delete", "-n", namespace, "--ignore-not-found", *objects, check=False)
+        wait_for(f"the pods of {selector} gone", lambda: not self.pods(namespace, selector))
+
     def pods(self, namespace: str, selector: str) -> list[Any]:
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
 

@@ -228,9 +228,11 @@ class PodRunner:
                     source = shlex.quote(volume.host_path.path)
                     prelude += [f"mkdir -p {source} {target}", f"mount --bind {source} {target}"]
             prelude.append('exec "$@"')
+            # The pod's own host name, as its own UTS namespace gives it in a cluster.
+            prelude.insert(1, f"hostname {shlex.quote(pod.metadata.name[:63])}")
             argv = [
                 "ip", "netns", "exec", self.netns,
-                "unshare", "--mount", "--propagation", "private", "--",
+                "unshare", "--mount", "--uts", "--propagation", "private", "--",
                 "sh", "-c", "\n".join(prelude), "sh", *command, *args,
             ]  # fmt: skip
             env = {**self.runtime.base_env, **image.env, **self._env(spec)}
@@ -361,7 +363,7 @@ class PodRunner:
         started = any(c.started for c in self.containers)
         status = {"phase": "Running" if started else "Pending",
                   "containerStatuses": statuses, "ready": ready}  # fmt: skip
-        if status == self.last_status:
+        if status == self.last_status and self._api_agrees(ready):
             return
         word = "True" if ready else "False"
         conditions = [
@@ -372,6 +374,14 @@ class PodRunner:
         if self._patch({"phase": status["phase"], "containerStatuses": statuses,
                         "conditions": conditions}):  # fmt: skip
             self.last_status = status
+
+    def _api_agrees(self, ready: bool) -> bool:
+        """Whether the pod as last watched says what this runtime said: another writer (the
+        node lifecycle controller, after missed heartbeats) may have marked it not ready, and
+        the kubelet's status manager writes its own view back."""
+        conditions = (self.pod.status.conditions if self.pod.status else None) or []
+        said = next((c.status for c in conditions if c.type == "Ready"), None)
+        return said == ("True" if ready else "False")
 
     def _patch(self, status: dict[str, Any]) -> bool:
         try:

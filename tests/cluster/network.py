@@ -116,6 +116,12 @@ class PodNetwork:
             inside = ("netns", "exec", namespace, "ip")
             _ip(*inside, "link", "set", "lo", "up")
             _ip(*inside, "link", "set", pod_end, "name", "eth0")
+            # The address decides the MAC (as OVN-Kubernetes does: 0a:58 and the four octets):
+            # KWOK gives a deleted pod's address to the next one, and neighbours that cached
+            # the old MAC would otherwise send to nowhere until their ARP entry expired.
+            octets = ipaddress.ip_address(address).packed
+            mac = "0a:58:" + ":".join(f"{b:02x}" for b in octets)
+            _ip(*inside, "link", "set", "eth0", "address", mac)
             _ip(*inside, "addr", "add", f"{address}/{self.subnet.prefixlen}", "dev", "eth0")
             _ip(*inside, "link", "set", "eth0", "up")
             _ip(*inside, "route", "add", "default", "via", self.gateway)

@@ -94,10 +94,9 @@ def members(kube: Kube, release: str) -> Iterator[None]:
             *[f"deployment/{n}" for n in NAMES],
             *[f"im/{n}" for n in NAMES],
         ]
-        kube.kubectl("delete", "-n", ENGINES, "--wait=false", *objects, check=False)
+        selector = f"app.kubernetes.io/name in ({','.join(NAMES)})"
+        kube.delete_and_wait(ENGINES, selector, *objects)
         if kube.local:
-            wait_for("the members' pods gone", lambda: not any(
-                kube.pods(ENGINES, f"app.kubernetes.io/name={n}") for n in NAMES))  # fmt: skip
             Path(host_dir, "gpu-0").unlink(missing_ok=True)
 
 

@@ -59,5 +59,4 @@ def test_an_idle_model_scales_to_zero_and_a_request_brings_it_back(
         assert [p.metadata.name for p in pods] != [first.metadata.name]
         assert pods[0].metadata.owner_references[0].kind == "ReplicaSet"
     finally:
-        kube.kubectl("delete", "-n", ENGINES, "deployment/coder", "im/coder", "--wait=false",
-                     check=False)  # fmt: skip
+        kube.delete_and_wait(ENGINES, LABEL, "deployment/coder", "im/coder")

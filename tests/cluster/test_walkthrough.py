@@ -86,4 +86,4 @@ def test_an_idle_model_sleeps_and_a_request_wakes_it(kube: Kube, gateway_pod: An
         assert conditions["Ready"] == "True" and conditions["Asleep"] == "False"
         assert status["lastWakeSeconds"] > 0
     finally:
-        kube.kubectl("delete", "-n", ENGINES, "-f", str(EXAMPLE), "--wait=false", check=False)
+        kube.delete_and_wait(ENGINES, "app.kubernetes.io/name=chat", "-f", str(EXAMPLE))
