@@ -7,6 +7,7 @@ and serves until Ctrl-C, then removes everything it made.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -46,6 +47,22 @@ def snooze_image() -> Image:
     return Image(entrypoint=[sys.executable, "-m", "snooze.cli"], env=env, cmd=["--help"])
 
 
+def _end_leftovers() -> None:
+    """Kill control plane processes a killed run left (their binaries are ours, under
+    .cache/k8s/); called with the machine's cluster lock held, so none is another run's."""
+    ours = str(ROOT / ".cache" / "k8s") + os.sep
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode()
+        except OSError:
+            continue
+        if argv0.startswith(ours):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
 def chart_image() -> str:
     """The chart's default image repository (values.yaml's image.repository)."""
     values = yaml.safe_load((ROOT / "charts" / "snooze" / "values.yaml").read_text())
@@ -73,6 +90,7 @@ class LocalCluster:
         bin_dir = binaries()
         try:
             self.network.up()
+            _end_leftovers()
             self.control = ControlPlane(self.workdir, self.network.gateway, bin_dir)
             self.control.start()
             self.client = kubernetes.config.new_client_from_config(str(self.admin_kubeconfig))
@@ -168,6 +186,9 @@ def main() -> None:
     except KeyboardInterrupt:
         pass
     finally:
+        # A second Ctrl-C must not cut the clean-up short and leave processes behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         cluster.stop()
         config.unlink(missing_ok=True)
 

@@ -15,6 +15,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import helm_python
 import pytest
@@ -25,6 +26,7 @@ from cluster import IMAGE, LocalCluster
 from controlplane import ROOT
 from kube import Kube, wait_for
 
+LEFT_OUT = pytest.StashKey[list[str]]()
 RELEASE = "snooze"
 SYSTEM = "snooze-system"
 ENGINES = "llm"
@@ -35,6 +37,28 @@ CHART = ROOT / "charts" / "snooze"
 
 def pytest_configure(config: pytest.Config) -> None:
     logging.getLogger("cluster").setLevel(logging.INFO)
+    config.addinivalue_line(
+        "markers",
+        "local_only: needs the harness's own cluster (it restarts the API server, kills a "
+        "process, upgrades the release); left out on an existing cluster",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an existing cluster, leave out what only the harness's own cluster can do, and say
+    so: these are not skipped quietly, they are named in the summary."""
+    if not os.environ.get("SNOOZE_TEST_KUBECONFIG"):
+        return
+    left_out = [item for item in items if item.get_closest_marker("local_only")]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in left_out]
+        config.stash[LEFT_OUT] = [item.nodeid for item in left_out]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    for nodeid in config.stash.get(LEFT_OUT, []):
+        terminalreporter.write_line(f"left out on an existing cluster (local_only): {nodeid}")
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +84,13 @@ def kube() -> Iterator[Kube]:
 
 def image() -> tuple[str, str]:
     """The image the chart and the engines run, as repository and tag."""
-    name = os.environ.get("SNOOZE_TEST_IMAGE", f"{IMAGE}:dev")
+    name = os.environ.get("SNOOZE_TEST_IMAGE")
+    if name is None:
+        assert not os.environ.get("SNOOZE_TEST_KUBECONFIG"), (
+            "SNOOZE_TEST_KUBECONFIG needs SNOOZE_TEST_IMAGE: the image built from "
+            "images/operator/Dockerfile that your cluster can pull (REGISTRY/snooze:TAG)"
+        )
+        name = f"{IMAGE}:dev"
     repository, _, tag = name.rpartition(":")
     return repository, tag
 
@@ -90,25 +120,31 @@ def crds(kube: Kube) -> None:
         kube.kubectl("create", "namespace", namespace, check=False)
 
 
-@pytest.fixture(scope="session")
-def release(kube: Kube, crds: None) -> Iterator[str]:
-    """The chart, installed with Helm into SYSTEM."""
+def release_values() -> dict[str, Any]:
     repository, tag = image()
-    values = {
+    return {
         "image": {"repository": repository, "tag": tag},
-        "operator": {"probeInterval": 2},
+        "operator": {"probeInterval": "2s"},
         "networkPolicy": {"enabled": True, "namespaces": [ENGINES, OTHER_TENANT]},
     }
-    helm = helm_python.Config(kubeconfig_path=str(kube.kubeconfig), namespace=SYSTEM)
-    helm.install(
-        str(CHART), RELEASE, values, namespace=SYSTEM, create_namespace=True, wait="watcher",
-        timeout=180,
-    )  # fmt: skip
-    try:
-        yield RELEASE
-    finally:
-        helm.uninstall(RELEASE, wait="watcher", timeout=120, ignore_not_found=True)
-        helm.close()
+
+
+@pytest.fixture(scope="session")
+def release(kube: Kube, crds: None) -> Iterator[str]:
+    """The chart, installed with Helm as RELEASE into SYSTEM; on an existing cluster where
+    that release is installed already (yours), that one, left as it is."""
+    with helm_python.Config(kubeconfig_path=str(kube.kubeconfig), namespace=SYSTEM) as helm:
+        if kube.local is None and any(r["name"] == RELEASE for r in helm.list()):
+            yield RELEASE
+            return
+        helm.install(
+            str(CHART), RELEASE, release_values(), namespace=SYSTEM, create_namespace=True,
+            wait="watcher", timeout=180,
+        )  # fmt: skip
+        try:
+            yield RELEASE
+        finally:
+            helm.uninstall(RELEASE, wait="watcher", timeout=120, ignore_not_found=True)
 
 
 @pytest.fixture

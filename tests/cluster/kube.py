@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import time
 from collections.abc import Callable
@@ -133,11 +134,11 @@ class Kube:
         if self.local is not None:
             return httpx.Client(timeout=timeout)
         config = self.api.configuration
-        cert = (config.cert_file, config.key_file) if config.cert_file else None
+        tls = ssl.create_default_context(cafile=config.ssl_ca_cert)
+        if config.cert_file:
+            tls.load_cert_chain(config.cert_file, config.key_file)
         headers = {"Authorization": config.api_key["authorization"]} if config.api_key else {}
-        return httpx.Client(
-            timeout=timeout, verify=config.ssl_ca_cert or True, cert=cert, headers=headers
-        )
+        return httpx.Client(timeout=timeout, verify=tls, headers=headers)
 
     def crash(self, pod: Any, container: str | None = None) -> None:
         """Kill the pod's process with SIGKILL, as an out-of-memory kill or a node fault

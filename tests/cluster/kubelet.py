@@ -208,7 +208,7 @@ class PodRunner:
         (sa_dir / "namespace").write_text(pod.metadata.namespace)
         volumes = {v.name: v for v in pod.spec.volumes or []}
         for spec in pod.spec.containers:
-            image = self.runtime.images.get(_image_name(spec.image))
+            image = self.runtime.image(spec.image)
             if image is None:
                 self._report_bad_image(spec)
                 continue
@@ -461,6 +461,17 @@ class Runtime:
 
     def start(self) -> None:
         self._watcher.start()
+
+    def image(self, reference: str) -> Image | None:
+        """What runs `reference`: an image the runtime knows by name, or any image named
+        .../snooze (what a user pushed from images/operator/Dockerfile, as the README's
+        commands name it), which is this tree."""
+        name = _image_name(reference)
+        if name in self.images:
+            return self.images[name]
+        if name.rsplit("/", 1)[-1] == "snooze":
+            return next(iter(self.images.values()))
+        return None
 
     def token_for(self, pod: Any) -> str:
         """A token of the pod's service account, bound to the pod, as the kubelet projects it."""

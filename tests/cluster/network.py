@@ -8,12 +8,14 @@ named with one prefix, so that what a killed run left behind is found and remove
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import ipaddress
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -91,6 +93,10 @@ class PodNetwork:
     def _remove_leftovers(self) -> None:
         for name in _ip("netns", "list").stdout.split():
             if name.startswith(PREFIX):
+                # A killed run's pods may still run there: end them, then their namespace.
+                for pid in _ip("netns", "pids", name, check=False).stdout.split():
+                    with contextlib.suppress(ProcessLookupError, ValueError):
+                        os.kill(int(pid), signal.SIGKILL)
                 _ip("netns", "del", name, check=False)
         _ip("link", "del", self.bridge, check=False)
 
@@ -138,10 +144,12 @@ class PodNetwork:
             _ip("netns", "del", namespace, check=False)
 
     def down(self) -> None:
-        """Remove every namespace and the bridge, and release the machine's lock."""
+        """Remove every namespace and the bridge, and release the machine's lock; nothing
+        when this network never took the lock (another run's network is not ours)."""
+        if self._lock is None:
+            return
         for address in list(self._namespaces):
             self.detach(address)
         self._remove_leftovers()
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
+        os.close(self._lock)
+        self._lock = None

@@ -25,10 +25,14 @@ def apply_example(kube: Kube) -> None:
         if line.strip("# ").startswith("kubectl apply")
     )
     assert command == ["kubectl", "apply", "-n", ENGINES, "-f", "examples/simulated/chat.yaml"]
-    kube.kubectl(*command[1:-1], str(EXAMPLE))
-    if os.environ.get("SNOOZE_TEST_IMAGE"):
-        repository, tag = image()
-        kube.kubectl("set", "image", "-n", ENGINES, "deployment/chat", f"vllm={repository}:{tag}")
+    if not os.environ.get("SNOOZE_TEST_IMAGE"):
+        kube.kubectl(*command[1:-1], str(EXAMPLE))
+        return
+    # The image your cluster pulls, set before the pods start (a change after would roll out
+    # new pods under the test's feet).
+    repository, tag = image()
+    text = EXAMPLE.read_text().replace("ghcr.io/example/snooze:0.1.0", f"{repository}:{tag}")
+    kube.kubectl(*command[1:-2], "-f", "-", input=text)
 
 
 def engine_states(kube: Kube) -> dict[str, str]:
