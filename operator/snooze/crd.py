@@ -89,7 +89,8 @@ def _object_defaults(spec: JSON) -> None:
     for name, prop in spec["properties"].items():
         field = next((f for key, f in fields.items() if (f.alias or key) == name), None)
         optional = field is None or field.default is None
-        if prop.get("type") == "object" and not optional:
+        required = name in ("selector", "scaleTargetRef")
+        if prop.get("type") == "object" and not optional and not required:
             prop["default"] = {}
 
 
