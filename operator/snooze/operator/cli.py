@@ -135,17 +135,18 @@ def run(args: argparse.Namespace) -> int:
         priority = random.randint(1, 2**31 - 1)
     runtime = Runtime(settings=settings, namespaces=tuple(args.namespace or ()))
     if args.metrics_port is not None:
-        from prometheus_client import ProcessCollector, start_http_server
+        from prometheus_client import ProcessCollector, make_wsgi_app
+
+        from snooze.metricsport import server
 
         # The standard process_* series (CPU, memory, open files, start time), as every
         # Prometheus client exports them on its default registry.
         ProcessCollector(registry=runtime.metrics.registry)
+        page = make_wsgi_app(runtime.metrics.registry)
         try:
-            start_http_server(args.metrics_port, registry=runtime.metrics.registry)
+            server.serve(args.metrics_port, page, name="metrics port")
         except OSError as exc:
-            raise SystemExit(
-                f"snooze operator: cannot serve metrics on port {args.metrics_port}: {exc}"
-            ) from None
+            raise _cannot_serve("metrics", "--metrics-port", args.metrics_port, exc) from None
     liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
     asyncio.run(
         serve(
@@ -159,6 +160,13 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _cannot_serve(what: str, flag: str, port: int, error: OSError) -> SystemExit:
+    return SystemExit(
+        f"snooze operator: cannot serve {what} on port {port} ({error.strerror or error}): "
+        f"stop what holds it, or give another {flag}"
+    )
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
