@@ -1,8 +1,9 @@
-"""The metrics ports attacked from outside: hundreds of idle connections, and clients that
-trickle their request, to a real `snooze gateway` and a real `snooze operator` process
-(snooze/metricsport serves both). They hold a bounded number of the process's threads and file
-descriptors (read from /proc), are closed after the head timeout, and never lock the scraper
-or the operator out."""
+"""The ports the cluster's machinery calls, attacked from outside: hundreds of idle connections,
+and clients that trickle their request, to the metrics port of a real `snooze gateway` process
+and to the metrics and liveness ports of a real `snooze operator` process (snooze/metricsport
+serves all three). They hold a bounded number of the process's threads and file descriptors
+(read from /proc), are closed after the head timeout, and never lock the scraper, the operator
+or the kubelet out."""
 
 from __future__ import annotations
 
@@ -115,18 +116,32 @@ def gateway(log: Path, cluster: Cluster) -> Served:
 
 
 def operator(log: Path, cluster: Cluster) -> Served:
-    metrics = free_port()
-    endpoints = {"metrics": Endpoint(metrics, "/metrics", page("snooze_operator_build_info"))}
+    metrics, liveness = free_port(), free_port()
+    endpoints = {
+        "metrics": Endpoint(metrics, "/metrics", page("snooze_operator_build_info")),
+        "liveness": Endpoint(
+            liveness,
+            "/healthz",
+            lambda response: (response.status_code, response.text) == (200, "ok\n"),
+        ),
+    }
 
     def settled() -> bool:  # it has written the model's status
         return bool(cluster.status(MODEL).get("phase"))
 
-    return Served(log, endpoints, settled, "operator", "--metrics-port", str(metrics))
+    return Served(
+        log,
+        endpoints,
+        settled,
+        "operator",
+        "--metrics-port", str(metrics),
+        "--liveness-port", str(liveness),
+    )  # fmt: skip
 
 
 @pytest.fixture(
-    params=[("gateway", "metrics"), ("operator", "metrics")],
-    ids=["gateway-metrics", "operator-metrics"],
+    params=[("gateway", "metrics"), ("operator", "metrics"), ("operator", "liveness")],
+    ids=["gateway-metrics", "operator-metrics", "operator-liveness"],
 )
 def attacked(
     request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path
@@ -176,7 +191,7 @@ def test_idle_connections_are_closed_and_their_threads_end(
         )
         assert not closed_by_the_server(idle[-1])
 
-        # The scraper and the operator still get their answers: each new
+        # The scraper, the operator and the kubelet still get their answers: each new
         # connection takes the place of the idle one that has waited longest.
         assert served.unanswered() == []
 
@@ -217,8 +232,12 @@ def test_a_request_trickled_a_byte_at_a_time_is_cut_at_the_head_timeout(
     assert served.unanswered() == []
 
 
-def test_a_port_taken_stops_the_operator_with_one_line(cluster: Cluster, tmp_path: Path) -> None:
-    flag, what = "--metrics-port", "metrics"
+@pytest.mark.parametrize(
+    ("flag", "what"), [("--metrics-port", "metrics"), ("--liveness-port", "the liveness probe")]
+)
+def test_a_port_taken_stops_the_operator_with_one_line(
+    cluster: Cluster, tmp_path: Path, flag: str, what: str
+) -> None:
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()

@@ -4,12 +4,12 @@ that sends nothing.
 
 Each connection is served by a thread of its own (the operator's waits at the gateway's /idle
 block one), so the number of connections is the number of threads. Every legitimate caller
-(Prometheus, the operator) sends its request at once and reads its answer at
+(Prometheus, the operator, the kubelet) sends its request at once and reads its answer at
 once; a connection that has not sent its request line and headers within HEAD_TIMEOUT, or
 lasts longer than its port's lifetime in all, is closed. When MOST_CONNECTIONS are open, a
 new one takes the place of the one that has waited longest for its request (an idle or
-trickling client), so that such clients cannot lock the scraper or the operator out; it is
-refused only when every open connection is being answered.
+trickling client), so that such clients cannot lock the scraper, the operator or the kubelet
+out; it is refused only when every open connection is being answered.
 """
 
 from __future__ import annotations

@@ -83,7 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="PORT",
-        help="serve kopf's liveness probe at http://0.0.0.0:PORT/healthz",
+        help="serve the liveness probe at http://0.0.0.0:PORT/healthz: 200 while the operator's "
+        "event loop answers",
     )
     parser.add_argument(
         "--metrics-port",
@@ -147,18 +148,26 @@ def run(args: argparse.Namespace) -> int:
             server.serve(args.metrics_port, page, name="metrics port")
         except OSError as exc:
             raise _cannot_serve("metrics", "--metrics-port", args.metrics_port, exc) from None
-    liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
-    asyncio.run(
-        serve(
-            runtime,
-            clusterwide=not args.namespace,
-            namespaces=args.namespace,
-            standalone=args.peering is None,
-            peering_name=args.peering,
-            priority=priority,
-            liveness_endpoint=liveness,
+    with asyncio.Runner() as runner:
+        if args.liveness_port:
+            from snooze.operator import liveness
+
+            try:
+                liveness.serve(args.liveness_port, runner.get_loop())
+            except OSError as exc:
+                raise _cannot_serve(
+                    "the liveness probe", "--liveness-port", args.liveness_port, exc
+                ) from None
+        runner.run(
+            serve(
+                runtime,
+                clusterwide=not args.namespace,
+                namespaces=args.namespace,
+                standalone=args.peering is None,
+                peering_name=args.peering,
+                priority=priority,
+            )
         )
-    )
     return 0
 
 
