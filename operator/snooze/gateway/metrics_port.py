@@ -1,33 +1,25 @@
 """The gateway's metrics port: the Prometheus page, and `/idle`, where the operator waits for
 the next moment an engine's last request ends instead of scraping the page over and over
-while a GPU pool waits for a busy member (operator/gateways.py). Its connections are bounded
-in number and in time (metrics_connections.py)."""
+while a GPU pool waits for a busy member (operator/gateways.py). Served by the bounded server
+of snooze/metricsport."""
 
 from __future__ import annotations
 
-import logging
-import socket
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any, cast
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import parse_qs
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
 
-from snooze.gateway.metrics_connections import IO_TIMEOUT, MOST_CONNECTIONS, Connections
+from snooze.metricsport import server
+from snooze.metricsport.server import App, StartResponse
 
 # A wait is short (the operator asks for a tenth of its probe interval) and every waiter holds
 # a thread: whoever can reach the port may ask, so both are bounded.
 LONGEST_WAIT = 30.0
 MOST_WAITERS = 16
-# A connection's whole life: its longest wait, and time to send its request and read its answer.
-LIFETIME = LONGEST_WAIT + 15.0
-
-log = logging.getLogger(__name__)
-
-StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
 class IdleSignal:
@@ -60,7 +52,7 @@ class IdleSignal:
                 self.waiters -= 1
 
 
-def idle_app(signal: IdleSignal) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
+def idle_app(signal: IdleSignal) -> App:
     """`GET /idle?after=N&timeout=S`: answers with the count of engines gone idle once it is
     not N, or after S seconds (at most LONGEST_WAIT) with the count as it is."""
 
@@ -85,66 +77,6 @@ def idle_app(signal: IdleSignal) -> Callable[[dict[str, Any], StartResponse], It
     return app
 
 
-class _Handler(WSGIRequestHandler):
-    """One request per connection, each read and write bounded by IO_TIMEOUT; the connection
-    counts as answered once its request's head is in."""
-
-    timeout = IO_TIMEOUT
-
-    def parse_request(self) -> bool:
-        parsed = super().parse_request()
-        if parsed:
-            cast(_BoundedServer, self.server).connections.answering(self.connection)
-        return parsed
-
-    def handle(self) -> None:
-        try:
-            super().handle()
-        except OSError as exc:  # a timeout, a reset, or closed for its deadline
-            log.debug("metrics port: connection from %s ended: %r", self.client_address, exc)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Every scrape would be a line on stderr."""
-
-    def get_stderr(self) -> Any:
-        """Where wsgiref prints a failed answer's traceback (a client gone, or too slow to
-        read it): the debug log, not the gateway's terminal."""
-        return _DebugLog()
-
-
-class _DebugLog:
-    def write(self, text: str) -> None:
-        if text.strip():
-            log.debug("metrics port: %s", text.rstrip())
-
-    def flush(self) -> None:
-        pass
-
-
-class _BoundedServer(ThreadingWSGIServer):
-    """A thread per connection, at most MOST_CONNECTIONS of them, each within its deadlines
-    (metrics_connections.py), checked at every turn of the accept loop."""
-
-    connections: Connections
-    request_queue_size = MOST_CONNECTIONS
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.connections.admit(request):
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        self.connections.release(request)
-        super().shutdown_request(request)
-
-    def service_actions(self) -> None:
-        self.connections.reap()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.warning("metrics port: answering %s failed", client_address, exc_info=True)
-
-
 def serve(
     port: int, registry: CollectorRegistry, signal: IdleSignal, addr: str = "0.0.0.0"
 ) -> tuple[WSGIServer, threading.Thread]:
@@ -156,13 +88,4 @@ def serve(
         chosen = idle if environ.get("PATH_INFO") == "/idle" else page
         return chosen(environ, start_response)
 
-    family, _, _, _, address = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
-
-    class Server(_BoundedServer):
-        address_family = family
-        connections = Connections(lifetime=LIFETIME)
-
-    server = make_server(str(address[0]), port, routed, Server, handler_class=_Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True, name="metrics-port")
-    thread.start()
-    return server, thread
+    return server.serve(port, routed, name="metrics port", longest_wait=LONGEST_WAIT, addr=addr)

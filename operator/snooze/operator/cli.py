@@ -83,7 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="PORT",
-        help="serve kopf's liveness probe at http://0.0.0.0:PORT/healthz",
+        help="serve the liveness probe at http://0.0.0.0:PORT/healthz: 200 while the operator's "
+        "event loop answers",
     )
     parser.add_argument(
         "--metrics-port",
@@ -135,30 +136,46 @@ def run(args: argparse.Namespace) -> int:
         priority = random.randint(1, 2**31 - 1)
     runtime = Runtime(settings=settings, namespaces=tuple(args.namespace or ()))
     if args.metrics_port is not None:
-        from prometheus_client import ProcessCollector, start_http_server
+        from prometheus_client import ProcessCollector, make_wsgi_app
+
+        from snooze.metricsport import server
 
         # The standard process_* series (CPU, memory, open files, start time), as every
         # Prometheus client exports them on its default registry.
         ProcessCollector(registry=runtime.metrics.registry)
+        page = make_wsgi_app(runtime.metrics.registry)
         try:
-            start_http_server(args.metrics_port, registry=runtime.metrics.registry)
+            server.serve(args.metrics_port, page, name="metrics port")
         except OSError as exc:
-            raise SystemExit(
-                f"snooze operator: cannot serve metrics on port {args.metrics_port}: {exc}"
-            ) from None
-    liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
-    asyncio.run(
-        serve(
-            runtime,
-            clusterwide=not args.namespace,
-            namespaces=args.namespace,
-            standalone=args.peering is None,
-            peering_name=args.peering,
-            priority=priority,
-            liveness_endpoint=liveness,
+            raise _cannot_serve("metrics", "--metrics-port", args.metrics_port, exc) from None
+    with asyncio.Runner() as runner:
+        if args.liveness_port:
+            from snooze.operator import liveness
+
+            try:
+                liveness.serve(args.liveness_port, runner.get_loop())
+            except OSError as exc:
+                raise _cannot_serve(
+                    "the liveness probe", "--liveness-port", args.liveness_port, exc
+                ) from None
+        runner.run(
+            serve(
+                runtime,
+                clusterwide=not args.namespace,
+                namespaces=args.namespace,
+                standalone=args.peering is None,
+                peering_name=args.peering,
+                priority=priority,
+            )
         )
-    )
     return 0
+
+
+def _cannot_serve(what: str, flag: str, port: int, error: OSError) -> SystemExit:
+    return SystemExit(
+        f"snooze operator: cannot serve {what} on port {port} ({error.strerror or error}): "
+        f"stop what holds it, or give another {flag}"
+    )
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

@@ -1,5 +1,5 @@
-"""The metrics port's bookkeeping of connections (gateway/metrics_connections.py), on real socket
-pairs and a clock the test moves: who is admitted, who makes room, who is closed when."""
+"""A port's bookkeeping of connections (metricsport/connections.py), on real socket pairs
+and a clock the test moves: who is admitted, who makes room, who is closed when."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from snooze.gateway.metrics_connections import Connections
+from snooze.metricsport.connections import Connections
 
 
 class Clock:

@@ -1,13 +1,15 @@
-"""The metrics port's connections, bounded in number and in time: whoever reaches the port
-could otherwise keep a thread of the gateway for good with each connection that sends nothing.
+"""A port's connections, bounded in number and in time: whoever reaches the port could
+otherwise keep a thread and a file descriptor of the process for good with each connection
+that sends nothing.
 
-Each connection is served by a thread of its own (the operator's /idle waits block one), so
-the number of connections is the number of threads. Every legitimate caller (Prometheus, the
-operator) sends its request at once and reads its answer at once; a connection that has not
-sent its request line and headers within HEAD_TIMEOUT, or lasts longer than LIFETIME in all,
-is closed. When MOST_CONNECTIONS are open, a new one takes the place of the one that has waited
-longest for its request (an idle or trickling client), so that such clients cannot lock the
-scraper and the operator out; it is refused only when every open connection is being answered.
+Each connection is served by a thread of its own (the operator's waits at the gateway's /idle
+block one), so the number of connections is the number of threads. Every legitimate caller
+(Prometheus, the operator, the kubelet) sends its request at once and reads its answer at
+once; a connection that has not sent its request line and headers within HEAD_TIMEOUT, or
+lasts longer than its port's lifetime in all, is closed. When MOST_CONNECTIONS are open, a
+new one takes the place of the one that has waited longest for its request (an idle or
+trickling client), so that such clients cannot lock the scraper, the operator or the kubelet
+out; it is refused only when every open connection is being answered.
 """
 
 from __future__ import annotations
