@@ -13,7 +13,7 @@ from snooze.models import InferenceModelSpec, parse_spec
 from snooze.operator.memory import EngineMemory, Process
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
-from snooze.policy.pool import MemberState, PoolDecision
+from snooze.policy.pool import MemberState, PoolDecision, Waiting
 from snooze.policy.probing import Traffic
 from snooze.sandbox.validation import Check
 
@@ -291,22 +291,14 @@ def model_spec(app: str) -> InferenceModelSpec:
     )
 
 
-def test_a_wake_waiting_for_busy_members_reads_every_scrape_of_the_gateway() -> None:
-    """Two busy members fill the pool and a third model asks for room: the pool asks for the
-    gateway's counters more often, and takes the first scrape that shows a member idle
-    (its model's loop, reading them once per interval, still says busy)."""
+def busy_pool(hub: PoolHub) -> tuple[PoolLoop, list[Source]]:
+    """a and b awake and busy fill the pool; c sleeps."""
     sources = [Source(app, model_spec(app), [pod(f"{app}-0", **READY)]) for app in "abc"]
     for source in sources[:2]:
         source.engines[f"{source.name}-0"] = EngineMemory(
             last_activity=0.0, sleeping=False, busy=True, last_probe=5.0
         )
     sources[2].engines["c-0"] = EngineMemory(last_activity=0.0, sleeping=True)
-    hub = PoolHub()
-    hurried: list[float] = []
-    hub.hurry = hurried.append
-    scraped = {"a-0": Traffic(sent=3, in_flight=1, last=8.0, at=10.0)}
-    scraped["b-0"] = scraped["a-0"]
-    hub.traffic = lambda namespace, pod: scraped.get(pod)
     loop = PoolLoop(
         namespace="ns",
         name="gpu",
@@ -319,6 +311,20 @@ def test_a_wake_waiting_for_busy_members_reads_every_scrape_of_the_gateway() -> 
         interval=10.0,
     )
     hub.loops[("ns", "gpu")] = loop
+    return loop, sources
+
+
+def test_a_wake_waiting_for_busy_members_reads_every_scrape_of_the_gateway() -> None:
+    """Two busy members fill the pool and a third model asks for room: the pool asks for the
+    gateway's counters more often, and takes the first scrape that shows a member idle
+    (its model's loop, reading them once per interval, still says busy)."""
+    hub = PoolHub()
+    hurried: list[float] = []
+    hub.hurry = hurried.append
+    scraped = {"a-0": Traffic(sent=3, in_flight=1, last=8.0, at=10.0)}
+    scraped["b-0"] = scraped["a-0"]
+    hub.traffic = lambda namespace, pod: scraped.get(pod)
+    loop, sources = busy_pool(hub)
     loop.ask("c", ["c-0"], now=11.0)
     asyncio.run(loop.cycle())
     assert loop.decision is not None and not loop.decision.evict
@@ -526,3 +532,53 @@ def test_a_member_spared_as_busy_is_not_chosen_again_on_an_older_scrape() -> Non
     idle["a-0"] = Traffic(sent=2, in_flight=0, last=13.0, at=13.5)
     asyncio.run(loop.cycle())
     assert dict(loop.decision.evict) == {"a-0": "c"}
+
+
+def test_a_wake_whose_requests_are_all_gone_keeps_no_place_until_they_come_back() -> None:
+    hub = PoolHub()
+    held = {"c": 0}
+    hub.held = lambda namespace, model: held.get(model) if namespace == "ns" else None
+    loop, _ = busy_pool(hub)
+    hurried: list[float] = []
+    hub.hurry = hurried.append
+    loop.ask("c", ["c-0"], now=11.0)
+
+    def waiting() -> Waiting:
+        asyncio.run(loop.cycle())
+        assert loop.decision is not None
+        [wait] = loop.decision.waiting
+        return wait
+
+    # Asked by hand (kubectl annotate): the gateway never held a request for it. It waits.
+    assert not waiting().abandoned and loop.watching
+    held["c"] = 2  # requests held for c
+    assert not waiting().abandoned
+    held["c"] = 0  # their clients gave up
+    gone = waiting()
+    assert gone.abandoned and "gone" in gone.reason
+    assert not loop.watching  # nobody waits for it: no hurried scrapes on its account
+    assert loop.asks["c-0"].at == 11.0
+    held["c"] = 1  # a new request: it asks anew, behind the wakes asked meanwhile
+    assert not waiting().abandoned
+    assert loop.asks["c-0"].at > 11.0
+
+
+def test_a_member_woken_for_a_wake_remembers_when_that_wake_was_asked() -> None:
+    hub = PoolHub()
+    loop, sources = busy_pool(hub)
+    sources[0].engines["a-0"].busy = False  # a may make room for c now
+    loop.ask("c", ["c-0"], now=11.0)
+    asyncio.run(loop.cycle())
+    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "c"}
+    sources[0].engines["a-0"].sleeping = True  # a slept for it
+    asyncio.run(loop.cycle())
+    assert loop.decision.grant == {"c-0"}
+    sources[2].engines["c-0"].sleeping = False  # c woke
+    loop.ask("c", [], now=13.0)
+    members, _, _ = loop._gather(parse_pool_spec({"memory": "70Gi"}), now=14.0)
+    [c] = loop._follow_wakes([m for m in members if m.pod == "c-0"])
+    assert c.woken_for == 11.0
+    sources[2].engines["c-0"].sleeping = True  # asleep again: it passed nobody any more
+    asyncio.run(loop.cycle())
+    members, _, _ = loop._gather(parse_pool_spec({"memory": "70Gi"}), now=15.0)
+    assert all(m.woken_for is None for m in loop._follow_wakes(members))

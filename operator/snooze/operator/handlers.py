@@ -135,6 +135,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         if runtime.gateways.enabled:
             runtime.pools.traffic = runtime.gateways.traffic
             runtime.pools.hurry = runtime.gateways.hurry
+            runtime.pools.held = runtime.gateways.held
             runtime.gateways.scraped.append(runtime.pools.scraped)
         runtime.gateway_task = asyncio.create_task(runtime.gateways.run(), name="gateway-traffic")
         runtime.closing = False

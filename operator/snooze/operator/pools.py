@@ -10,7 +10,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from snooze.gpupool import GPUPoolSpec, parse_pool_spec
@@ -48,6 +48,31 @@ def pools_ref(namespace: str) -> Ref:
     return Ref(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/gpupools")
 
 
+@dataclass(kw_only=True)
+class Asked:
+    """One member's ask for room, as the pool follows it."""
+
+    model: str
+    at: float
+    """When it asked, or when requests came back for it after all had gone: its place."""
+    clients: bool = False
+    """The gateway was seen holding requests for its model while it asked."""
+    gone: bool = False
+    """...and holds none any more: the requests it was asked for all ended (their clients
+    gave up, or another pod of the model served them). It keeps no place in the queue."""
+
+    def follow(self, held: int | None, now: float) -> None:
+        """What the gateway holds for its model now (None: unknown, nothing changes)."""
+        if held is None:
+            return
+        if held > 0:
+            if self.gone:
+                self.at, self.gone = now, False  # asked anew: behind those who waited
+            self.clients = True
+        elif self.clients:
+            self.gone = True
+
+
 @dataclass(frozen=True, kw_only=True)
 class Directive:
     """What a pool says of one member now."""
@@ -75,6 +100,8 @@ class PoolHub:
         """An engine's requests through the gateway, as last scraped (None: unknown)."""
         self.hurry: Callable[[float], None] = lambda seconds: None
         """Ask for the gateway's counters more often for a while."""
+        self.held: Callable[[str, str], int | None] = lambda namespace, model: None
+        """Requests the gateway holds for a model's wake now (None: unknown)."""
 
     def scraped(self) -> None:
         """The gateway's counters are fresh: pools that wait for a busy member look again."""
@@ -127,8 +154,11 @@ class PoolLoop:
         self.interval = interval
         self.spec: GPUPoolSpec | None = None
         self.poke_event = asyncio.Event()
-        self.asks: dict[str, tuple[str, float]] = {}
-        """Pod -> (its model, when it first asked for room)."""
+        self.asks: dict[str, Asked] = {}
+        """Pod -> its ask for room."""
+        self._woken_for: dict[str, float] = {}
+        """Member -> when the ask it was granted was made, until it sleeps again: the members
+        it passed while they waited may take its room back (policy/pool.py)."""
         self.decision: PoolDecision | None = None
         self._evicted: set[str] = set()
         """Members told (by Event) to make room, while the decision stands."""
@@ -176,11 +206,11 @@ class PoolLoop:
     def ask(self, model: str, pods: Iterable[str], now: float) -> None:
         """The model's members that want room now (the others of the model withdraw)."""
         wanted = set(pods)
-        before = {p for p, (m, _) in self.asks.items() if m == model}
+        before = {p for p, a in self.asks.items() if a.model == model}
         for pod in before - wanted:
             del self.asks[pod]
         for pod in wanted - before:
-            self.asks[pod] = (model, now)
+            self.asks[pod] = Asked(model=model, at=now)
         if wanted != before:
             self.poke()
 
@@ -257,6 +287,9 @@ class PoolLoop:
         # Asks of pods that left the pool, or that woke meanwhile, lapse.
         for pod in [p for p in self.asks if p not in sources]:
             del self.asks[pod]
+        for ask in self.asks.values():
+            ask.follow(self.hub.held(self.namespace, ask.model), now)
+        members = self._follow_wakes(members)
         lazy = self._follow_sleeps(members)
         view = PoolView(
             memory=spec.memory_bytes,
@@ -264,7 +297,8 @@ class PoolLoop:
             eviction=spec.eviction,
             min_residency=spec.min_residency_seconds,
             members=members,
-            asks=[WakeAsk(pod=p, asked_at=t) for p, (_, t) in self.asks.items()] + lazy,
+            asks=[WakeAsk(pod=p, asked_at=a.at, abandoned=a.gone) for p, a in self.asks.items()]
+            + lazy,
             models=needs,
             now=now,
             headroom=None
@@ -277,13 +311,28 @@ class PoolLoop:
         # sleeps on, with its copy pinned, as any sleeping member, until it is asked for.
         self._priming &= decision.grant
         # Watch only while a wake waits with nothing being put to sleep for it.
-        self.watching = any(not w.making_room for w in decision.waiting) and any(
-            m.busy and m.state is MemberState.AWAKE for m in members
-        )
+        self.watching = any(
+            not w.making_room and not w.abandoned for w in decision.waiting
+        ) and any(m.busy and m.state is MemberState.AWAKE for m in members)
         if self.watching:
             self.hub.hurry(self.interval)
         self._publish(decision, members, sources, now)
         await self._write_status(self._status(spec, members, decision, generation, now))
+
+    def _follow_wakes(self, members: list[Member]) -> list[Member]:
+        """Each member woken for an ask, with when that ask was made (forgotten once it
+        sleeps again, and not granted)."""
+        asleep = {m.pod for m in members if m.state is MemberState.ASLEEP}
+        present = {m.pod for m in members}
+        self._woken_for = {
+            p: t
+            for p, t in self._woken_for.items()
+            if p in present and (p not in asleep or p in self._granted)
+        }
+        return [
+            replace(m, woken_for=self._woken_for[m.pod]) if m.pod in self._woken_for else m
+            for m in members
+        ]
 
     def _follow_sleeps(self, members: Iterable[Member]) -> list[WakeAsk]:
         """The wakes back of primed members. A sleep to make room runs in its model's loop
@@ -366,7 +415,10 @@ class PoolLoop:
         for pod in decision.grant - self._granted:
             asked = self.asks.get(pod)
             if asked is not None:
-                self.metrics.observe_pool_wait(self.namespace, self.name, asked[0], now - asked[1])
+                self._woken_for[pod] = asked.at
+                self.metrics.observe_pool_wait(
+                    self.namespace, self.name, asked.model, now - asked.at
+                )
         self._granted = set(decision.grant)
         changed = {
             pod

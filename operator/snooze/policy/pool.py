@@ -3,14 +3,29 @@
 One device's memory is shared by several engines (members). At every instant the footprints
 of awake, waking, draining and starting members plus what sleeping members still hold must
 not exceed the device's memory. Model loops ask for wakes; this decides, per pool, in one
-place:
-- wakes are served first come, first served; one that does not fit waits, and so does every
-  later one (no later wake takes the room an earlier one waits for: none starves);
-- room is made by putting awake members to sleep: never a busy one, never one woken less
-  than `min_residency` ago, never one its model needs (desiredState Awake, minAwake), never
-  one of the model that asks; lower priorities first, then by the pool's eviction order;
+place. Who waits and who is served:
+- wakes are taken in the order they were asked (first come, first served); each in turn is
+  served if it can be now: granted into free memory, or members are put to sleep for it (or
+  sleeps under way give it their memory). What serves it is not there for the wakes after it;
+- a wake that cannot be served now (the members that could make its room are busy, woken
+  less than `min_residency` ago, kept awake by their models, or of its own model) takes
+  nothing: the wakes after it are served as if it had not asked. No wake waits behind one
+  that cannot be served (no head-of-line blocking);
+- and none starves: a member woken for a wake asked after a waiting one is not protected by
+  `min_residency` from that earlier wake; once idle it is put to sleep for it if need be. A
+  wake thus waits only for facts of the members it needs (busy, kept awake, woken before it
+  asked and still inside `min_residency`), never for wakes asked after it;
+- a wake whose requests are all gone (`abandoned`) keeps no place: it comes after every other
+  wake, and only into free memory; nobody is put to sleep for it;
+- room is made by putting awake members to sleep: never a busy one, never one woken less than
+  `min_residency` ago (but for the above), never one its model needs (desiredState Awake,
+  minAwake), never one of the model that asks; lower priorities first, then by the pool's
+  eviction order. Nothing is put to sleep in vain: when what may sleep cannot free enough
+  together, none sleeps;
 - a wake is granted only once the memory is free: a member put to sleep still holds its
   footprint until its engine has confirmed the sleep (it is `draining` until then);
+- starting members take their footprint as soon as it is free (vLLM loads when it finds its
+  share free): their shortfall is made good before any wake;
 - with a headroom, once no wake waits, members idle for its `idle_after` are put to sleep
   ahead of need until the next wakes of sleeping members would find room at once (a wake
   that meets a full device waits for a whole sleep, seconds, before its own wake begins);
@@ -24,10 +39,17 @@ Pure: frozen views in, a decision out; tested by tables and properties.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from snooze.policy.poolahead import headroom_evictions, prime_candidate
 from snooze.policy.poolhost import holds_host_memory, host_memory_used, sleep_levels
-from snooze.policy.poolorder import at_min_awake, evictable, eviction_order, request_rate
+from snooze.policy.poolorder import (
+    at_min_awake,
+    eviction_order,
+    may_ever_sleep,
+    request_rate,
+    young,
+)
 from snooze.policy.pooltypes import (
     CANCELLABLE,
     HEADROOM,
@@ -44,6 +66,7 @@ from snooze.policy.pooltypes import (
     Waiting,
     WakeAsk,
 )
+from snooze.quantities import format_gib
 
 __all__ = [
     "CANCELLABLE",
@@ -68,22 +91,52 @@ __all__ = [
     "request_rate",
 ]
 
+SERVED = "members are being put to sleep for it"
+ABANDONED = (
+    "the requests that asked for it are gone: it wakes only into free room, after every other "
+    "wake, and nobody is put to sleep for it"
+)
+
+
+@dataclass
+class _Room:
+    """What the wakes taken so far have left to the next ones."""
+
+    free: int
+    """Free now (negative while starting members lack room)."""
+    releasing: list[int]
+    """What sleeps under way free once confirmed, not yet promised to a wake (largest first)."""
+    candidates: list[Member]
+    """Members that may sleep (some only for some wakes), in eviction order, not yet chosen."""
+    awake: dict[str, int]
+    """Awake members per model, after the evictions chosen so far."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    releasing: int
+    """How many of the sleeps under way it takes."""
+    chosen: list[Member]
+    surplus: int
+    """What its room leaves over once made: planned for the next wake."""
+
 
 def decide_pool(view: PoolView) -> PoolDecision:
     """The members to wake and to put to sleep now; see the module's docstring."""
     members = {m.pod: m for m in view.members}
-    used = sum(m.held for m in view.members)
-    free = view.memory - used
-    # Sleeps under way (draining) give their memory back once confirmed, in this order.
-    releasing = sorted(
-        (m.frees for m in view.members if m.state is MemberState.DRAINING), reverse=True
+    room = _Room(
+        free=view.memory - sum(m.held for m in view.members),
+        releasing=sorted(
+            (m.frees for m in view.members if m.state is MemberState.DRAINING), reverse=True
+        ),
+        candidates=eviction_order(
+            (m for m in view.members if may_ever_sleep(m, view)), view.eviction, view.now
+        ),
+        awake={},
     )
-    awake_count: dict[str, int] = {}
     for m in view.members:
         if m.state is MemberState.AWAKE:
-            awake_count[m.model] = awake_count.get(m.model, 0) + 1
-    candidates = [m for m in view.members if evictable(m, view)]
-    candidates = eviction_order(candidates, view.eviction, view.now)
+            room.awake[m.model] = room.awake.get(m.model, 0) + 1
 
     grant: set[str] = set()
     evict: dict[str, str] = {}
@@ -92,73 +145,73 @@ def decide_pool(view: PoolView) -> PoolDecision:
         a for a in view.asks if a.pod in members and members[a.pod].state is MemberState.ASLEEP
     ]
     eager = {a.pod for a in asleep_asks if not a.lazy}
-    asks = sorted((a for a in asleep_asks if not a.lazy), key=lambda a: (a.asked_at, a.pod))
+    # The live wakes in the order they asked, then those whose requests are gone.
+    asks = sorted(
+        (a for a in asleep_asks if not a.lazy),
+        key=lambda a: (a.abandoned, a.asked_at, a.pod),
+    )
     lazy = sorted(
         (a for a in asleep_asks if a.lazy and a.pod not in eager),
         key=lambda a: (a.asked_at, a.pod),
     )
-    # Starting members take their footprint as soon as it is free: a deficit they cause is
-    # made good first, as if they had asked before anyone.
-    queue: list[tuple[Member | None, int]] = [(None, 0)] if free < 0 else []
-    queue += [(members[a.pod], members[a.pod].frees) for a in asks]
     blocked = False
-    for member, need in queue:
-        if blocked:
-            if member is not None:
-                waiting.append(_wait(member, need, False, "an earlier wake waits for room"))
-            continue
-        if member is not None and need <= free:
-            grant.add(member.pod)
-            free -= need
-            continue
-        short = need - free  # a deficit (free < 0) is made good along with it
-        free = 0  # what was free is this wake's now, whatever happens next
-        while short > 0 and releasing:
-            short -= releasing.pop(0)
-        chosen: list[Member] = []
-        for candidate in list(candidates):
-            if short <= 0:
-                break
-            if member is not None and candidate.model == member.model:
-                continue
-            if at_min_awake(view, awake_count, candidate.model):
-                continue
-            chosen.append(candidate)
-            candidates.remove(candidate)
-            awake_count[candidate.model] -= 1
-            short -= candidate.frees
-        if short > 0:
-            # Not enough can be made free now: evict nothing in vain, and let nobody pass.
-            for candidate in chosen:
-                awake_count[candidate.model] += 1
+    if room.free < 0:
+        # Starting members take their footprint as soon as it is free: a deficit they cause is
+        # made good first, as if they had asked before anyone.
+        plan = _plan(view, room, 0, None, None)
+        if plan is None:
             blocked = True
-            if member is not None:
-                waiting.append(_wait(member, need, False, _why_blocked(view, member)))
+        else:
+            starting = sorted(m.pod for m in view.members if m.state is MemberState.STARTING)
+            for candidate in _commit(room, 0, plan):
+                evict[candidate.pod] = f"starting {', '.join(starting)}"
+    for ask in asks:
+        member = members[ask.pod]
+        need = member.frees
+        if blocked:
+            waiting.append(_wait(member, need, False, "a starting member waits for room"))
             continue
-        if short < 0:
-            releasing.insert(0, -short)  # freed beyond this wake: room planned for the next
-        starting = sorted(m.pod for m in view.members if m.state is MemberState.STARTING)
-        for candidate in chosen:
-            evict[candidate.pod] = (
-                member.model if member is not None else f"starting {', '.join(starting)}"
-            )
-        if member is not None:
-            waiting.append(_wait(member, need, True, "members are being put to sleep for it"))
-    quiet = not waiting and free >= 0
+        if need <= room.free:
+            grant.add(member.pod)
+            room.free -= need
+            continue
+        if ask.abandoned:
+            waiting.append(_wait(member, need, False, ABANDONED, abandoned=True))
+            continue
+        plan = _plan(view, room, need, member, ask.asked_at)
+        if plan is None:
+            # It cannot be served now: it takes nothing, and the wakes after it go on.
+            why = _why_blocked(view, room, member, need, ask.asked_at)
+            waiting.append(_wait(member, need, False, why))
+            continue
+        for candidate in _commit(room, need, plan):
+            evict[candidate.pod] = member.model
+        waiting.append(_wait(member, need, True, SERVED))
+    # A wake whose requests are gone does not hold back what a quiet pool does.
+    quiet = room.free >= 0 and not blocked and all(w.abandoned for w in waiting)
     if quiet:
         for ask in lazy:
             member = members[ask.pod]
-            if member.frees <= free:
+            if member.frees <= room.free:
                 grant.add(member.pod)
-                free -= member.frees
+                room.free -= member.frees
     if view.headroom is not None and quiet:
-        room = free + sum(releasing)
-        spare = headroom_evictions(view, view.headroom, candidates, room, grant, awake_count)
+        candidates = [c for c in room.candidates if not young(c, view)]
+        spare = headroom_evictions(
+            view,
+            view.headroom,
+            candidates,
+            room.free + sum(room.releasing),
+            grant,
+            room.awake,
+        )
         for candidate in spare:
             evict[candidate.pod] = HEADROOM
     levels = sleep_levels(view)
-    if view.prime is not None and quiet and not evict and not grant and not view.asks:
-        primed = prime_candidate(view, view.prime, candidates, awake_count)
+    live = [a for a in view.asks if not a.lazy and not a.abandoned]
+    if view.prime is not None and quiet and not evict and not grant and not live:
+        candidates = [c for c in room.candidates if not young(c, view)]
+        primed = prime_candidate(view, view.prime, candidates, room.awake)
         if primed is not None:
             evict[primed.pod] = PRIME
             levels[primed.pod] = 1
@@ -171,6 +224,47 @@ def decide_pool(view: PoolView) -> PoolDecision:
         used=held,
         unplaced=unplaced,
     )
+
+
+def _plan(
+    view: PoolView, room: _Room, need: int, asking: Member | None, asked_at: float | None
+) -> _Plan | None:
+    """How `need` bytes can be made free now from what is left (None: they cannot): what is
+    free, then the sleeps under way, then members put to sleep, none of the asking model's."""
+    short = need - room.free
+    taken = 0
+    for frees in room.releasing:
+        if short <= 0:
+            break
+        short -= frees
+        taken += 1
+    awake = dict(room.awake)
+    chosen: list[Member] = []
+    for candidate in room.candidates:
+        if short <= 0:
+            break
+        if asking is not None and candidate.model == asking.model:
+            continue
+        if young(candidate, view, asked_at) or at_min_awake(view, awake, candidate.model):
+            continue
+        chosen.append(candidate)
+        awake[candidate.model] -= 1
+        short -= candidate.frees
+    if short > 0:
+        return None
+    return _Plan(releasing=taken, chosen=chosen, surplus=-short)
+
+
+def _commit(room: _Room, need: int, plan: _Plan) -> list[Member]:
+    """Take what `plan` uses from the room; the members it puts to sleep."""
+    room.free = 0  # what was free (or the deficit made good) is this wake's now
+    del room.releasing[: plan.releasing]
+    if plan.surplus > 0:
+        room.releasing.insert(0, plan.surplus)  # freed beyond its need: room for the next
+    for candidate in plan.chosen:
+        room.candidates.remove(candidate)
+        room.awake[candidate.model] -= 1
+    return plan.chosen
 
 
 def _placed(view: PoolView) -> tuple[int, frozenset[str]]:
@@ -189,32 +283,68 @@ def _placed(view: PoolView) -> tuple[int, frozenset[str]]:
     return held, frozenset(unplaced)
 
 
-def _wait(member: Member, need: int, making_room: bool, reason: str) -> Waiting:
+def _wait(
+    member: Member, need: int, making_room: bool, reason: str, *, abandoned: bool = False
+) -> Waiting:
     return Waiting(
-        pod=member.pod, model=member.model, need=need, making_room=making_room, reason=reason
+        pod=member.pod,
+        model=member.model,
+        need=need,
+        making_room=making_room,
+        reason=reason,
+        abandoned=abandoned,
     )
 
 
-def _why_blocked(view: PoolView, asking: Member) -> str:
-    awake = [m for m in view.members if m.state is MemberState.AWAKE and m.model != asking.model]
-    busy = sum(1 for m in awake if m.busy)
-    young = sum(
+def _why_blocked(view: PoolView, room: _Room, asking: Member, need: int, asked_at: float) -> str:
+    """Why no room can be made for `asking` now, counting each member that holds memory it
+    lacks under the one reason that keeps it (and only true reasons)."""
+    busy = young_count = kept = own = may_sleep = 0
+    freeable = sum(room.releasing)
+    awake = dict(room.awake)
+    candidates = {c.pod for c in room.candidates}
+    for m in eviction_order(
+        (m for m in view.members if m.state is MemberState.AWAKE), view.eviction, view.now
+    ):
+        if m.model == asking.model:
+            own += 1
+        elif m.busy:
+            busy += 1
+        elif not may_ever_sleep(m, view):
+            kept += 1  # desiredState Awake
+        elif m.pod not in candidates:
+            continue  # already put to sleep for an earlier wake
+        elif young(m, view, asked_at):
+            young_count += 1
+        elif at_min_awake(view, awake, m.model):
+            kept += 1
+        else:
+            may_sleep += 1
+            awake[m.model] -= 1
+            freeable += m.frees
+    moving = sum(
         1
-        for m in awake
-        if not m.busy
-        and m.awake_since is not None
-        and view.now - m.awake_since < view.min_residency
+        for m in view.members
+        if m.state in (MemberState.WAKING, MemberState.STARTING, MemberState.UNKNOWN)
     )
-    kept = len(awake) - busy - young
     parts = [
         f"{n} {what}"
         for n, what in (
             (busy, "busy"),
-            (young, "woken less than minResidency ago"),
+            (young_count, "woken less than minResidency ago"),
             (kept, "kept awake by their models (minAwake, desiredState)"),
+            (own, "of its own model (never put to sleep for it)"),
+            (moving, "waking, starting or not yet seen"),
         )
         if n
     ]
+    if freeable > 0:
+        lacks = need - max(room.free, 0)
+        head = (
+            f"not enough room can be made: what may sleep or is going to sleep frees "
+            f"{format_gib(freeable)} of the {format_gib(lacks)} it lacks"
+        )
+        return head + ("; the rest is held by " + ", ".join(parts) if parts else "")
     return "no awake member can make room: " + (
         ", ".join(parts) if parts else "there is none; the pool is too small for it"
     )

@@ -30,15 +30,23 @@ def eviction_order(members: Iterable[Member], eviction: Eviction, now: float) ->
     return sorted(members, key=key)
 
 
-def evictable(member: Member, view: PoolView) -> bool:
-    """Awake, idle, not kept awake by its model's desiredState, and woken at least
-    min_residency ago: it may be put to sleep for another member."""
+def may_ever_sleep(member: Member, view: PoolView) -> bool:
+    """Awake, idle, and not kept awake by its model's desiredState: it may be put to sleep for
+    another member once past its minimum residency (`young`)."""
     if member.state is not MemberState.AWAKE or member.busy:
         return False
-    if view.models.get(member.model, ModelNeeds()).keep_awake:
-        return False
+    return not view.models.get(member.model, ModelNeeds()).keep_awake
+
+
+def young(member: Member, view: PoolView, asked_at: float | None = None) -> bool:
+    """Woken less than min_residency ago, so not put to sleep for another member; except for a
+    wake asked before the one that woke it (`asked_at`): it passed that wake while the wake
+    could not be served, and gives the room back as soon as it is idle."""
     since = member.awake_since
-    return since is None or view.now - since >= view.min_residency
+    if since is None or view.now - since >= view.min_residency:
+        return False
+    passed = asked_at is not None and member.woken_for is not None and member.woken_for > asked_at
+    return not passed
 
 
 def at_min_awake(view: PoolView, awake_count: Mapping[str, int], model: str) -> bool:

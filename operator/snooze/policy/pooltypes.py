@@ -53,6 +53,10 @@ class Member:
     """When it last served a request (or woke)."""
     awake_since: float | None = None
     """When it last became awake: it is not evicted before min_residency has passed."""
+    woken_for: float | None = None
+    """When the wake that woke it was asked (None: not known, or not woken by a wake of the
+    pool's). It passed every wake asked before that one which was waiting then: min_residency
+    does not protect it from those (so that no wake starves behind later ones)."""
     level: int = 1
     """The sleep level its model asks for (1 or 2); asleep, the level it sleeps at."""
     wake_seconds: float = 1.0
@@ -91,11 +95,15 @@ class WakeAsk:
 
     pod: str
     asked_at: float
-    """When it first asked; the queue's order."""
+    """When it first asked (or when its clients came back); the queue's order."""
     lazy: bool = False
     """Woken back after a priming sleep: granted only into room that is free after every other
     ask, never by evicting anyone; it never waits (not granted, it sleeps on). The headroom
     then keeps its room by its own rule (members idle for its idle_after)."""
+    abandoned: bool = False
+    """The requests that asked for it are all gone (the gateway holds none for its model any
+    more): it keeps no place in the queue, and wakes only into room that is free after every
+    other wake, putting nobody to sleep."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,8 +147,11 @@ class Waiting:
     need: int
     """The device memory it needs beyond what it holds asleep."""
     making_room: bool
-    """Members are being put to sleep for it; False: nothing can be evicted for it now."""
+    """Members are being put to sleep for it (or sleeps under way free its room); False:
+    no room can be made for it now, and it takes nothing from the wakes after it."""
     reason: str
+    abandoned: bool = False
+    """Its requests are gone: it waits only for free room (WakeAsk.abandoned)."""
 
 
 # What `PoolDecision.evict` says a member makes room for when no wake has asked yet.
