@@ -167,9 +167,9 @@ class GPUPoolStatus(Status):
     members: list[PoolMember] = Field(default_factory=list)
     """Each member engine."""
     waiting: int = 0
-    """Wakes waiting for room."""
+    """Wakes and starting members waiting for room."""
     waiting_models: list[str] = Field(default_factory=list)
-    """The models whose wakes wait, first come first served."""
+    """The models whose wakes or starting members wait, starting members first."""
     evictions: int = 0
     """Members put to sleep to make room, since the pool was created (kept across restarts of
     the operator)."""

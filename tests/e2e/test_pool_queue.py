@@ -18,7 +18,7 @@ from conftest import FAST, Cluster, OperatorThread, wait_for
 from gateway_fixtures import GatewayThread, gateway
 from test_gateway import MESSAGES
 from test_gateway_traffic import metrics_served
-from test_pools import Kubelet, device_and_pool
+from test_pools import Kubelet, device_and_pool, pool_status
 
 from snooze.sandbox import Sandbox
 
@@ -171,4 +171,51 @@ def test_a_model_s_second_pod_holds_back_no_later_wake(
         assert stream.result(60).status_code == 200
     assert engines["y"].sleep_calls == 0
     assert engines["x-1"].is_sleeping and engines["x-1"].wake_calls == 0
+    assert sum(e.memory.oom_total["wake"] for e in engines.values()) == 0
+
+
+def test_members_that_start_together_get_their_room_one_at_a_time(
+    cluster: Cluster, device: Kubelet, gateway: GatewayThread, sandbox: Sandbox
+) -> None:
+    """Finding 2: a and b (30 GiB each) are awake and w (8 GiB) sleeps when the operator
+    stops; c, d and e (30 GiB each) start meanwhile, and each is refused by the full device.
+    The operator that starts then makes room for one member at a time (it waited for room
+    for all three at once, which never came: no eviction, every start refused until someone
+    deleted a pod), and a request for w, which no starting member could take the room of, is
+    answered (504 while the pool waited)."""
+    for name in "abcde":
+        cluster.create_model(name, member_spec(name, "30Gi"))
+    cluster.create_model("w", member_spec("w", "8Gi"))
+    engines = device.engines
+    first = OperatorThread(FAST).start()
+    try:
+        cluster.patch_model("w", {"spec": {"desiredState": "Asleep"}})
+        device.start("w", gpu_memory_gib=3, kv_cache_gib=4)
+        wait_for("w asleep", lambda: engines["w"].is_sleeping)
+        cluster.patch_model("w", {"spec": {"desiredState": "Auto"}})
+        device.start("a")
+        device.start("b")
+    finally:
+        first.stop()
+    for name in "cde":
+        device.start(name, wait=False)
+    wait_for("c, d and e refused", lambda: all(engines[n].restarts > 0 for n in "cde"))
+
+    second = OperatorThread(FAST).start()
+    try:
+        # What waits is said: the pool counts the starting members it makes room for, and
+        # their models say they wait for room.
+        wait_for("the starts counted", lambda: pool_status(cluster).get("waiting", 0) >= 2)
+        wait_for(
+            "a start's WaitingForRoom",
+            lambda: any(
+                (w := cluster.condition(n, "WaitingForRoom")) and w["status"] == "True"
+                for n in "cde"
+            ),
+        )
+        answer = chat(gateway, "w")
+        assert answer.status_code == 200, answer.text
+        wait_for("c, d and e loaded", lambda: all(engines[n].loaded for n in "cde"), timeout=60)
+    finally:
+        second.stop()
     assert sum(e.memory.oom_total["wake"] for e in engines.values()) == 0

@@ -5,6 +5,7 @@ operator is stopped in the middle of a swap."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -43,9 +44,12 @@ class Kubelet:
         self.device = device
         self.engines: dict[str, SimulatedEngine] = {}
 
-    def start(self, name: str, *, pod: str | None = None, **options: Any) -> SimulatedEngine:
+    def start(
+        self, name: str, *, pod: str | None = None, wait: bool = True, **options: Any
+    ) -> SimulatedEngine:
         """Start a pod of model `name` (`NAME-0` unless `pod` names it) and its engine: 30 GiB
-        awake and 1 GiB asleep, unless `options` (EngineConfig's) say otherwise."""
+        awake and 1 GiB asleep, unless `options` (EngineConfig's) say otherwise. Returns once
+        it has loaded; with `wait` False at once, its pod marked Ready when it has loaded."""
         pod = pod or f"{name}-0"
         host = next(_addresses)
         body = {
@@ -72,9 +76,23 @@ class Kubelet:
             )
         )
         self.engines[name if pod == f"{name}-0" else pod] = engine
-        wait_for(f"{pod} loaded", lambda: engine.loaded, timeout=30)
-        self.cluster.set_pod_ready(pod, host, ready=True)
+        if wait:
+            wait_for(f"{pod} loaded", lambda: engine.loaded, timeout=30)
+            self.cluster.set_pod_ready(pod, host, ready=True)
+        else:
+            threading.Thread(
+                target=self._ready_once_loaded, args=(pod, engine), daemon=True
+            ).start()
         return engine
+
+    def _ready_once_loaded(self, pod: str, engine: SimulatedEngine) -> None:
+        deadline = time.monotonic() + 120
+        while not engine.loaded and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # The test may be over, its API client closed, before a refused engine loads.
+        if engine.loaded and not self.cluster.http.is_closed:
+            with contextlib.suppress(RuntimeError):
+                self.cluster.set_pod_ready(pod, engine.config.host, ready=True)
 
 
 class Watcher:

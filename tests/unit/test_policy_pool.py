@@ -241,6 +241,58 @@ def test_a_starting_member_gets_its_room_before_any_wake() -> None:
     assert decision.used == 61 * GIB
 
 
+def test_three_members_start_on_a_pool_with_room_for_two_one_at_a_time() -> None:
+    # a and b awake fill the pool; c, d and e start together. Room is made for c and d now
+    # (a and b sleep), e waits; it never took all three at once, which cannot be made.
+    starting = [member(f"{p}-0", MemberState.STARTING) for p in "cde"]
+    view = pool(member("a-0", last_used=NOW - 900), member("b-0", last_used=NOW - 100), *starting)
+    decision = decide_pool(view)
+    assert dict(decision.evict) == {"a-0": "starting c-0", "b-0": "starting d-0"}
+    assert decision.unplaced == {"c-0", "d-0", "e-0"}
+    waits = {w.pod: w for w in decision.waiting}
+    assert waits["c-0"].making_room and waits["d-0"].making_room
+    assert not waits["e-0"].making_room  # the pool's status counts it as waiting
+    # Once c and d have loaded (and are young), e waits for them to age, then gets its room.
+    loaded = [replace(m, state=AWAKE, awake_since=NOW) for m in starting[:2]]
+    asleep = [member("a-0", ASLEEP), member("b-0", ASLEEP)]
+    later = pool(*asleep, *loaded, starting[2])
+    assert not decide_pool(later).evict
+    assert dict(decide_pool(replace(later, now=NOW + 60)).evict) == {"c-0": "starting e-0"}
+
+
+def test_a_wake_is_not_held_back_by_a_start_for_which_no_room_can_be_made() -> None:
+    # c (60 GiB) starts but a, which it needs, is busy: w's wake fits in what is free, and c
+    # could not take that room (it needs 60 GiB free, the device never has more than 39).
+    view = pool(
+        member("a-0", busy=True),
+        member("c-0", MemberState.STARTING, footprint=60 * GIB),
+        member("w-0", ASLEEP, footprint=8 * GIB),
+        asks={"w-0": NOW},
+    )
+    decision = decide_pool(view)
+    assert decision.grant == {"w-0"}
+    [c] = decision.waiting
+    assert c.pod == "c-0" and not c.making_room and "1 busy" in c.reason
+
+
+def test_a_wake_waits_where_a_starting_member_could_take_its_room() -> None:
+    # x-1 starts; only x-0, its own sibling, could make its room: none can be made for it.
+    # y's wake could put x-0 to sleep, but the 29 GiB that frees are room x-1 would load into
+    # before y wakes (y's wake would run out of memory): y waits too.
+    view = pool(
+        member("x-0", model="x"),
+        member("x-1", MemberState.STARTING, model="x"),
+        member("y-0", ASLEEP),
+        memory=59 * GIB,
+        asks={"y-0": NOW},
+    )
+    decision = decide_pool(view)
+    assert not decision.evict and not decision.grant
+    waits = {w.pod: w for w in decision.waiting}
+    assert "of its own model" in waits["x-1"].reason
+    assert "a starting member" in waits["y-0"].reason
+
+
 def test_starting_members_take_the_room_there_is_in_pod_order() -> None:
     decision = decide_pool(
         pool(
@@ -708,8 +760,18 @@ def served(view: PoolView, decision: PoolDecision) -> tuple[object, ...]:
     )
 
 
+# The same, with members that start (their pod replaced) among them.
+STARTING_EVENTS = st.lists(
+    st.tuples(
+        st.sampled_from(["ask", "ask", "leave", "busy", "confirm", "tick", "nudge", "start"]),
+        st.integers(0, 20),
+    ),
+    max_size=60,
+)
+
+
 @settings(max_examples=300, deadline=None)
-@given(worlds(), QUEUE_EVENTS)
+@given(worlds(), STARTING_EVENTS)
 def test_a_wake_that_cannot_be_served_holds_back_no_other(
     world: World, events: list[tuple[str, int]]
 ) -> None:
@@ -780,6 +842,32 @@ def test_no_wake_starves_when_members_go_idle(world: World, asks: list[int]) -> 
         world.apply(("confirm", 0))
         world.apply(("tick", 6))  # 70 s: past minResidency
     assert not world.asked, (world.asked, world.members)
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds(), st.sets(st.integers(0, 5), min_size=1))
+def test_starting_members_all_load_in_the_end(world: World, starting: set[int]) -> None:
+    # Progress from any set of starting members: some members awake (as many as fit), then any
+    # of them, awake or asleep, start at once (their pods replaced). As long as nobody is busy
+    # and the clock moves, room is made for each in turn until every one has loaded.
+    world.models = {name: ModelNeeds() for name in world.models}
+    world.headroom, world.prime = None, None
+    for pod, m in sorted(world.members.items()):
+        woken = replace(m, state=AWAKE, awake_since=None)
+        if world.used() - m.held + woken.held <= world.memory:
+            world.members[pod] = woken
+    pods = sorted(world.members)
+    for index in starting:
+        pod = pods[index % len(pods)]
+        world.members[pod] = replace(
+            world.members[pod], state=MemberState.STARTING, awake_since=None, host_copy=False
+        )
+    for _ in range(4 * len(pods) + 4):
+        world.decide()
+        assert world.used() <= world.memory
+        world.apply(("confirm", 0))
+        world.apply(("tick", 6))  # 70 s: past minResidency
+    assert not [p for p, m in world.members.items() if m.state is MemberState.STARTING]
 
 
 # No member starting: a member that starts takes its room before any wake, and while the

@@ -309,9 +309,11 @@ class ModelLoop:
         now: float,
     ) -> str | None:
         """Tell each GPU pool which of this model's members ask for room (withdrawing the
-        rest), poke it when its members changed, and say why a wake waits, if one does."""
+        rest), poke it when its members changed, and say why a wake (or a start) waits, if
+        one does."""
         asking = {a.pod for a in actions if a.kind is sleep_policy.ActionKind.ASK_ROOM}
         by_pool: dict[str, set[str]] = {}
+        members: dict[str, set[str]] = {}  # a member that starts waits for room too
         missing: set[str] = set()
         for pod in pods:
             name, loop = self.pools.pool_of(self.namespace, pod, self.spec)
@@ -332,6 +334,7 @@ class ModelLoop:
                     missing.add(name)
                 continue
             by_pool.setdefault(name, set())
+            members.setdefault(name, set()).add(pod.name)
             if pod.name in asking:
                 by_pool[name].add(pod.name)
         for name in self._asked - set(by_pool):
@@ -353,8 +356,8 @@ class ModelLoop:
                 f"GPUPool {', '.join(sorted(missing))} not found in namespace "
                 f"{self.namespace}: its members wake only once it exists"
             )
-        for name, asks in by_pool.items():
-            wait = self.pools.loops[(self.namespace, name)].waiting_for(asks)
+        for name, pods_in_pool in members.items():
+            wait = self.pools.loops[(self.namespace, name)].waiting_for(pods_in_pool)
             if wait is not None:
                 return f"waiting for {format_gib(wait.need)} on GPUPool {name}: {wait.reason}"
         return None

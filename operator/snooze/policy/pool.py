@@ -25,7 +25,10 @@ place. Who waits and who is served:
 - a wake is granted only once the memory is free: a member put to sleep still holds its
   footprint until its engine has confirmed the sleep (it is `draining` until then);
 - starting members take their footprint as soon as it is free (vLLM loads when it finds its
-  share free): their shortfall is made good before any wake;
+  share free): room is made for each in turn, one member at a time, before any wake. One for
+  which no room can be made now holds back none of the others, nor any wake whose room it
+  could not take: a wake is served only while the most the device may have free before
+  that wake takes its room stays below the footprint of every starting member left waiting;
 - with a headroom, once no wake waits, members idle for its `idle_after` are put to sleep
   ahead of need until the next wakes of sleeping members would find room at once (a wake
   that meets a full device waits for a whole sleep, seconds, before its own wake begins);
@@ -38,6 +41,7 @@ Pure: frozen views in, a decision out; tested by tables and properties.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -110,6 +114,9 @@ class _Room:
     """Members that may sleep (some only for some wakes), in eviction order, not yet chosen."""
     awake: dict[str, int]
     """Awake members per model, after the evictions chosen so far."""
+    hole: int = 0
+    """The most the device may have free before the grants and starts decided so far take
+    their room: what is free, plus what every sleep under way or chosen frees."""
 
 
 @dataclass(frozen=True)
@@ -124,8 +131,9 @@ class _Plan:
 def decide_pool(view: PoolView) -> PoolDecision:
     """The members to wake and to put to sleep now; see the module's docstring."""
     members = {m.pod: m for m in view.members}
+    held, unplaced = _placed(view)
     room = _Room(
-        free=view.memory - sum(m.held for m in view.members),
+        free=view.memory - held,
         releasing=sorted(
             (m.frees for m in view.members if m.state is MemberState.DRAINING), reverse=True
         ),
@@ -137,10 +145,36 @@ def decide_pool(view: PoolView) -> PoolDecision:
     for m in view.members:
         if m.state is MemberState.AWAKE:
             room.awake[m.model] = room.awake.get(m.model, 0) + 1
+    # The most the device may have free before the wakes granted and the members started
+    # take their room: once every sleep under way or chosen now is done.
+    room.hole = room.free + sum(room.releasing)
 
     grant: set[str] = set()
     evict: dict[str, str] = {}
     waiting: list[Waiting] = []
+    if room.free < 0:
+        # The books say more is held than the device has (a member counted at its footprint
+        # whatever it said): that is made good first.
+        plan = _plan(view, room, 0, None, None)
+        if plan is not None:
+            for candidate in _commit(room, 0, plan):
+                evict[candidate.pod] = "the pool's books"
+    # Starting members take their footprint as soon as it is free: room is made for each in
+    # turn (in pod-name order, as they are placed) before any wake. One for which no room can
+    # be made now holds back none of the others, but a wake is served only where such a
+    # member could not take its room (it loads whenever it finds its footprint free).
+    threat = math.inf
+    for pod in sorted(unplaced):
+        member = members[pod]
+        plan = _plan(view, room, member.footprint, member, None)
+        if plan is None:
+            why = _why_blocked(view, room, member, member.footprint, None)
+            waiting.append(_wait(member, member.footprint, False, why))
+            threat = min(threat, member.footprint)
+            continue
+        for candidate in _commit(room, member.footprint, plan):
+            evict[candidate.pod] = f"starting {pod}"
+        waiting.append(_wait(member, member.footprint, True, SERVED))
     asleep_asks = [
         a for a in view.asks if a.pod in members and members[a.pod].state is MemberState.ASLEEP
     ]
@@ -154,24 +188,10 @@ def decide_pool(view: PoolView) -> PoolDecision:
         (a for a in asleep_asks if a.lazy and a.pod not in eager),
         key=lambda a: (a.asked_at, a.pod),
     )
-    blocked = False
-    if room.free < 0:
-        # Starting members take their footprint as soon as it is free: a deficit they cause is
-        # made good first, as if they had asked before anyone.
-        plan = _plan(view, room, 0, None, None)
-        if plan is None:
-            blocked = True
-        else:
-            starting = sorted(m.pod for m in view.members if m.state is MemberState.STARTING)
-            for candidate in _commit(room, 0, plan):
-                evict[candidate.pod] = f"starting {', '.join(starting)}"
     for ask in asks:
         member = members[ask.pod]
         need = member.frees
-        if blocked:
-            waiting.append(_wait(member, need, False, "a starting member waits for room"))
-            continue
-        if need <= room.free:
+        if need <= room.free and room.hole < threat:
             grant.add(member.pod)
             room.free -= need
             continue
@@ -179,16 +199,20 @@ def decide_pool(view: PoolView) -> PoolDecision:
             waiting.append(_wait(member, need, False, ABANDONED, abandoned=True))
             continue
         plan = _plan(view, room, need, member, ask.asked_at)
+        if plan is not None and room.hole + sum(c.frees for c in plan.chosen) >= threat:
+            plan = None  # a starting member would take the room made for it
+            why = _starting_takes(threat)
+        elif plan is None:
+            why = _why_blocked(view, room, member, need, ask.asked_at)
         if plan is None:
             # It cannot be served now: it takes nothing, and the wakes after it go on.
-            why = _why_blocked(view, room, member, need, ask.asked_at)
             waiting.append(_wait(member, need, False, why))
             continue
         for candidate in _commit(room, need, plan):
             evict[candidate.pod] = member.model
         waiting.append(_wait(member, need, True, SERVED))
     # A wake whose requests are gone does not hold back what a quiet pool does.
-    quiet = room.free >= 0 and not blocked and all(w.abandoned for w in waiting)
+    quiet = room.free >= 0 and all(w.abandoned for w in waiting)
     if quiet:
         for ask in lazy:
             member = members[ask.pod]
@@ -215,7 +239,6 @@ def decide_pool(view: PoolView) -> PoolDecision:
         if primed is not None:
             evict[primed.pod] = PRIME
             levels[primed.pod] = 1
-    held, unplaced = _placed(view)
     return PoolDecision(
         grant=frozenset(grant),
         evict=evict,
@@ -264,14 +287,14 @@ def _commit(room: _Room, need: int, plan: _Plan) -> list[Member]:
     for candidate in plan.chosen:
         room.candidates.remove(candidate)
         room.awake[candidate.model] -= 1
+        room.hole += candidate.frees
     return plan.chosen
 
 
 def _placed(view: PoolView) -> tuple[int, frozenset[str]]:
     """What the device holds now, and the starting members it has no room for: vLLM refuses
     to load while the device's free memory is below its share, so such a member holds
-    nothing (its container restarts) until room is made. The decision still counts them at
-    their footprint, so that room is made for them."""
+    nothing (its container restarts) until room is made for it."""
     held = sum(m.held for m in view.members if m.state is not MemberState.STARTING)
     unplaced: set[str] = set()
     starting = (m for m in view.members if m.state is MemberState.STARTING)
@@ -296,7 +319,16 @@ def _wait(
     )
 
 
-def _why_blocked(view: PoolView, room: _Room, asking: Member, need: int, asked_at: float) -> str:
+def _starting_takes(footprint: float) -> str:
+    return (
+        f"a starting member for which no room can be made now would take the room made for "
+        f"it (it loads as soon as {format_gib(footprint)} is free)"
+    )
+
+
+def _why_blocked(
+    view: PoolView, room: _Room, asking: Member, need: int, asked_at: float | None
+) -> str:
     """Why no room can be made for `asking` now, counting each member that holds memory it
     lacks under the one reason that keeps it (and only true reasons)."""
     busy = young_count = kept = own = may_sleep = 0
