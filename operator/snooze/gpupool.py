@@ -141,6 +141,11 @@ class PoolMember(Status):
     primed: bool = False
     """It sleeps, or is going to sleep, only to pin its host copy ahead of need (the pool's
     prime): it is woken back into its own room unless a wake takes that room first."""
+    untrusted: bool = False
+    """The pool does not trust its sleep to give the device its memory back: a wake that
+    counted on that memory ran out of memory, or it says it sleeps though Snooze never put it
+    to sleep. It counts at its whole footprint, asleep too, until its engine restarts (or, for
+    the latter, until it is seen awake)."""
 
 
 class GPUPoolStatus(Status):
@@ -175,7 +180,8 @@ class GPUPoolStatus(Status):
     the operator)."""
     conditions: list[Condition] = Field(default_factory=list)
     """Overcommitted (the declared footprints cannot be met even with all but one member
-    asleep), ClaimConflict (another pool names the same ResourceClaim) and SpecValid."""
+    asleep), ClaimConflict (another pool names the same ResourceClaim), MemoryNotFreed (members
+    the pool no longer trusts to free their memory asleep) and SpecValid."""
     observed_generation: int | None = None
     """The metadata.generation the operator last acted on."""
 

@@ -81,7 +81,7 @@ def test_members_their_states_and_footprints() -> None:
     ]
     source = Source("m", POOLED, pods)
     source.engines["awake-0"] = EngineMemory(last_activity=0.0, sleeping=False)
-    source.engines["asleep-0"] = EngineMemory(last_activity=0.0, sleeping=True)
+    source.engines["asleep-0"] = EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0)
     members, needs, _ = loop_over(source)._gather(parse_pool_spec({"memory": "70Gi"}), now=100.0)
     states = {m.pod: m.state for m in members}
     assert states == {
@@ -240,7 +240,7 @@ def test_the_pool_status_written_says_only_what_its_crd_declares() -> None:
     source = Source("m", POOLED, [engine_pod("m-0", 2), engine_pod("m-1", 0)])
     source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
     source.engines["m-0"].note_host_copy(Process("uid-m-0", 2))
-    source.engines["m-1"] = EngineMemory(last_activity=0.0, sleeping=True)
+    source.engines["m-1"] = EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0)
     loop = loop_over(source)
     members, _, _ = loop._gather(pool_spec, now=1.0)
     decision = PoolDecision(
@@ -298,7 +298,7 @@ def busy_pool(hub: PoolHub) -> tuple[PoolLoop, list[Source]]:
         source.engines[f"{source.name}-0"] = EngineMemory(
             last_activity=0.0, sleeping=False, busy=True, last_probe=5.0
         )
-    sources[2].engines["c-0"] = EngineMemory(last_activity=0.0, sleeping=True)
+    sources[2].engines["c-0"] = EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0)
     loop = PoolLoop(
         namespace="ns",
         name="gpu",
@@ -386,7 +386,7 @@ def test_a_primed_member_is_woken_back_then_forgotten() -> None:
     engines = {
         "a-0": EngineMemory(last_activity=0.0, sleeping=False),
         "b-0": EngineMemory(last_activity=0.0, sleeping=False),
-        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0),
     }
     loop, sources = three_member_pool({"memory": "70Gi", "prime": {}}, engines)
     for name in ("b-0", "c-0"):  # they slept at level 1 before: their copies are pinned
@@ -400,6 +400,7 @@ def test_a_primed_member_is_woken_back_then_forgotten() -> None:
     assert evictions.labels("ns", "gpu", "prime")._value.get() == 1
 
     engines["a-0"].sleeping, engines["a-0"].sleep_level = True, 1
+    engines["a-0"].drain_started = 2.0  # Snooze put it to sleep
     for _ in range(2):  # the grant stands until its loop starts the wake
         asyncio.run(loop.cycle())
         assert loop.decision.grant == {"a-0"} and not loop.decision.waiting
@@ -420,7 +421,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
     engines = {
         "a-0": EngineMemory(last_activity=0.0, sleeping=False),
         "b-0": EngineMemory(last_activity=0.0, sleeping=False),
-        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0),
     }
     loop, sources = three_member_pool({"memory": "70Gi", "prime": {}}, engines)
     for name in ("b-0", "c-0"):
@@ -445,6 +446,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
     # The sleep ends while no operator runs; a new one starts, with no memory but the status.
     engines["a-0"].action, engines["a-0"].task = None, None
     engines["a-0"].sleeping, engines["a-0"].sleep_level = True, 1
+    engines["a-0"].drain_started = 2.0  # Snooze put it to sleep
     again, _ = three_member_pool({"memory": "70Gi", "prime": {}}, engines, status=written)
     asyncio.run(again.cycle())
     assert again.decision is not None and again.decision.grant == {"a-0"}
@@ -462,7 +464,7 @@ def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> No
     engines = {
         "a-0": EngineMemory(last_activity=0.0, sleeping=False),
         "b-0": EngineMemory(last_activity=100.0, sleeping=False),
-        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0),
     }
     loop, _ = three_member_pool({"memory": "70Gi"}, engines)
 
@@ -480,7 +482,7 @@ def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> No
         assert directive.promised and not directive.headroom
         # The sleep ends (confirmed): the promise ends with it.
         engines["a-0"].task.cancel()
-        engines["a-0"].sleeping = True
+        engines["a-0"].sleeping, engines["a-0"].drain_started = True, 2.0
         await asyncio.sleep(0)
         await loop.cycle()
         assert not loop.directive("a-0").promised
@@ -508,7 +510,7 @@ def test_a_member_spared_as_busy_is_not_chosen_again_on_an_older_scrape() -> Non
     engines = {
         "a-0": EngineMemory(last_activity=0.0, sleeping=False),
         "b-0": EngineMemory(last_activity=5.0, sleeping=False, busy=True, last_probe=11.5),
-        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0),
     }
     loop, _ = three_member_pool({"memory": "70Gi"}, engines)
     hurried: list[float] = []
@@ -570,7 +572,8 @@ def test_a_member_woken_for_a_wake_remembers_when_that_wake_was_asked() -> None:
     loop.ask("c", ["c-0"], now=11.0)
     asyncio.run(loop.cycle())
     assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "c"}
-    sources[0].engines["a-0"].sleeping = True  # a slept for it
+    sources[0].engines["a-0"].sleeping = True  # a slept for it (Snooze drained it)
+    sources[0].engines["a-0"].drain_started = 12.0
     asyncio.run(loop.cycle())
     assert loop.decision.grant == {"c-0"}
     sources[2].engines["c-0"].sleeping = False  # c woke

@@ -488,6 +488,7 @@ class ModelLoop:
                     pool_rewake=directive.rewake,
                     pool_promised=directive.promised,
                     pool_level=directive.level,
+                    pool_restart=directive.restart,
                     sleep_level=(engine.sleep_level or pod.sleep_level) or None,
                     sleep_failures=engine.sleep_failures,
                     last_sleep_failure=engine.last_sleep_failure,

@@ -21,6 +21,7 @@ from snooze.operator.memory import Process
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.poolmembers import MemberSource, pool_name_of, read_member, restart_count
 from snooze.operator.poolstatus import invalid_pool_status, pool_status
+from snooze.operator.pooltrust import OUT_OF_MEMORY, Disagreement, Trust
 from snooze.policy.pool import (
     CANCELLABLE,
     HEADROOM,
@@ -89,6 +90,9 @@ class Directive:
     member already draining)."""
     level: int | None = None
     """The level to sleep at if it sleeps now (None: the model's own)."""
+    restart: bool = False
+    """Its sleep did not give the device its memory back, and its model's remedy for a failed
+    engine is a restart (wake.onFailure: Restart): its pod is deleted."""
 
 
 class PoolHub:
@@ -187,6 +191,14 @@ class PoolLoop:
         self._priming: set[str] = set()
         """Members whose priming sleep ended asleep: each is woken back into its own room if
         that is still free (a lazy ask)."""
+        self.trust = Trust(since=time.time())
+        """Whose sleeps the pool no longer trusts to free their memory (operator/pooltrust.py)."""
+        self._restart: set[str] = set()
+        """Untrusted members whose model's remedy is a restart: their pods are deleted."""
+        self._unasked: set[str] = set()
+        """Members that say they sleep though Snooze never put them to sleep (their pod has no
+        mark of a sleep of Snooze's): counted at their whole footprint until seen awake."""
+        self._told_unasked: set[str] = set()
 
     # -- what the model loops call ------------------------------------------------------------
 
@@ -201,6 +213,7 @@ class PoolLoop:
             promised=pod in self._sleeping_for and self._sleeping_for[pod] not in CANCELLABLE,
             rewake=pod in decision.grant and pod in self._priming,
             level=decision.levels.get(pod),
+            restart=pod in self._restart and pod in self.trust.untrusted,
         )
 
     def ask(self, model: str, pods: Iterable[str], now: float) -> None:
@@ -289,7 +302,8 @@ class PoolLoop:
             del self.asks[pod]
         for ask in self.asks.values():
             ask.follow(self.hub.held(self.namespace, ask.model), now)
-        members = self._follow_wakes(members)
+        self.trust.follow(members, self._sleeping_for)
+        members = self._follow_trust(self._follow_wakes(members), sources)
         lazy = self._follow_sleeps(members)
         view = PoolView(
             memory=spec.memory_bytes,
@@ -318,6 +332,82 @@ class PoolLoop:
             self.hub.hurry(self.interval)
         self._publish(decision, members, sources, now)
         await self._write_status(self._status(spec, members, decision, generation, now))
+
+    def _follow_trust(
+        self, members: list[Member], sources: Mapping[str, MemberSource]
+    ) -> list[Member]:
+        """Each member as far as the pool trusts it: one whose sleep did not give its memory
+        back (a wake counting on that memory ran out of memory), or that says it sleeps though
+        Snooze never put it to sleep, counts at its whole footprint while asleep."""
+        failures: dict[str, float] = {}
+        for m in members:
+            engine = sources[m.pod].engine_memory(m.pod)
+            if engine is not None and engine.last_failure_reason == OUT_OF_MEMORY:
+                failures[m.pod] = engine.last_failure or 0.0
+        for found in self.trust.judge(members, failures):
+            self._disagree(found, sources)
+        self._restart &= set(self.trust.untrusted)
+        untrusted = {
+            m.pod for m in members if not self.trust.trusts(m.pod, self._processes.get(m.pod))
+        }
+        for pod in sorted(self._unasked - self._told_unasked):
+            self.emit(
+                "Warning",
+                "SleepUnasked",
+                f"{pod} ({sources[pod].name}) says it sleeps, but Snooze never put it to sleep "
+                "(its pod has no mark of a sleep of Snooze's): the pool counts it at its whole "
+                "footprint until it is seen awake",
+            )
+        self._told_unasked = set(self._unasked)
+        whole = untrusted | self._unasked
+        return [replace(m, residue=m.footprint) if m.pod in whole else m for m in members]
+
+    def _disagree(self, found: Disagreement, sources: Mapping[str, MemberSource]) -> None:
+        """A wake ran out of memory where the books had room: stop trusting whom it is blamed
+        on, and say so (and restart them where their model's remedy is a restart, when their
+        sleeps made that very room)."""
+        failed = sources[found.pod].name if found.pod in sources else "?"
+        if not found.suspects:
+            self.emit(
+                "Warning",
+                "MemoryNotFreed",
+                f"{found.pod} ({failed}): its wake ran out of memory where the pool's books had "
+                "room, and no member asleep can be blamed: something outside the pool holds "
+                "memory on its device",
+            )
+            return
+        for pod in found.suspects:
+            process = self._processes.get(pod)
+            if process is None:
+                continue
+            self.trust.distrust(pod, process)
+            source = sources[pod]
+            restart = (
+                found.made_room
+                and source.spec is not None
+                and source.spec.wake.on_failure == "Restart"
+            )
+            if restart:
+                self._restart.add(pod)
+            how = (
+                "its sleep made the room for that wake"
+                if found.made_room
+                else "it is the likeliest to hold memory its sleep should have freed"
+            )
+            then = (
+                "; its pod is restarted (wake.onFailure: Restart)"
+                if restart
+                else "; restart its pod to give the memory back"
+            )
+            log.warning("pool %s/%s: %s did not free its memory", self.namespace, self.name, pod)
+            self.emit(
+                "Warning",
+                "MemoryNotFreed",
+                f"{pod} ({source.name}) said it slept, but the device did not get its memory "
+                f"back: {found.pod} ({failed}) ran out of memory waking where the pool's books "
+                f"had room, and {how}. The pool counts {pod} at its whole footprint, asleep "
+                f"too, until its engine restarts{then}",
+            )
 
     def _follow_wakes(self, members: list[Member]) -> list[Member]:
         """Each member woken for an ask, with when that ask was made (forgotten once it
@@ -357,6 +447,7 @@ class PoolLoop:
         members: list[Member] = []
         needs: dict[str, ModelNeeds] = {}
         sources: dict[str, MemberSource] = {}
+        unasked: set[str] = set()
         claims = self.hub.claims(self.namespace)
         # What the pool's status says of each member's copy, read once for the whole cycle.
         copies = {
@@ -380,11 +471,19 @@ class PoolLoop:
                 )
                 self._processes[pod.name] = process
                 members.append(member)
+                engine = source.engine_memory(pod.name)
+                if (
+                    member.state is MemberState.ASLEEP
+                    and engine is not None
+                    and engine.sleep_started_of(pod) is None
+                ):
+                    unasked.add(pod.name)
             if model_spec is not None and any(s is source for s in sources.values()):
                 needs[source.name] = ModelNeeds(
                     min_awake=model_spec.min_awake,
                     keep_awake=model_spec.desired_state.value == "Awake",
                 )
+        self._unasked = unasked
         return members, needs, sources
 
     def _publish(
@@ -414,6 +513,8 @@ class PoolLoop:
         # starts the wake and withdraws the ask: a later ask must not take its room meanwhile.
         for pod in decision.grant - self._granted:
             asked = self.asks.get(pod)
+            if pod in sources:
+                self.trust.granted(pod, sources[pod].name)
             if asked is not None:
                 self._woken_for[pod] = asked.at
                 self.metrics.observe_pool_wait(
@@ -476,6 +577,7 @@ class PoolLoop:
             claim_holder=None if holder == self.name else holder,
             processes=self._processes,
             primed=self._priming | {p for p, f in self._sleeping_for.items() if f == PRIME},
+            untrusted={m.pod for m in members if m.pod in self.trust.untrusted} | self._unasked,
             evictions=self._evictions,
             previous=self._written,
             generation=generation,

@@ -96,6 +96,14 @@ __all__ = [
 ]
 
 SERVED = "members are being put to sleep for it"
+OVER = (
+    "the pool's books count more than its device holds (a member whose sleep frees nothing): "
+    "members are being put to sleep to make that good first"
+)
+OVER_STUCK = (
+    "the pool's books count more than its device holds (a member whose sleep frees nothing), "
+    "and no member may sleep to make that good now"
+)
 ABANDONED = (
     "the requests that asked for it are gone: it wakes only into free room, after every other "
     "wake, and nobody is put to sleep for it"
@@ -152,11 +160,14 @@ def decide_pool(view: PoolView) -> PoolDecision:
     grant: set[str] = set()
     evict: dict[str, str] = {}
     waiting: list[Waiting] = []
-    if room.free < 0:
+    over = room.free < 0
+    making_good = False
+    if over:
         # The books say more is held than the device has (a member counted at its footprint
         # whatever it said): that is made good first.
         plan = _plan(view, room, 0, None, None)
         if plan is not None:
+            making_good = True
             for candidate in _commit(room, 0, plan):
                 evict[candidate.pod] = "the pool's books"
     # Starting members take their footprint as soon as it is free: room is made for each in
@@ -191,6 +202,11 @@ def decide_pool(view: PoolView) -> PoolDecision:
     for ask in asks:
         member = members[ask.pod]
         need = member.frees
+        if need == 0 and over:
+            # Counted at its whole footprint already (its last wake ran out of memory), it
+            # needs part of it back: not while the books count more than the device has.
+            waiting.append(_wait(member, need, making_good, OVER if making_good else OVER_STUCK))
+            continue
         if need <= room.free and room.hole < threat:
             grant.add(member.pod)
             room.free -= need
@@ -331,7 +347,7 @@ def _why_blocked(
 ) -> str:
     """Why no room can be made for `asking` now, counting each member that holds memory it
     lacks under the one reason that keeps it (and only true reasons)."""
-    busy = young_count = kept = own = may_sleep = 0
+    busy = young_count = kept = own = futile = 0
     freeable = sum(room.releasing)
     awake = dict(room.awake)
     candidates = {c.pod for c in room.candidates}
@@ -342,6 +358,8 @@ def _why_blocked(
             own += 1
         elif m.busy:
             busy += 1
+        elif m.frees <= 0:
+            futile += 1
         elif not may_ever_sleep(m, view):
             kept += 1  # desiredState Awake
         elif m.pod not in candidates:
@@ -351,7 +369,6 @@ def _why_blocked(
         elif at_min_awake(view, awake, m.model):
             kept += 1
         else:
-            may_sleep += 1
             awake[m.model] -= 1
             freeable += m.frees
     moving = sum(
@@ -366,6 +383,7 @@ def _why_blocked(
             (young_count, "woken less than minResidency ago"),
             (kept, "kept awake by their models (minAwake, desiredState)"),
             (own, "of its own model (never put to sleep for it)"),
+            (futile, "whose sleep gives back no memory (memoryNotFreed)"),
             (moving, "waking, starting or not yet seen"),
         )
         if n

@@ -31,9 +31,11 @@ def eviction_order(members: Iterable[Member], eviction: Eviction, now: float) ->
 
 
 def may_ever_sleep(member: Member, view: PoolView) -> bool:
-    """Awake, idle, and not kept awake by its model's desiredState: it may be put to sleep for
-    another member once past its minimum residency (`young`)."""
-    if member.state is not MemberState.AWAKE or member.busy:
+    """Awake, idle, not kept awake by its model's desiredState, and its sleep frees something
+    (not a member whose sleep the pool no longer trusts, counted at its whole footprint
+    asleep): it may be put to sleep for another member once past its minimum residency
+    (`young`)."""
+    if member.state is not MemberState.AWAKE or member.busy or member.frees <= 0:
         return False
     return not view.models.get(member.model, ModelNeeds()).keep_awake
 
