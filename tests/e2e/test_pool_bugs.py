@@ -53,6 +53,7 @@ class Member:
             sleep_started=1.0,
         )
         self.selected = [self.pod]
+        self.min_awake_now = 0
         self.memory = ModelMemory()
         self.last_wake_seconds: float | None = 0.01
         self.probe()

@@ -26,6 +26,7 @@ class Source:
     def __init__(self, name: str, spec: InferenceModelSpec, pods: list[PodInfo]) -> None:
         self.name, self.spec, self.selected = name, spec, pods
         self.engines: dict[str, EngineMemory] = {}
+        self.min_awake_now = spec.min_awake
 
     @property
     def last_wake_seconds(self) -> float | None:
@@ -91,6 +92,9 @@ def test_members_their_states_and_footprints() -> None:
     }  # the unscheduled pod holds nothing on the device
     assert {m.footprint for m in members} == {30 * GIB}
     assert needs["m"].min_awake == 0
+    source.min_awake_now = 1  # a keep-awake window in force: the pool keeps one awake too
+    _, needs, _ = loop_over(source)._gather(parse_pool_spec({"memory": "70Gi"}), now=100.0)
+    assert needs["m"].min_awake == 1
 
 
 def test_the_footprint_falls_back_to_the_engine_then_the_pod_args() -> None:

@@ -38,6 +38,7 @@ from snooze.operator.reporter import StatusReporter
 from snooze.operator.scaling import Scaler
 from snooze.policy import claims, probing
 from snooze.policy import scale as scale_policy
+from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
 from snooze.quantities import format_gib
@@ -97,6 +98,9 @@ class ModelLoop:
         """The pods this loop acts on, as of its last cycle."""
         self._asked: set[str] = set()
         """The pools this model asked room of at its last cycle."""
+        self.min_awake_now = 0
+        """The engines it keeps awake now (minAwake, or a keep-awake window's, bounded by the
+        engines it can have): its GPU pool puts none of them to sleep for a neighbour."""
         self._idle_deadline: float | None = None
         """When an awake engine's idle.after ends, if before the next regular cycle could see
         it (policy/sleep.py next_idle_deadline): the loop's next cycle comes then."""
@@ -261,6 +265,11 @@ class ModelLoop:
         decided, wake_requested = self.foresight.decide(
             spec, memory=self.memory, wake_requested=wake_requested, asleep=asleep, now=now
         )
+        # The engines it can have: its pods, or the replicas it has or will get back.
+        kept = 0 if workload is None or workload.replicas is None else workload.replicas
+        can_have = max(len(pods), kept, self.memory.scaled_from or 0)
+        decided = schedule_policy.bounded(decided, can_have)
+        self.min_awake_now = decided.min_awake
         model = sleep_policy.ModelView(
             spec=decided,
             wake_requested=wake_requested,

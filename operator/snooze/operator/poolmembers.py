@@ -26,6 +26,8 @@ class MemberSource(Protocol):
     name: str
     spec: InferenceModelSpec | None
     selected: list[PodInfo]
+    min_awake_now: int
+    """The engines its model keeps awake now: minAwake, or its keep-awake window's."""
 
     @property
     def last_wake_seconds(self) -> float | None: ...

@@ -480,7 +480,10 @@ class PoolLoop:
                     unasked.add(pod.name)
             if model_spec is not None and any(s is source for s in sources.values()):
                 needs[source.name] = ModelNeeds(
-                    min_awake=model_spec.min_awake,
+                    # A keep-awake window's minAwake too: a member kept awake by its model's
+                    # loop and put to sleep by the pool was woken again at once, putting a
+                    # neighbour to sleep each time (round after round, minResidency apart).
+                    min_awake=max(model_spec.min_awake, source.min_awake_now),
                     keep_awake=model_spec.desired_state.value == "Awake",
                 )
         self._unasked = unasked
