@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from snooze.gpupool import Eviction
 from snooze.policy.pool import (
-    CANCELLABLE,
     HEADROOM,
     PRIME,
     Headroom,
@@ -21,6 +20,8 @@ from snooze.policy.pool import (
     PoolDecision,
     PoolView,
     Prime,
+    RoomFor,
+    RoomKind,
     WakeAsk,
     decide_pool,
     eviction_order,
@@ -31,6 +32,14 @@ from snooze.policy.pool import (
 GIB = 2**30
 NOW = 10_000.0
 AWAKE, ASLEEP, DRAINING = MemberState.AWAKE, MemberState.ASLEEP, MemberState.DRAINING
+
+
+def for_wake(pod: str) -> RoomFor:
+    return RoomFor(RoomKind.WAKE, pod)
+
+
+def for_start(pod: str) -> RoomFor:
+    return RoomFor(RoomKind.START, pod)
 
 
 def member(pod: str, state: MemberState = AWAKE, **kw: object) -> Member:
@@ -74,7 +83,7 @@ def test_no_room_puts_the_least_recently_used_idle_member_to_sleep_first() -> No
     )
     decision = decide_pool(view)
     assert decision.grant == set()
-    assert dict(decision.evict) == {"b-0": "c"}
+    assert dict(decision.evict) == {"b-0": for_wake("c-0")}
     [waiting] = decision.waiting
     assert waiting.pod == "c-0" and waiting.making_room
 
@@ -98,7 +107,7 @@ def test_a_busy_member_is_spared_for_an_idle_one() -> None:
         asks={"c-0": NOW},
         min_residency=0.0,
     )
-    assert dict(decide_pool(view).evict) == {"b-0": "c"}
+    assert dict(decide_pool(view).evict) == {"b-0": for_wake("c-0")}
 
 
 def test_when_every_member_is_busy_or_protected_the_wake_waits_and_says_why() -> None:
@@ -121,9 +130,9 @@ def test_lower_priorities_go_first_and_min_awake_and_keep_awake_are_honoured() -
         member("b-0", priority=0, last_used=NOW),
         member("c-0", ASLEEP),
     )
-    assert dict(decide_pool(pool(*members, asks={"c-0": NOW})).evict) == {"b-0": "c"}
+    assert dict(decide_pool(pool(*members, asks={"c-0": NOW})).evict) == {"b-0": for_wake("c-0")}
     kept = pool(*members, asks={"c-0": NOW}, models={"b": ModelNeeds(min_awake=1)})
-    assert dict(decide_pool(kept).evict) == {"a-0": "c"}
+    assert dict(decide_pool(kept).evict) == {"a-0": for_wake("c-0")}
     both = pool(
         *members,
         asks={"c-0": NOW},
@@ -162,7 +171,7 @@ def test_the_finding_one_large_wake_no_longer_stalls_the_pool() -> None:
         member("d-0", ASLEEP, footprint=60 * GIB),
     )
     decision = decide_pool(pool(*members, asks={"d-0": NOW - 10, "c-0": NOW - 5}))
-    assert dict(decision.evict) == {"a-0": "c"}
+    assert dict(decision.evict) == {"a-0": for_wake("c-0")}
     d, c = decision.waiting
     assert (d.pod, d.making_room, c.pod, c.making_room) == ("d-0", False, "c-0", True)
     # What it says is true: a and b may sleep but free too little; p is busy. Nobody is kept
@@ -195,7 +204,7 @@ def test_a_member_that_passed_a_waiting_wake_gives_its_room_back_once_idle() -> 
     # Now a is idle: c is served, and b is not protected by minResidency from it.
     passed = member("b-0", awake_since=NOW - 5, woken_for=NOW - 50, last_used=NOW - 5)
     view = pool(member("a-0", busy=True), passed, member("c-0", ASLEEP), asks={"c-0": NOW - 100})
-    assert dict(decide_pool(view).evict) == {"b-0": "c"}
+    assert dict(decide_pool(view).evict) == {"b-0": for_wake("c-0")}
     # Woken for a wake asked before c's, b keeps its minResidency.
     before = replace(passed, woken_for=NOW - 200)
     decision = decide_pool(replace(view, members=(view.members[0], before, view.members[2])))
@@ -208,7 +217,7 @@ def test_a_wake_whose_requests_are_gone_keeps_no_place() -> None:
     live = WakeAsk(pod="d-0", asked_at=NOW - 5)
     decision = decide_pool(replace(pool(*members), asks=[gone, live]))
     # d, asked later, is served; c puts nobody to sleep and waits for free room.
-    assert set(decision.evict.values()) == {"d"}
+    assert set(decision.evict.values()) == {for_wake("d-0")}
     c, d = sorted(decision.waiting, key=lambda w: w.pod)
     assert c.abandoned and not c.making_room and d.making_room
     # Alone, it still puts nobody to sleep; with free room, it wakes into it.
@@ -234,7 +243,7 @@ def test_a_starting_member_gets_its_room_before_any_wake() -> None:
         asks={"d-0": NOW},
     )
     decision = decide_pool(view)
-    assert dict(decision.evict) == {"a-0": "starting c-0"}
+    assert dict(decision.evict) == {"a-0": for_start("c-0")}
     assert not decision.grant  # d waits behind the starting member
     # Its engine cannot load yet: the device holds the two awake and d's residue, not c.
     assert decision.unplaced == {"c-0"}
@@ -247,7 +256,7 @@ def test_three_members_start_on_a_pool_with_room_for_two_one_at_a_time() -> None
     starting = [member(f"{p}-0", MemberState.STARTING) for p in "cde"]
     view = pool(member("a-0", last_used=NOW - 900), member("b-0", last_used=NOW - 100), *starting)
     decision = decide_pool(view)
-    assert dict(decision.evict) == {"a-0": "starting c-0", "b-0": "starting d-0"}
+    assert dict(decision.evict) == {"a-0": for_start("c-0"), "b-0": for_start("d-0")}
     assert decision.unplaced == {"c-0", "d-0", "e-0"}
     waits = {w.pod: w for w in decision.waiting}
     assert waits["c-0"].making_room and waits["d-0"].making_room
@@ -257,7 +266,7 @@ def test_three_members_start_on_a_pool_with_room_for_two_one_at_a_time() -> None
     asleep = [member("a-0", ASLEEP), member("b-0", ASLEEP)]
     later = pool(*asleep, *loaded, starting[2])
     assert not decide_pool(later).evict
-    assert dict(decide_pool(replace(later, now=NOW + 60)).evict) == {"c-0": "starting e-0"}
+    assert dict(decide_pool(replace(later, now=NOW + 60)).evict) == {"c-0": for_start("e-0")}
 
 
 def test_a_wake_is_not_held_back_by_a_start_for_which_no_room_can_be_made() -> None:
@@ -423,7 +432,9 @@ def test_headroom_honours_min_awake_and_waits_behind_a_waiting_wake() -> None:
     assert dict(decide_pool(view).evict) == {"b-0": HEADROOM}
     asked = replace(view, asks=[WakeAsk(pod="c-0", asked_at=NOW)])
     decision = decide_pool(asked)
-    assert dict(decision.evict) == {"b-0": "c"}  # the wake's own eviction, and nothing more
+    assert dict(decision.evict) == {
+        "b-0": for_wake("c-0")
+    }  # the wake's own eviction, and nothing more
 
 
 def test_headroom_for_two_wakes_sleeps_as_many_as_it_takes_or_none() -> None:
@@ -632,7 +643,7 @@ class World:
             assert m.state is AWAKE and not m.busy  # never a busy member
             if m.awake_since is not None and self.now - m.awake_since < 30.0:
                 # Inside minResidency: only for a wake asked before the one it woke for.
-                asked = self.asked.get(f"{why}-0")
+                asked = self.asked.get(why.subject)
                 assert asked is not None and m.woken_for is not None and m.woken_for > asked
             if why == HEADROOM:
                 assert self.headroom is not None and not waits
@@ -755,7 +766,7 @@ def served(view: PoolView, decision: PoolDecision) -> tuple[object, ...]:
     eager = {a.pod for a in view.asks if not a.lazy}
     return (
         decision.grant & eager,
-        {p: why for p, why in decision.evict.items() if why not in CANCELLABLE},
+        {p: why for p, why in decision.evict.items() if why.promised},
         {w.pod for w in decision.waiting if w.making_room},
     )
 

@@ -6,18 +6,30 @@ import asyncio
 import copy
 from typing import Any
 
+import pytest
+
 from snooze import crd, gpupool, models
 from snooze.gpupool import parse_pool_spec
 from snooze.kube.pods import PodInfo, pod_info
 from snooze.models import InferenceModelSpec, parse_spec
 from snooze.operator.memory import EngineMemory, Process
-from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.metrics import POOL_EVICTION_REASONS, OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
-from snooze.policy.pool import MemberState, PoolDecision, Waiting
+from snooze.policy.pool import (
+    HEADROOM,
+    PRIME,
+    MemberState,
+    PoolDecision,
+    RoomFor,
+    RoomKind,
+    Waiting,
+)
 from snooze.policy.probing import Traffic
 from snooze.sandbox.validation import Check
 
 GIB = 2**30
+FOR_C = RoomFor(RoomKind.WAKE, "c-0")
+"""What a member puts to sleep for c-0's wake makes room for."""
 
 
 class Source:
@@ -116,7 +128,11 @@ def test_an_eviction_counts_under_what_it_was_chosen_for() -> None:
     loop = loop_over(source)
     sources = {"old-0": source, "new-0": source}
     chosen = PoolDecision(
-        grant=frozenset(), evict={"old-0": "starting new-0"}, levels={}, waiting=(), used=0
+        grant=frozenset(),
+        evict={"old-0": RoomFor(RoomKind.START, "new-0")},
+        levels={},
+        waiting=(),
+        used=0,
     )
     loop._publish(chosen, [], sources, now=1.0)
     moved_on = PoolDecision(grant=frozenset(), evict={}, levels={}, waiting=(), used=0)
@@ -248,7 +264,11 @@ def test_the_pool_status_written_says_only_what_its_crd_declares() -> None:
     loop = loop_over(source)
     members, _, _ = loop._gather(pool_spec, now=1.0)
     decision = PoolDecision(
-        grant=frozenset(), evict={"m-0": "wake"}, levels={}, waiting=(), used=31 * GIB
+        grant=frozenset(),
+        evict={"m-0": RoomFor(RoomKind.WAKE, "m-1")},
+        levels={},
+        waiting=(),
+        used=31 * GIB,
     )
     status = loop._status(pool_spec, members, decision, generation=1, now=1.0)
     assert {m["pod"] for m in status["members"]} == {"m-0", "m-1"}
@@ -338,7 +358,7 @@ def test_a_wake_waiting_for_busy_members_reads_every_scrape_of_the_gateway() -> 
     # A scrape newer than the loops' probes: b-0's request ended. The pool takes it at once.
     scraped["b-0"] = Traffic(sent=4, in_flight=0, last=12.0, at=12.5)
     asyncio.run(loop.cycle())
-    assert dict(loop.decision.evict) == {"b-0": "c"}
+    assert dict(loop.decision.evict) == {"b-0": FOR_C}
     assert not loop.watching
 
     # A probe newer than the scrape that saw the engine busy outranks it.
@@ -396,7 +416,7 @@ def test_a_primed_member_is_woken_back_then_forgotten() -> None:
     for name in ("b-0", "c-0"):  # they slept at level 1 before: their copies are pinned
         engines[name].note_host_copy(Process.of(sources[0].selected[0], 8000))
     asyncio.run(loop.cycle())
-    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "prime"}
+    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": PRIME}
     directive = loop.directive("a-0")
     assert directive.evict and directive.headroom and directive.level == 1
     loop.made_room("a-0")  # its model's loop begins the sleep
@@ -433,7 +453,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
 
     async def primed_then_stopped() -> dict[str, Any]:
         await loop.cycle()
-        assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "prime"}
+        assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": PRIME}
         engines["a-0"].action = "Sleep"  # a's loop starts the priming sleep
         engines["a-0"].task = asyncio.create_task(asyncio.sleep(60))
         loop.made_room("a-0")
@@ -475,7 +495,7 @@ def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> No
     async def scenario() -> None:
         loop.ask("c", ["c-0"], now=200.0)
         await loop.cycle()
-        assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "c"}
+        assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": FOR_C}
         # a's loop starts the sleep (the action's task runs), which begins the drain.
         engines["a-0"].action = "Sleep"
         engines["a-0"].task = asyncio.create_task(asyncio.sleep(60))
@@ -497,9 +517,7 @@ def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> No
 def test_a_drain_for_headroom_is_not_promised() -> None:
     source = Source("m", POOLED, [pod("a-0", **READY)])
     loop = loop_over(source)
-    chosen = PoolDecision(
-        grant=frozenset(), evict={"a-0": "headroom"}, levels={}, waiting=(), used=0
-    )
+    chosen = PoolDecision(grant=frozenset(), evict={"a-0": HEADROOM}, levels={}, waiting=(), used=0)
     loop._publish(chosen, [], {"a-0": source}, now=1.0)
     loop.made_room("a-0")
     assert not loop.directive("a-0").promised
@@ -525,7 +543,7 @@ def test_a_member_spared_as_busy_is_not_chosen_again_on_an_older_scrape() -> Non
     loop.hub.traffic = lambda namespace, pod: idle.get(pod)
     loop.ask("c", ["c-0"], now=11.0)
     asyncio.run(loop.cycle())
-    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "c"}
+    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": FOR_C}
     # a's loop checks before the sleep: busy, so a is spared, as the executor does it; the
     # action's end then clears last_probe (confirm with a probe).
     engines["a-0"].saw_busy(now=12.0)
@@ -537,7 +555,7 @@ def test_a_member_spared_as_busy_is_not_chosen_again_on_an_older_scrape() -> Non
     # A newer scrape: a's stream ended. The pool takes it.
     idle["a-0"] = Traffic(sent=2, in_flight=0, last=13.0, at=13.5)
     asyncio.run(loop.cycle())
-    assert dict(loop.decision.evict) == {"a-0": "c"}
+    assert dict(loop.decision.evict) == {"a-0": FOR_C}
 
 
 def test_a_wake_whose_requests_are_all_gone_keeps_no_place_until_they_come_back() -> None:
@@ -575,7 +593,7 @@ def test_a_member_woken_for_a_wake_remembers_when_that_wake_was_asked() -> None:
     sources[0].engines["a-0"].busy = False  # a may make room for c now
     loop.ask("c", ["c-0"], now=11.0)
     asyncio.run(loop.cycle())
-    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "c"}
+    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": FOR_C}
     sources[0].engines["a-0"].sleeping = True  # a slept for it (Snooze drained it)
     sources[0].engines["a-0"].drain_started = 12.0
     asyncio.run(loop.cycle())
@@ -589,3 +607,41 @@ def test_a_member_woken_for_a_wake_remembers_when_that_wake_was_asked() -> None:
     asyncio.run(loop.cycle())
     members, _, _ = loop._gather(parse_pool_spec({"memory": "70Gi"}), now=15.0)
     assert all(m.woken_for is None for m in loop._follow_wakes(members))
+
+
+@pytest.mark.parametrize("name", ["headroom", "prime", "starting", "start", "wake", "books"])
+def test_a_model_and_pod_named_like_a_marker_of_the_pool_change_nothing(name: str) -> None:
+    """A model (and its pod) named like a word the pool uses for itself: its wake puts a
+    member to sleep as any wake does: counted as a wake, told as one, and a request for that
+    member cannot cancel the drain that makes the promised room."""
+    sources = [Source(app, model_spec(app), [pod(f"{app}-0", **READY)]) for app in "ab"]
+    for source in sources:
+        source.engines[f"{source.name}-0"] = EngineMemory(last_activity=0.0, sleeping=False)
+    named = Source(name, model_spec(name), [pod(name, **READY)])
+    named.engines[name] = EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0)
+    told: list[str] = []
+    loop = PoolLoop(
+        namespace="ns",
+        name="gpu",
+        body={"metadata": {"name": "gpu"}, "spec": {"memory": "70Gi"}},
+        api=NoApi(),  # type: ignore[arg-type]
+        hub=PoolHub(),
+        models=lambda: [*sources, named],
+        emit=lambda kind, reason, message: told.append(message),
+        metrics=OperatorMetrics(),
+        interval=10.0,
+    )
+    loop.ask(name, [name], now=1.0)
+    asyncio.run(loop.cycle())
+    assert loop.decision is not None
+    [(evicted, room)] = loop.decision.evict.items()
+    assert room == RoomFor(RoomKind.WAKE, name)
+    loop.made_room(evicted)
+    evictions = loop.metrics.pool_evictions
+    counted = {r: evictions.labels("ns", "gpu", r)._value.get() for r in POOL_EVICTION_REASONS}
+    assert counted == {r: float(r == "wake") for r in POOL_EVICTION_REASONS}
+    assert told == [f"{evicted} ({evicted[0]}) sleeps to make room for {name}"]
+    directive = loop.directive(evicted)
+    assert directive.promised and not directive.headroom  # the drain is not cancelled
+    asyncio.run(loop.cycle())
+    assert not any(m["primed"] for m in loop._written["members"])

@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-from test_pool_members import three_member_pool
+from test_pool_members import FOR_C, three_member_pool
 
 from snooze.models import parse_spec
 from snooze.operator.memory import EngineMemory
 from snooze.operator.pools import PoolLoop
 from snooze.operator.pooltrust import Trust
-from snooze.policy.pool import Member, MemberState
+from snooze.policy.pool import BOOKS, Member, MemberState
 from snooze.policy.sleep import MEMORY_NOT_FREED, ActionKind, EngineView, ModelView, decide
 
 GIB = 2**30
@@ -31,7 +31,7 @@ def sleep_for_c(loop: PoolLoop, engines: dict[str, EngineMemory]) -> None:
     memory: a's sleep kept its memory."""
     loop.ask("c", ["c-0"], now=time.time())
     asyncio.run(loop.cycle())
-    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "c"}
+    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": FOR_C}
     loop.made_room("a-0")
     a = engines["a-0"]
     a.action = "Sleep"
@@ -72,7 +72,7 @@ def test_the_member_whose_sleep_made_the_room_is_blamed_and_counted_whole() -> N
     # The books count a whole now: more than the device holds. b sleeps to make that good;
     # c (counted whole since its wake failed) waits until it is made good, and a is never
     # asked to sleep again (its sleep frees nothing).
-    assert loop.decision is not None and dict(loop.decision.evict) == {"b-0": "the pool's books"}
+    assert loop.decision is not None and dict(loop.decision.evict) == {"b-0": BOOKS}
     assert not loop.decision.grant
     [wait] = loop.decision.waiting
     assert wait.pod == "c-0" and wait.making_room and "books" in wait.reason
@@ -154,7 +154,7 @@ def test_a_wake_granted_into_free_room_blames_the_last_sleep_and_those_never_see
     after = [member(p, MemberState.ASLEEP) for p in ("a-0", "b-0", "u-0")]
     after.append(member("w-0", MemberState.ASLEEP))
     trust.follow(after, {})
-    trust.granted("w-0", "w")  # from free room: no sleep was made for it
+    trust.granted("w-0")  # from free room: no sleep was made for it
     [found] = trust.judge(after, {"w-0": 5.0})
     # b's sleep was confirmed last; u-0 and w-0 were asleep when first seen (w-0 failed).
     assert found.suspects == ("b-0", "u-0") and not found.made_room

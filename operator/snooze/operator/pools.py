@@ -23,8 +23,6 @@ from snooze.operator.poolmembers import MemberSource, pool_name_of, read_member,
 from snooze.operator.poolstatus import invalid_pool_status, pool_status
 from snooze.operator.pooltrust import OUT_OF_MEMORY, Disagreement, Trust
 from snooze.policy.pool import (
-    CANCELLABLE,
-    HEADROOM,
     PRIME,
     Headroom,
     Member,
@@ -33,6 +31,8 @@ from snooze.policy.pool import (
     PoolDecision,
     PoolView,
     Prime,
+    RoomFor,
+    RoomKind,
     Waiting,
     WakeAsk,
     decide_pool,
@@ -166,7 +166,7 @@ class PoolLoop:
         self.decision: PoolDecision | None = None
         self._evicted: set[str] = set()
         """Members told (by Event) to make room, while the decision stands."""
-        self._room_for: dict[str, str] = {}
+        self._room_for: dict[str, RoomFor] = {}
         """Member -> what it was last chosen to make room for: its sleep may begin after the
         decision has moved on (a starting member it made room for is loading by then)."""
         self._granted: set[str] = set()
@@ -179,7 +179,7 @@ class PoolLoop:
         counters makes the pool look again, so that it takes the first idle moment."""
         self._processes: dict[str, Process] = {}
         """Member -> its engine's process: which one the status's hostCopy speaks of."""
-        self._sleeping_for: dict[str, str] = {
+        self._sleeping_for: dict[str, RoomFor] = {
             str(entry.get("pod")): PRIME
             for entry in self._written.get("members") or []
             if isinstance(entry, Mapping) and entry.get("primed") is True
@@ -209,8 +209,8 @@ class PoolLoop:
         return Directive(
             grant=pod in decision.grant,
             evict=pod in decision.evict,
-            headroom=decision.evict.get(pod) in CANCELLABLE,
-            promised=pod in self._sleeping_for and self._sleeping_for[pod] not in CANCELLABLE,
+            headroom=pod in decision.evict and not decision.evict[pod].promised,
+            promised=pod in self._sleeping_for and self._sleeping_for[pod].promised,
             rewake=pod in decision.grant and pod in self._priming,
             level=decision.levels.get(pod),
             restart=pod in self._restart and pod in self.trust.untrusted,
@@ -231,22 +231,29 @@ class PoolLoop:
         """A member's sleep to make room has begun: counted as an eviction, and told in a
         MakingRoom Event, now (one chosen on an old probe and found busy is spared, and is
         neither)."""
-        for_what = self._room_for.pop(pod, "")
-        self._sleeping_for[pod] = for_what
-        if for_what == HEADROOM:
-            reason, why = "headroom", "keep room free for the next wake (headroom)"
-        elif for_what == PRIME:
-            reason = "prime"
-            why = "pin its host copy ahead of need, and wakes again at once (prime)"
-        elif for_what.startswith("starting "):
-            reason, why = "start", f"make room for {for_what}"
-        else:
-            reason, why = "wake", f"make room for {for_what or 'another member'}"
+        room = self._room_for.pop(pod, None) or RoomFor(RoomKind.WAKE)
+        self._sleeping_for[pod] = room
         self._evictions += 1
-        self.metrics.pool_evictions.labels(self.namespace, self.name, reason).inc()
+        self.metrics.pool_evictions.labels(self.namespace, self.name, room.kind.value).inc()
         source = self._sources.get(pod)
         owner = source.name if source is not None else "?"
-        self.emit("Normal", "MakingRoom", f"{pod} ({owner}) sleeps to {why}")
+        self.emit("Normal", "MakingRoom", f"{pod} ({owner}) sleeps to {self._making(room)}")
+
+    def _making(self, room: RoomFor) -> str:
+        """What a sleep makes room for, for people."""
+        if room.kind is RoomKind.HEADROOM:
+            return "keep room free for the next wake (headroom)"
+        if room.kind is RoomKind.PRIME:
+            return "pin its host copy ahead of need, and wakes again at once (prime)"
+        if room.kind is RoomKind.START:
+            return f"make room for starting {room.subject}"
+        if room.kind is RoomKind.BOOKS:
+            return (
+                "make the pool's books good: they count more than its device holds (a member "
+                "whose sleep frees nothing counts whole)"
+            )
+        source = self._sources.get(room.subject)
+        return f"make room for {source.name if source is not None else 'another member'}"
 
     def waiting_for(self, pods: Iterable[str]) -> Waiting | None:
         decision = self.decision
@@ -500,7 +507,7 @@ class PoolLoop:
         self.decision = decision
         self._room_for = {p: f for p, f in self._room_for.items() if p in sources}
         self._room_for.update(decision.evict)
-        for pod, model in decision.evict.items():
+        for pod, room in decision.evict.items():
             if pod in self._evicted:
                 continue
             self._evicted.add(pod)
@@ -508,16 +515,15 @@ class PoolLoop:
             # The Event waits for the sleep to begin (made_room): a member chosen on an old
             # probe may turn out busy and be spared.
             log.info(
-                "pool %s/%s: %s (%s) chosen to sleep to make room for %s",
-                *(self.namespace, self.name, pod, owner, model),
+                "pool %s/%s: %s (%s) chosen to sleep to %s",
+                *(self.namespace, self.name, pod, owner, self._making(room)),
             )
         self._evicted &= set(decision.evict)
         # A grant stands, and its ask keeps its place in the queue, until the member's own loop
         # starts the wake and withdraws the ask: a later ask must not take its room meanwhile.
         for pod in decision.grant - self._granted:
             asked = self.asks.get(pod)
-            if pod in sources:
-                self.trust.granted(pod, sources[pod].name)
+            self.trust.granted(pod)
             if asked is not None:
                 self._woken_for[pod] = asked.at
                 self.metrics.observe_pool_wait(

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from snooze.operator.memory import Process
-from snooze.policy.pool import Member, MemberState
+from snooze.policy.pool import Member, MemberState, RoomFor, RoomKind
 
 OUT_OF_MEMORY = "OutOfMemory"
 
@@ -40,13 +40,13 @@ class Trust:
     """Member -> the order in which this pool saw its latest sleep confirmed."""
     _count: int = 0
     _slept_for: dict[str, list[str]] = field(default_factory=dict)
-    """What sleeps made room for (a model's wake) -> the members whose sleep was confirmed."""
+    """Member whose wake sleeps made room for -> the members whose sleep was confirmed."""
     _room_makers: dict[str, list[str]] = field(default_factory=dict)
     """Member granted a wake -> the members whose sleeps made its room."""
     _failures: dict[str, float] = field(default_factory=dict)
     """Member -> when its latest wake out of memory failed (each one is judged once)."""
 
-    def follow(self, members: Iterable[Member], sleeping_for: Mapping[str, str]) -> None:
+    def follow(self, members: Iterable[Member], sleeping_for: Mapping[str, RoomFor]) -> None:
         """This cycle's members, and what the sleeps under way make room for: a member seen
         draining and now asleep has confirmed its sleep."""
         states = {m.pod: m.state for m in members}
@@ -54,17 +54,17 @@ class Trust:
             if state is MemberState.ASLEEP and self._states.get(pod) is MemberState.DRAINING:
                 self._count += 1
                 self._confirmed[pod] = self._count
-                for_what = sleeping_for.get(pod)
-                if for_what is not None:
-                    self._slept_for.setdefault(for_what, []).append(pod)
+                room = sleeping_for.get(pod)
+                if room is not None and room.kind is RoomKind.WAKE:
+                    self._slept_for.setdefault(room.subject, []).append(pod)
         self._states = states
         for known in (self._confirmed, self.untrusted, self._failures, self._room_makers):
             for pod in [p for p in known if p not in states]:
                 del known[pod]
 
-    def granted(self, pod: str, model: str) -> None:
-        """`pod` (of `model`) may wake: the sleeps confirmed for its model made its room."""
-        self._room_makers[pod] = self._slept_for.pop(model, [])
+    def granted(self, pod: str) -> None:
+        """`pod` may wake: the sleeps confirmed for its wake made its room."""
+        self._room_makers[pod] = self._slept_for.pop(pod, [])
 
     def judge(self, members: Iterable[Member], failures: Mapping[str, float]) -> list[Disagreement]:
         """The new wakes out of memory (`failures`: member -> when its last wake failed for

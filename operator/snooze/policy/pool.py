@@ -55,7 +55,7 @@ from snooze.policy.poolorder import (
     young,
 )
 from snooze.policy.pooltypes import (
-    CANCELLABLE,
+    BOOKS,
     HEADROOM,
     HOLDS_FOOTPRINT,
     PRIME,
@@ -67,13 +67,15 @@ from snooze.policy.pooltypes import (
     PoolDecision,
     PoolView,
     Prime,
+    RoomFor,
+    RoomKind,
     Waiting,
     WakeAsk,
 )
 from snooze.quantities import format_gib
 
 __all__ = [
-    "CANCELLABLE",
+    "BOOKS",
     "HEADROOM",
     "HOLDS_FOOTPRINT",
     "PRIME",
@@ -85,6 +87,8 @@ __all__ = [
     "PoolDecision",
     "PoolView",
     "Prime",
+    "RoomFor",
+    "RoomKind",
     "Waiting",
     "WakeAsk",
     "decide_pool",
@@ -158,7 +162,7 @@ def decide_pool(view: PoolView) -> PoolDecision:
     room.hole = room.free + sum(room.releasing)
 
     grant: set[str] = set()
-    evict: dict[str, str] = {}
+    evict: dict[str, RoomFor] = {}
     waiting: list[Waiting] = []
     over = room.free < 0
     making_good = False
@@ -169,7 +173,7 @@ def decide_pool(view: PoolView) -> PoolDecision:
         if plan is not None:
             making_good = True
             for candidate in _commit(room, 0, plan):
-                evict[candidate.pod] = "the pool's books"
+                evict[candidate.pod] = BOOKS
     # Starting members take their footprint as soon as it is free: room is made for each in
     # turn (in pod-name order, as they are placed) before any wake. One for which no room can
     # be made now holds back none of the others, but a wake is served only where such a
@@ -184,7 +188,7 @@ def decide_pool(view: PoolView) -> PoolDecision:
             threat = min(threat, member.footprint)
             continue
         for candidate in _commit(room, member.footprint, plan):
-            evict[candidate.pod] = f"starting {pod}"
+            evict[candidate.pod] = RoomFor(RoomKind.START, pod)
         waiting.append(_wait(member, member.footprint, True, SERVED))
     asleep_asks = [
         a for a in view.asks if a.pod in members and members[a.pod].state is MemberState.ASLEEP
@@ -225,7 +229,7 @@ def decide_pool(view: PoolView) -> PoolDecision:
             waiting.append(_wait(member, need, False, why))
             continue
         for candidate in _commit(room, need, plan):
-            evict[candidate.pod] = member.model
+            evict[candidate.pod] = RoomFor(RoomKind.WAKE, member.pod)
         waiting.append(_wait(member, need, True, SERVED))
     # A wake whose requests are gone does not hold back what a quiet pool does.
     quiet = room.free >= 0 and all(w.abandoned for w in waiting)

@@ -154,22 +154,49 @@ class Waiting:
     """Its requests are gone: it waits only for free room (WakeAsk.abandoned)."""
 
 
-# What `PoolDecision.evict` says a member makes room for when no wake has asked yet.
-HEADROOM = "headroom"
-# What it says of a member put to sleep only to pin its host copy (it is woken back at once).
-PRIME = "prime"
-# The sleeps that promise their room to no wake: a request for the member may cancel them.
-CANCELLABLE = frozenset({HEADROOM, PRIME})
+class RoomKind(StrEnum):
+    """What a member is put to sleep to make room for (also the eviction metric's reason)."""
+
+    WAKE = "wake"
+    """A member's wake: `RoomFor.subject` names it."""
+    START = "start"
+    """A member that starts: `RoomFor.subject` names it."""
+    BOOKS = "books"
+    """The pool's books count more than its device holds (a member it no longer trusts to
+    free its memory counts whole): room is made to make them good."""
+    HEADROOM = "headroom"
+    """Wakes to come: room kept free ahead of need."""
+    PRIME = "prime"
+    """Nothing: it sleeps at level 1 only to pin its host copy, and is woken back at once."""
+
+
+@dataclass(frozen=True)
+class RoomFor:
+    """What a member's sleep makes room for: a kind, and the member it is for (a pod's name,
+    for a wake or a start). Never a string parsed back: a model or a pod may be named like
+    any word the pool uses for itself."""
+
+    kind: RoomKind
+    subject: str = ""
+
+    @property
+    def promised(self) -> bool:
+        """Its room is promised to a wake or a start: a request for the member must not
+        cancel its drain (headroom's and a prime's are not: their room waits for nobody)."""
+        return self.kind in (RoomKind.WAKE, RoomKind.START, RoomKind.BOOKS)
+
+
+HEADROOM = RoomFor(RoomKind.HEADROOM)
+PRIME = RoomFor(RoomKind.PRIME)
+BOOKS = RoomFor(RoomKind.BOOKS)
 
 
 @dataclass(frozen=True, kw_only=True)
 class PoolDecision:
     grant: frozenset[str]
     """Members that may wake now."""
-    evict: Mapping[str, str]
-    """Members to put to sleep now, with what they make room for: the model whose wake asked,
-    `starting POD[, POD]` for members that start, HEADROOM for wakes to come, or PRIME (it
-    sleeps at level 1 only to pin its host copy, and is woken back by a lazy ask)."""
+    evict: Mapping[str, RoomFor]
+    """Members to put to sleep now, with what they make room for."""
     levels: Mapping[str, int]
     """The level each awake member sleeps at if it sleeps now (host memory may force 2)."""
     waiting: Sequence[Waiting]
