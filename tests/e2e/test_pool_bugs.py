@@ -54,6 +54,7 @@ class Member:
         )
         self.selected = [self.pod]
         self.min_awake_now = 0
+        self.cycled = True
         self.memory = ModelMemory()
         self.last_wake_seconds: float | None = 0.01
         self.probe()

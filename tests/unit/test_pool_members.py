@@ -39,6 +39,7 @@ class Source:
         self.name, self.spec, self.selected = name, spec, pods
         self.engines: dict[str, EngineMemory] = {}
         self.min_awake_now = spec.min_awake
+        self.cycled = True
 
     @property
     def last_wake_seconds(self) -> float | None:
@@ -71,11 +72,11 @@ POOLED = parse_spec(
 )
 
 
-def loop_over(source: Source) -> PoolLoop:
+def loop_over(source: Source, status: dict[str, Any] | None = None) -> PoolLoop:
     return PoolLoop(
         namespace="ns",
         name="gpu",
-        body={"metadata": {"name": "gpu"}, "spec": {"memory": "70Gi"}},
+        body={"metadata": {"name": "gpu"}, "spec": {"memory": "70Gi"}, "status": status or {}},
         api=None,  # type: ignore[arg-type]  # _gather makes no API call
         hub=PoolHub(),
         models=lambda: [source],
@@ -292,8 +293,7 @@ def test_an_operator_restarted_reads_the_copies_from_the_pool_status() -> None:
     # A new operator process: no memory of the engine, only the status it finds, as the API
     # server stored it (fields its CRD does not declare pruned).
     source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
-    second = loop_over(source)
-    second._written = stored(status)
+    second = loop_over(source, status=stored(status))
     [member], _, _ = second._gather(pool_spec, now=2.0)
     assert member.host_copy
     # The same pod, its engine container restarted since that status was written: no copy.
@@ -645,3 +645,66 @@ def test_a_model_and_pod_named_like_a_marker_of_the_pool_change_nothing(name: st
     assert directive.promised and not directive.headroom  # the drain is not cancelled
     asyncio.run(loop.cycle())
     assert not any(m["primed"] for m in loop._written["members"])
+
+
+class Writes:
+    """The pool's status writes, kept."""
+
+    def __init__(self) -> None:
+        self.statuses: list[dict[str, Any]] = []
+
+    async def patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.statuses.append(args[2]["status"])
+        return {}
+
+
+def test_a_restarted_operator_s_pool_waits_for_every_model_then_keeps_the_copies() -> None:
+    """After a restart of the operator, a pool's loop may cycle before a model's loop has: it
+    knew none of that model's pods, and the status it wrote then forgot their host copies (a
+    member that should have slept at level 2 slept at level 1). It decides and writes nothing
+    until every model of its namespace has cycled; and a member missing from one cycle keeps
+    its copy."""
+    spec = {"memory": "70Gi", "hostMemory": "64Gi"}
+    before = Source("m", POOLED, [engine_pod("m-0", 2)])
+    before.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
+    before.engines["m-0"].note_host_copy(Process("uid-m-0", 2))
+    first = loop_over(before)
+    members, _, _ = first._gather(parse_pool_spec(spec), now=1.0)
+    decision = PoolDecision(grant=frozenset(), evict={}, levels={}, waiting=(), used=30 * GIB)
+    written = stored(first._status(parse_pool_spec(spec), members, decision, 1, 1.0))
+
+    # The new operator: the model's loop has not cycled yet (it knows no pod, no copy).
+    source = Source("m", POOLED, [])
+    source.cycled = False
+    source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
+    writes = Writes()
+    loop = PoolLoop(
+        namespace="ns",
+        name="gpu",
+        body={"metadata": {"name": "gpu"}, "spec": spec, "status": written},
+        api=writes,  # type: ignore[arg-type]
+        hub=PoolHub(),
+        models=lambda: [source],
+        emit=lambda *_: None,
+        metrics=OperatorMetrics(),
+        interval=10.0,
+        expected=lambda: ["m", "other"],  # "other" has no loop yet either
+    )
+    asyncio.run(loop.cycle())
+    assert loop.decision is None and not writes.statuses
+    source.cycled, source.selected = True, [engine_pod("m-0", 2)]
+    asyncio.run(loop.cycle())
+    assert loop.decision is None and not writes.statuses  # "other" has not cycled yet
+    loop.expected = lambda: ["m"]  # (deleted meanwhile)
+    asyncio.run(loop.cycle())
+    [entry] = writes.statuses[-1]["members"]
+    assert entry["hostCopy"] and writes.statuses[-1]["hostUsedBytes"] == 29 * GIB
+
+    # Its pod missing from one cycle (its loop restarted): the copy is not forgotten.
+    source.selected = []
+    asyncio.run(loop.cycle())
+    assert writes.statuses[-1]["members"] == []
+    source.selected = [engine_pod("m-0", 2)]
+    asyncio.run(loop.cycle())
+    [entry] = writes.statuses[-1]["members"]
+    assert entry["hostCopy"]

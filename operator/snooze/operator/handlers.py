@@ -358,6 +358,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             emit=emit,
             metrics=runtime.metrics,
             interval=runtime.settings.probe_interval,
+            expected=lambda: runtime.indexes.models_in(namespace) if runtime.indexes else (),
         )
         runtime.pools.loops[(namespace, name)] = loop
 

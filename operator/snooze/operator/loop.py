@@ -98,6 +98,8 @@ class ModelLoop:
         """The pods this loop acts on, as of its last cycle."""
         self._asked: set[str] = set()
         """The pools this model asked room of at its last cycle."""
+        self.cycled = False
+        """Its first cycle has run: its pods are known (a GPU pool waits for every model's)."""
         self.min_awake_now = 0
         """The engines it keeps awake now (minAwake, or a keep-awake window's, bounded by the
         engines it can have): its GPU pool puts none of them to sleep for a neighbour."""
@@ -178,6 +180,7 @@ class ModelLoop:
                 log.exception("cycle of %s/%s failed", self.namespace, self.name)
                 self.metrics.reconcile_errors.labels(self.namespace, self.name).inc()
             self.metrics.cycle_duration.observe(time.monotonic() - began)
+            self.cycled = True
             # Loops started together (an operator restart) would probe in lockstep, thousands
             # of requests at once; a random first wait spreads them over the interval for good.
             wait = self.settings.probe_interval * (random.random() if first else 1.0)

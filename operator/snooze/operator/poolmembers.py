@@ -28,6 +28,8 @@ class MemberSource(Protocol):
     selected: list[PodInfo]
     min_awake_now: int
     """The engines its model keeps awake now: minAwake, or its keep-awake window's."""
+    cycled: bool
+    """Its first cycle has run, so `selected` says which pods it has."""
 
     @property
     def last_wake_seconds(self) -> float | None: ...

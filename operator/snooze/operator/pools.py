@@ -146,8 +146,12 @@ class PoolLoop:
         emit: Emit,
         metrics: OperatorMetrics,
         interval: float,
+        expected: Callable[[], Iterable[str]] = lambda: (),
     ) -> None:
         self.namespace = namespace
+        self.expected = expected
+        """The models of its namespace (as the operator's watches show them): the pool decides
+        and writes its status only once each of their loops has cycled."""
         self.name = name
         self.body = body
         self.api = api
@@ -179,6 +183,17 @@ class PoolLoop:
         counters makes the pool look again, so that it takes the first idle moment."""
         self._processes: dict[str, Process] = {}
         """Member -> its engine's process: which one the status's hostCopy speaks of."""
+        self._copies: dict[str, Process] = {
+            str(entry.get("pod")): Process(
+                str(entry.get("podUid")), restart_count(entry.get("restarts"))
+            )
+            for entry in self._written.get("members") or []
+            if isinstance(entry, Mapping) and entry.get("hostCopy") is True
+        }
+        """Member -> the engine process known to keep a host copy: read from the status once,
+        then as the members are seen. A member missing from one cycle (its loop restarted,
+        its pod not seen for a moment) keeps its entry: the copy is forgotten only when its
+        engine is seen without it."""
         self._sleeping_for: dict[str, RoomFor] = {
             str(entry.get("pod")): PRIME
             for entry in self._written.get("members") or []
@@ -301,9 +316,20 @@ class PoolLoop:
             await self._write_status(self._invalid_status(str(exc), generation, now))
             return
         self.spec = spec
+        if not self._heard_from_all():
+            # A partial view undercounts the device (a member not yet known holds its memory)
+            # and, written, the status would forget the host copies of the members missing
+            # from it: after a restart of the operator, a copy was lost so, and a member that
+            # should have slept at level 2 slept at level 1.
+            return
         members, needs, sources = self._gather(spec, now)
         self._sources = sources
         self._processes = {p: v for p, v in self._processes.items() if p in sources}
+        for m in members:
+            if m.host_copy:
+                self._copies[m.pod] = self._processes[m.pod]
+            else:
+                self._copies.pop(m.pod, None)  # seen without one: a new engine process
         # Asks of pods that left the pool, or that woke meanwhile, lapse.
         for pod in [p for p in self.asks if p not in sources]:
             del self.asks[pod]
@@ -339,6 +365,19 @@ class PoolLoop:
             self.hub.hurry(self.interval)
         self._publish(decision, members, sources, now)
         await self._write_status(self._status(spec, members, decision, generation, now))
+
+    def _heard_from_all(self) -> bool:
+        """Every model's loop (of those the pool knows of, and those the watches show) has
+        cycled at least once."""
+        sources = list(self.models())
+        heard = {s.name for s in sources if s.cycled}
+        waiting = {s.name for s in sources if not s.cycled} | (set(self.expected()) - heard)
+        if waiting:
+            log.debug(
+                "pool %s/%s waits for the first cycle of %s",
+                *(self.namespace, self.name, ", ".join(sorted(waiting))),
+            )
+        return not waiting
 
     def _follow_trust(
         self, members: list[Member], sources: Mapping[str, MemberSource]
@@ -456,14 +495,7 @@ class PoolLoop:
         sources: dict[str, MemberSource] = {}
         unasked: set[str] = set()
         claims = self.hub.claims(self.namespace)
-        # What the pool's status says of each member's copy, read once for the whole cycle.
-        copies = {
-            str(entry.get("pod")): Process(
-                str(entry.get("podUid")), restart_count(entry.get("restarts"))
-            )
-            for entry in self._written.get("members") or []
-            if isinstance(entry, Mapping) and entry.get("hostCopy") is True
-        }
+        copies = self._copies
         for source in self.models():
             model_spec = source.spec
             for pod in source.selected:
