@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
-from snooze.engine.errors import EngineError, SleepModeDisabledError
+from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
 from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import (
     SLEEP_LEVEL_ANNOTATION,
@@ -27,7 +27,7 @@ from snooze.kube.pods import (
 from snooze.models import STATE_LABEL, EngineState, InferenceModelSpec
 from snooze.operator.memory import EngineMemory, ModelMemory, Process
 from snooze.operator.metrics import OperatorMetrics
-from snooze.policy.sleep import Action, ActionKind, retry_delay
+from snooze.policy.sleep import MEMORY_NOT_FREED, Action, ActionKind, retry_delay
 
 log = logging.getLogger(__name__)
 # What the operator did, one line each (events.teller logs the actions that post an Event).
@@ -252,13 +252,20 @@ class Executor:
     ) -> None:
         await self.api.delete(pods_ref(self.namespace), pod.name)
         engine.deleted = True
-        reason = engine.last_failure_reason or "WakeFailed"
+        if action.reason == MEMORY_NOT_FREED:
+            reason = action.reason
+            why = "its sleep did not give its GPU pool's device its memory back"
+        else:
+            reason = engine.last_failure_reason or "WakeFailed"
+            why = (
+                f"its engine failed to wake {engine.wake_failures} time(s) "
+                f"({engine.last_failure_reason})"
+            )
         self.metrics.restarts.labels(self.namespace, self.model, reason).inc()
         self.emit(
             "Warning",
             "PodRestarted",
-            f"deleted {pod.name} so that its controller recreates it: its engine failed to "
-            f"wake {engine.wake_failures} time(s) ({engine.last_failure_reason})",
+            f"deleted {pod.name} so that its controller recreates it: {why}",
         )
 
     async def _sleep(
@@ -403,15 +410,24 @@ class Executor:
                     "the engine answered /wake_up but still says it sleeps", url=client.base_url
                 )
         except EngineError as exc:
+            pool = self.pool_of(pod)
+            said = str(exc)
+            if isinstance(exc, OutOfMemoryError) and pool is not None:
+                self.metrics.pool_oom.labels(self.namespace, pool).inc()
+                # Its pool had counted room for it: another member holds more than it says,
+                # not an engine outside the pool.
+                said = (
+                    f"{exc.url} ran out of device memory waking up, where GPUPool {pool} had "
+                    "counted room for it: a member of the pool holds memory its sleep should "
+                    "have given back (the pool's MemoryNotFreed Event names it, and the pool "
+                    f"makes room without it). vLLM said: {exc.message!r}"
+                )
             engine.wake_failures += 1
             engine.last_failure = time.time()
             engine.last_failure_reason = exc.reason
-            engine.last_failure_message = str(exc)
-            self.memory.failure = (pod.name, exc.reason, str(exc))
+            engine.last_failure_message = said
+            self.memory.failure = (pod.name, exc.reason, said)
             self.metrics.wake_failures.labels(self.namespace, self.model, exc.reason).inc()
-            pool = self.pool_of(pod)
-            if exc.reason == "OutOfMemory" and pool is not None:
-                self.metrics.pool_oom.labels(self.namespace, pool).inc()
             sleeping = await _sleeping_or_none(client)
             await self.label(
                 pod, EngineState.AWAKE if sleeping is False else EngineState.ASLEEP, engine
@@ -420,7 +436,7 @@ class Executor:
                 "Warning",
                 "WakeFailed",
                 f"{pod.name}: wake failed ({exc.reason}, failure {engine.wake_failures} of "
-                f"{spec.wake.failure_threshold}): {exc}",
+                f"{spec.wake.failure_threshold}): {said}",
             )
             return
         seconds = time.monotonic() - started

@@ -26,6 +26,7 @@ IN_FLIGHT = "snooze_gateway_pod_requests_in_flight"
 LAST = "snooze_gateway_pod_last_request_timestamp_seconds"
 FAMILIES = frozenset({SENT, IN_FLIGHT, LAST})
 WENT_IDLE = "snooze_gateway_pods_went_idle_total"
+HELD = "snooze_gateway_held_requests"
 # While a GPU pool waits for a busy member to finish, the replicas are scraped this many times
 # per interval, and also as soon as one says an engine went idle: a burst's idle gaps last
 # seconds, and the pool must see one to use it...
@@ -54,6 +55,17 @@ def read_page(text: str, at: float = 0.0) -> dict[tuple[str, str], Traffic]:
         )
         for key in sent.keys() | flight.keys() | last.keys()
     }
+
+
+def read_held(text: str) -> dict[tuple[str, str], int]:
+    """Pure: the requests one replica holds for each model's wake, as (namespace, model) ->
+    count (a value that is not a count reads as one: some request is held)."""
+    held: dict[tuple[str, str], int] = {}
+    for _, labels, value in samples(text, frozenset({HELD})):
+        key = (label(labels, "namespace") or "", label(labels, "model") or "")
+        count = int(value) if math.isfinite(value) and value >= 0 else 1
+        held[key] = held.get(key, 0) + count
+    return held
 
 
 def went_idle(text: str) -> int | None:
@@ -119,6 +131,8 @@ class GatewayTraffic:
         """Called after each scrape (the pools that wait for a busy member look again)."""
         self.idled: dict[str, int] = {}
         """Replica URL -> its count of engines gone idle, as its last page said."""
+        self.holding: dict[tuple[str, str], int] = {}
+        """(namespace, model) -> requests held for its wake, by every replica together."""
 
     @property
     def enabled(self) -> bool:
@@ -131,6 +145,13 @@ class GatewayTraffic:
             return None
         quiet = Traffic(sent=0.0, in_flight=0, last=None, at=self.at)
         return self.pods.get((namespace, pod), quiet)
+
+    def held(self, namespace: str, model: str) -> int | None:
+        """Requests the gateway holds for a model's wake now; None when it cannot be known (no
+        gateway given, or a replica did not answer)."""
+        if not self.complete:
+            return None
+        return self.holding.get((namespace, model), 0)
 
     def hurry(self, seconds: float) -> None:
         """Scrape HURRIED times per interval for the next `seconds` (now, if not already)."""
@@ -165,8 +186,13 @@ class GatewayTraffic:
         urls = list(self.urls) + await self._discovered()
         began = time.time()
         pages = await asyncio.gather(*(self._page(session, url, began) for url in urls))
-        answered = [page for page, _ in filter(None, pages)]
+        answered = [page for page, _, _ in filter(None, pages)]
         self.pods = merge(answered)
+        holding: dict[tuple[str, str], int] = {}
+        for _, _, held in filter(None, pages):
+            for key, count in held.items():
+                holding[key] = holding.get(key, 0) + count
+        self.holding = holding
         self.at = began
         self.complete = bool(urls) and len(answered) == len(urls)
         counts = zip(urls, pages, strict=True)
@@ -174,18 +200,20 @@ class GatewayTraffic:
 
     async def _page(
         self, session: aiohttp.ClientSession, url: str, began: float
-    ) -> tuple[dict[tuple[str, str], Traffic], int | None] | None:
-        """A replica's page and its count of engines gone idle; None if it did not answer."""
-        query = [("name[]", name) for name in sorted(FAMILIES | {WENT_IDLE})]
+    ) -> tuple[dict[tuple[str, str], Traffic], int | None, dict[tuple[str, str], int]] | None:
+        """A replica's page, its count of engines gone idle and the requests it holds per
+        model; None if it did not answer."""
+        query = [("name[]", name) for name in sorted(FAMILIES | {WENT_IDLE, HELD})]
         try:
             async with session.get(url, params=query) as response:
                 response.raise_for_status()
                 text = await response.text()
                 page = read_page(text, began)
+                held = read_held(text)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             log.debug("gateway replica %s did not answer: %s", url, exc)
             return None
-        return page, went_idle(text)
+        return page, went_idle(text), held
 
     async def _went_idle(
         self, session: aiohttp.ClientSession, url: str, after: int, wait: float

@@ -136,6 +136,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         if runtime.gateways.enabled:
             runtime.pools.traffic = runtime.gateways.traffic
             runtime.pools.hurry = runtime.gateways.hurry
+            runtime.pools.held = runtime.gateways.held
             runtime.gateways.scraped.append(runtime.pools.scraped)
         runtime.closing = False
         # Before kopf watches anything: no model's loop starts on a partial view of the pods
@@ -358,6 +359,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             emit=emit,
             metrics=runtime.metrics,
             interval=runtime.settings.probe_interval,
+            expected=lambda: runtime.indexes.models_in(namespace) if runtime.indexes else (),
         )
         runtime.pools.loops[(namespace, name)] = loop
 

@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from snooze import __version__
 from snooze.models import EngineState, Phase
+from snooze.policy.pooltypes import RoomKind
 
 # From a fast level-1 wake (0.1 s) to a cold reload (minutes).
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -35,10 +36,11 @@ STATES = [state.value for state in EngineState]
 # reason: at a thousand models the zeros were megabytes of page (benchmarks/README.md, scrape
 # cost). The first event of a series is then invisible to rate() and increase(); the alert
 # rules that must see it (SnoozeWakeFailures) also match series that did not exist earlier.
-# Why a pool put a member to sleep: room for another member's wake, for one starting, room
-# kept ahead of wakes (a pool's headroom), or its first level-1 sleep done ahead of need
-# (a pool's prime: it is woken back at once).
-POOL_EVICTION_REASONS = ("wake", "start", "headroom", "prime")
+# Why a pool put a member to sleep (policy.pooltypes.RoomKind): room for another member's
+# wake, for one starting, to make its books good (a member whose sleep frees nothing counts
+# whole), room kept ahead of wakes (a pool's headroom), or its first level-1 sleep done ahead
+# of need (a pool's prime: it is woken back at once).
+POOL_EVICTION_REASONS = tuple(kind.value for kind in RoomKind)
 
 # `_created` samples double every counter's and histogram's series and no panel or rule
 # reads them: at a thousand models the page is megabytes, scraped every few seconds.
@@ -179,8 +181,9 @@ class OperatorMetrics:
         )
         self.pool_evictions = Counter(
             "snooze_pool_evictions_total",
-            "Pool members put to sleep to make room: for a wake, for a member starting, "
-            "ahead of wakes (headroom), or to pin a host copy ahead of need (prime).",
+            "Pool members put to sleep to make room: for a wake, for a member starting, to "
+            "make the pool's books good (books), ahead of wakes (headroom), or to pin a host "
+            "copy ahead of need (prime).",
             ["namespace", "pool", "reason"],
             registry=r,
         )

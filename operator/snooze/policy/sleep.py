@@ -14,6 +14,8 @@ from snooze.models import DesiredState, EngineState, InferenceModelSpec, Phase
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 60.0
 HYBRID_CRASH_REASON = "HybridKVCacheReinit"
+# A GPU pool member whose sleep did not give its device memory back (operator/pooltrust.py).
+MEMORY_NOT_FREED = "MemoryNotFreed"
 REQUEST_RESOLUTION_SECONDS = 1.0
 
 
@@ -59,6 +61,9 @@ class EngineView:
     """The pool slept it only to pin its host copy (priming) and has room to wake it back now."""
     pool_level: int | None = None
     """The level the pool has it sleep at (2 when the pool's host memory is full)."""
+    pool_restart: bool = False
+    """The pool found that its sleep keeps its device memory, and the model's remedy for a
+    failed engine is a restart: its pod is deleted (its controller recreates it)."""
     sleep_level: int | None = None
     """The level it sleeps at now, when known: its wake follows it, whatever the spec says now."""
     sleep_failures: int = 0
@@ -221,9 +226,15 @@ def _through_pool(
             continue  # its room is promised to another model (a headroom sleep's is not)
         else:
             out.append(action)
+    decided = {a.pod for a in out if a.kind is not ActionKind.LABEL}
+    for engine in engines:
+        # Its pool found its sleep keeps its memory: restarted, whatever else was decided.
+        if engine.pool_restart and engine.ready and not engine.action_running:
+            out = [a for a in out if a.pod != engine.pod]
+            out.append(Action(kind=ActionKind.RESTART, pod=engine.pod, reason=MEMORY_NOT_FREED))
+            decided.add(engine.pod)
     if model.spec.desired_state is DesiredState.AWAKE:
         return out
-    decided = {a.pod for a in out if a.kind is not ActionKind.LABEL}
     for engine in engines:
         if (
             engine.pooled

@@ -77,6 +77,10 @@ class EngineConfig:
     """Serve the admin endpoints (`VLLM_SERVER_DEV_MODE=1`); off -> they are 404."""
     hybrid_wake_crash: bool = False
     """Reproduce vLLM issue #41564: a wake touching the KV cache fails with a 500."""
+    frees_nothing: bool = False
+    """An engine that lies, or whose sleep is broken: it answers /sleep and says it sleeps,
+    but keeps all its device memory. A neighbour whose wake counts on that memory runs out of
+    memory."""
     startup_seconds: float = 0.0
     """Loading time before the engine listens at all (vLLM does not listen until loaded)."""
     full_metrics: bool = False
@@ -344,7 +348,8 @@ class SimulatedEngine:
                 if level > 0:
                     await asyncio.sleep(self.sleep_duration(level))
                     # Level 1 copies the weights to pinned host RAM; level 2 discards them.
-                    self.memory.unmap(keep_weights_in_host_ram=level == 1)
+                    if not self.config.frees_nothing:
+                        self.memory.unmap(keep_weights_in_host_ram=level == 1)
                     self._sleeping_tags = set(KNOWN_TAGS)
                     self.weights_valid = level == 1
                 self.sleep_level = level
