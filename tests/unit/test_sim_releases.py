@@ -237,15 +237,22 @@ async def test_a_good_wake_keeps_digests_and_answers(level: int) -> None:
         assert await tokens(http) == before_tokens
 
 
-async def test_a_wake_with_wrong_weights_changes_one_digest_and_the_answers() -> None:
-    async with serving(wake_corrupts_weights=True) as (_, http):
+async def test_a_wake_with_wrong_weights_changes_one_digest_and_not_a_short_answer() -> None:
+    async with serving(wake_corrupts_weights=True) as (engine, http):
         baseline, before = await checksums(http), await tokens(http)
         await sleep_and_wake(http)
         compared = await http.post(
             "/weight_checker", json={"action": "compare", "baseline": baseline}
         )
         assert compared.json() == {"match": False, "mismatches": [f"dp0:pp0:pcp0:tp0:{CORRUPTED}"]}
-        assert await tokens(http) != before
+        assert await tokens(http) == before and not engine.weights_valid
+
+
+async def test_both_failures_at_once() -> None:
+    async with serving(wake_corrupts_weights=True, wake_changes_output=True) as (_, http):
+        baseline, before = await checksums(http), await tokens(http)
+        await sleep_and_wake(http)
+        assert await checksums(http) != baseline and await tokens(http) != before
 
 
 async def test_a_wake_that_changes_answers_keeps_the_digests() -> None:

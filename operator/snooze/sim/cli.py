@@ -224,8 +224,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--wake-corrupts-weights",
         action="store_true",
-        help="from the first wake on, the weights come back wrong: /weight_checker's digests"
-        " and the answers differ",
+        help="from the first wake on, a weight tensor comes back wrong: /weight_checker's"
+        " digests differ, a short greedy answer does not show it (add --wake-changes-output"
+        " for answers that differ too)",
     )
     add(
         "--wake-changes-output",

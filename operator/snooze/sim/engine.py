@@ -14,7 +14,16 @@ from snooze.sim import outputs
 from snooze.sim.contract import DEFAULT_VERSION, Contract
 from snooze.sim.device import KV_CACHE, WAKE_OUT_OF_MEMORY, WEIGHTS, DeviceShare, SimulatedDevice
 from snooze.sim.histograms import Histogram, request_histograms
-from snooze.sim.outputs import FILLER, GARBAGE, INTACT, WRONG_OUTPUT, WRONG_WEIGHTS, ZEROED
+from snooze.sim.outputs import (
+    FILLER,
+    GARBAGE,
+    INTACT,
+    NONSENSE,
+    RIGHT,
+    WRONG,
+    WRONG_WEIGHTS,
+    ZEROED,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +105,9 @@ class EngineConfig:
     pipeline_parallel_size: int = 1
     """Pipeline stages: they too make that /sleep fatal before 0.25.0."""
     wake_corrupts_weights: bool = False
-    """From its first wake on, its weights are restored wrong: /weight_checker's digests
-    differ, and so do its answers."""
+    """From its first wake on, one weight tensor is restored wrong: /weight_checker's digests
+    differ, while the short greedy answer does not show it (combine with
+    wake_changes_output for an engine whose answers differ too)."""
     wake_changes_output: bool = False
     """From its first wake on, its answers differ from those before its sleep while its
     weights' digests stay the same (as the LoRA state lost by vllm#53888)."""
@@ -165,7 +175,9 @@ class SimulatedEngine:
         self._sleeping_tags: set[str] = set()  # as vLLM's executor: what a wake must bring back
         self._starting: asyncio.Task[None] | None = None
         self.weights_state = INTACT
-        """What its weights and answers are: outputs.INTACT, or how they went wrong."""
+        """What its weights are: outputs.INTACT, or how they went wrong."""
+        self.answers_off = False
+        """A wake left its answers different while its weights are right (wake_changes_output)."""
         self.dead = False
         self.on_crash: Callable[[], None] = lambda: None
         """Called when the engine dies by itself (a /sleep that hits vllm#45520): the pool
@@ -340,22 +352,29 @@ class SimulatedEngine:
             self._observe("inter_token_latency_seconds", self.config.token_seconds)
         self.generation_tokens += 1
         request.generated += 1
-        state = self.weights_state
+        answers = self.answers
         # A model whose greedy answers vary differs in its last token.
         jitter = request.jitter if index == request.max_tokens - 1 else 0
         request.token_ids.append(
-            outputs.token_id(self.config.model, request.prompt, index, state, jitter)
+            outputs.token_id(self.config.model, request.prompt, index, answers, jitter)
         )
-        text = outputs.word(index, state)
-        if index == 0 and state in (GARBAGE, ZEROED):
+        text = outputs.word(index, answers)
+        if index == 0 and answers == NONSENSE:
             return f"{GARBAGE_MARKER} {text}"
         return text
+
+    @property
+    def answers(self) -> str:
+        """What its answers are (outputs.RIGHT, WRONG or NONSENSE)."""
+        if self.weights_state in (GARBAGE, ZEROED):
+            return NONSENSE
+        return WRONG if self.answers_off else RIGHT
 
     @property
     def weights_valid(self) -> bool:
         """Its weights are as loaded (not discarded by a level-2 sleep, zeroed, or restored
         wrong)."""
-        return self.weights_state in (INTACT, WRONG_OUTPUT)
+        return self.weights_state == INTACT
 
     async def finish(self, request: Request, reason: str) -> None:
         """Count a finished request and free its slot."""
@@ -485,12 +504,10 @@ class SimulatedEngine:
 
     def _spoil_on_wake(self) -> None:
         """The failures a wake can leave behind, when the engine is made to have them."""
-        if self.weights_state != INTACT:
-            return  # discarded and not reloaded: garbage already
-        if self.config.wake_corrupts_weights:
+        if self.config.wake_corrupts_weights and self.weights_state == INTACT:
             self.weights_state = WRONG_WEIGHTS
-        elif self.config.wake_changes_output:
-            self.weights_state = WRONG_OUTPUT
+        if self.config.wake_changes_output:
+            self.answers_off = True
 
     # --- pause (/pause, /resume, /is_paused) ---------------------------------------------------
 

@@ -28,32 +28,30 @@ TENSORS = (
 CORRUPTED = "model.layers.1.mlp.down_proj.weight"
 """The tensor that a wake that restores the wrong weights gets wrong (on rank 0)."""
 
-INTACT, GARBAGE, WRONG_WEIGHTS, WRONG_OUTPUT, ZEROED = (
-    "intact",
-    "garbage",
-    "wrong-weights",
-    "wrong-output",
-    "zeroed",
-)
-"""The states of an engine's weights and the answers they give: as loaded; discarded by a
-level-2 sleep and not reloaded; restored wrong by a wake; restored right while something
-else (the LoRA state, vllm#53888) went wrong; zeroed by /weight_checker's reset."""
+INTACT, GARBAGE, WRONG_WEIGHTS, ZEROED = ("intact", "garbage", "wrong-weights", "zeroed")
+"""The states of an engine's weights: as loaded; discarded by a level-2 sleep and not
+reloaded; restored wrong by a wake (one tensor of rank 0: the short greedy answer does not
+show it, only the digests do); zeroed by /weight_checker's reset."""
+RIGHT, WRONG, NONSENSE = ("right", "wrong", "nonsense")
+"""What its answers are: as before; different (weights restored wrong in a way the answers
+show, or state beside the weights lost, as the LoRA state of vllm#53888); or garbage (its
+weights discarded or zeroed)."""
 
 
 def _hash(*parts: object) -> bytes:
     return hashlib.sha256("\x00".join(str(p) for p in parts).encode()).digest()
 
 
-def token_id(model: str, prompt: str, index: int, state: str, jitter: int = 0) -> int:
-    """The token generated at `index` for `prompt`; `jitter` stands for a model whose greedy
-    answers vary between requests (0: none)."""
-    salt = "" if state == INTACT else state
+def token_id(model: str, prompt: str, index: int, answers: str, jitter: int = 0) -> int:
+    """The token generated at `index` for `prompt`, when its answers are `answers`; `jitter`
+    stands for a model whose greedy answers vary between requests (0: none)."""
+    salt = "" if answers == RIGHT else answers
     return int.from_bytes(_hash(model, prompt, index, salt, jitter)[:4], "big") % VOCAB
 
 
-def word(index: int, state: str) -> str:
-    """The text of the token at `index`: the filler, shifted when the weights are wrong."""
-    shift = 0 if state == INTACT else 3
+def word(index: int, answers: str) -> str:
+    """The text of the token at `index`: the filler, shifted when the answers are off."""
+    shift = 0 if answers == RIGHT else 3
     return FILLER[(index + shift) % len(FILLER)]
 
 
