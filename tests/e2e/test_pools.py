@@ -66,6 +66,7 @@ class Kubelet:
             wake_seconds=0.2,
             token_seconds=0.01,
             start_retry_seconds=0.2,
+            checksum_seconds_per_gib=0.001,
             **options,
         )
         engine = self.cluster.sim.add(config)
