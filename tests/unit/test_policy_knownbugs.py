@@ -135,3 +135,17 @@ def test_the_release_is_asked_only_where_a_row_could_apply() -> None:
 def test_a_row_is_told_with_its_source() -> None:
     told = describe(known_bugs(facts("0.27.1", lora=True)))
     assert told.startswith("lora-level2: ") and "vllm#39934" in told and "PR #39935" in told
+
+
+def test_the_docs_table_has_every_row_with_its_source() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "wake-verification.md").read_text()
+    rows = [line for line in doc.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(TABLE)
+    for bug in TABLE:
+        [row] = [line for line in rows if line.startswith(f"| `{bug.key}` |")]
+        issue = bug.source.split()[0]  # vllm#NNNNN
+        assert issue in row, (bug.key, issue)
+        level = ", ".join(str(lvl) for lvl in sorted(bug.levels))
+        assert f"| {level} |" in row, (bug.key, level)

@@ -117,6 +117,13 @@ async def test_the_weight_routes_exist_from_their_first_release(
         assert (await http.get("/version")).json() == {"version": version}
 
 
+@pytest.mark.parametrize(("version", "served"), [("0.10.1", False), ("0.10.2", True)])
+async def test_collective_rpc_from_0_10_2(version: str, served: bool) -> None:
+    async with serving(vllm_version=version) as (_, http):
+        answer = await http.post("/collective_rpc", json={"method": "reload_weights"})
+        assert (answer.status_code != 404) is served
+
+
 async def test_no_dev_mode_no_weight_checker() -> None:
     async with serving(dev_mode=False) as (_, http):
         assert (await http.post("/weight_checker", json={"action": "checksum"})).status_code == 404

@@ -41,6 +41,11 @@ class Contract:
         return self.release >= first
 
     @property
+    def collective_rpc(self) -> bool:
+        """POST /collective_rpc (what a level-2 wake's reload_weights goes through), 0.10.2+."""
+        return self._since(0, 10, 2)
+
+    @property
     def sleep_state_metric(self) -> bool:
         """vllm:engine_sleep_state (vllm/v1/metrics/loggers.py), 0.11.1+."""
         return self._since(0, 11, 1)

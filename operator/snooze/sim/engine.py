@@ -115,8 +115,8 @@ class EngineConfig:
     """Its greedy answers differ from one request to the next (the last token varies)."""
     checksum_seconds_per_gib: float = 1.0
     """Time /weight_checker takes per GiB of weights on one rank: vLLM copies every tensor to
-    host memory and SHA-256s it. benchmarks/verify.py measured vLLM's own function at 0.95 s
-    per GiB on one core; the copy adds about 0.08 s per GiB at 12 GiB/s."""
+    host memory and SHA-256s it. benchmarks/verify.py measured vLLM's own function at 0.95 to
+    1.15 s per GiB on one core; the copy adds about 0.08 s per GiB at 12 GiB/s."""
 
 
 class EngineDead(Exception):

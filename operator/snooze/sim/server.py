@@ -68,7 +68,8 @@ def build_app(engine: SimulatedEngine) -> web.Application:
         app.router.add_post("/sleep", sleep)
         app.router.add_post("/wake_up", wake_up)
         app.router.add_get("/is_sleeping", is_sleeping)
-        app.router.add_post("/collective_rpc", collective_rpc)
+        if engine.contract.collective_rpc:
+            app.router.add_post("/collective_rpc", collective_rpc)
         app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     rl.add_routes(app, engine)
     return app
