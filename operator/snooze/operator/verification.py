@@ -70,7 +70,8 @@ class Verifier:
         twice, and, with `weights`, its weights' digests). Never fails the sleep: what cannot
         be recorded is said on the status."""
         integrity = self.current(engine, process)
-        if integrity.output in (Check.PENDING, Check.MISSED, Check.UNAVAILABLE):
+        asked = integrity.output in (Check.PENDING, Check.MISSED, Check.UNAVAILABLE)
+        if asked:
             started = time.monotonic()
             try:
                 first = await self._greedy(url, model_name, integrity)
@@ -90,6 +91,7 @@ class Verifier:
                 )
             self._observe("output", started)
         if weights and integrity.weights in (Check.PENDING, Check.UNAVAILABLE):
+            asked = True
             started = time.monotonic()
             try:
                 sums = await weight_checksums(self.http, url, timeout=CHECKSUM_TIMEOUT)
@@ -104,7 +106,8 @@ class Verifier:
                     integrity.weights_digest, integrity.weights_count = digest(sums), len(sums)
                     integrity.weights_full = sums
             self._observe("weights", started)
-        await _forget_own_requests(url, self.http, engine)
+        if asked:
+            await _forget_own_requests(url, self.http, engine)
 
     async def output_after_wake(
         self, url: str, model_name: str, engine: EngineMemory, process: Process
