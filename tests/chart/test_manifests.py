@@ -84,7 +84,8 @@ def test_example_inference_models_validate_against_the_crd(
 def test_examples_show_the_common_cases() -> None:
     specs = [models.parse_spec(doc["spec"]) for _path, doc in INFERENCE_MODELS]
     cases = {(spec.sleep.level, spec.wake.on_failure) for spec in specs}
-    assert {(1, "Report"), (2, "Report"), (2, "Restart")} <= cases
+    # Restart is the default (level1 says nothing), Report an explicit choice.
+    assert {(1, "Restart"), (2, "Report"), (2, "Restart")} <= cases
 
 
 def _engine_deployments() -> list[dict[str, Any]]:

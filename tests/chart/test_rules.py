@@ -19,6 +19,7 @@ needs_promtool = pytest.mark.needs("promtool")
 # What each alert is for; a new rule must be added here, and so be thought about.
 ALERTS = {
     "SnoozeWakeFailures",
+    "SnoozeWakeVerificationFailed",
     "SnoozeWakeLatencyHigh",
     "SnoozeHeldRequestsTimingOut",
     "SnoozeModelStuckWaking",
@@ -161,7 +162,8 @@ def test_the_commands_alerts_give_work_as_rendered(tmp_path: Path) -> None:
 
     commands = described_commands()
     assert {c for c, _ in commands} == {"kubectl describe im chat -n default"}
-    assert len(commands) == 5  # wake failures (2), held timeouts, stuck waking, stuck draining
+    # wake failures (2), failed verifications (2), held timeouts, stuck waking, stuck draining
+    assert len(commands) == 7
     crd = load_yaml(CHART.parents[1] / "crds" / "inferencemodels.snooze.dev.yaml")
     with Sandbox() as sandbox:
         kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")

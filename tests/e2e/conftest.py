@@ -74,9 +74,11 @@ class Cluster:
         engine: EngineConfig | None = None,
         ready: bool = True,
         model: str = "m",
+        args: list[str] | None = None,
         **engine_options: Any,
     ) -> SimulatedEngine:
-        """A Running, Ready pod whose podIP is a simulated engine's address."""
+        """A Running, Ready pod whose podIP is a simulated engine's address; `args` are its
+        container's (`vllm serve` arguments)."""
         config = engine or EngineConfig(
             model=model,
             host=next(_addresses),
@@ -85,6 +87,7 @@ class Cluster:
                 "sleep_seconds": 0.05,
                 "wake_seconds": 0.05,
                 "reload_seconds": 0.05,
+                "checksum_seconds_per_gib": 0.001,
                 **engine_options,
             },
         )
@@ -94,7 +97,11 @@ class Cluster:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": self.ns, "labels": labels},
-            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.26.0"}]},
+            "spec": {
+                "containers": [
+                    {"name": "vllm", "image": "vllm/vllm-openai:v0.26.0", "args": args or []}
+                ]
+            },
         }
         self._check(self.http.post(PODS.format(ns=self.ns), json=pod))
         self.set_pod_ready(name, config.host, ready=ready)
@@ -106,6 +113,17 @@ class Cluster:
             "podIP": ip,
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         }
+        self._check(
+            self.http.patch(
+                f"{PODS.format(ns=self.ns)}/{name}/status",
+                json={"status": status},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+        )
+
+    def set_container_restarts(self, name: str, restarts: int) -> None:
+        """The kubelet's count of the engine container's restarts (a new count: a new run)."""
+        status = {"containerStatuses": [{"name": "vllm", "restartCount": restarts, "ready": True}]}
         self._check(
             self.http.patch(
                 f"{PODS.format(ns=self.ns)}/{name}/status",

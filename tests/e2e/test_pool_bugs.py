@@ -123,6 +123,7 @@ def three_on_one_device(sim: SimulatorHost) -> dict[str, Member]:
             sleep_seconds=0.01,
             wake_seconds=0.01,
             kv_wake_seconds=0.01,
+            checksum_seconds_per_gib=0.001,
         )
         engines[name] = engine = sim.add(config)
         if name != "a":

@@ -69,6 +69,7 @@ class Kubelet:
             "wake_seconds": 0.2,
             "token_seconds": 0.01,
             "start_retry_seconds": 0.2,
+            "checksum_seconds_per_gib": 0.001,
         }
         engine = self.cluster.sim.add(
             EngineConfig(
@@ -417,8 +418,11 @@ def test_prime_pins_each_member_ahead_of_need_and_wakes_it_back(
         assert primes._value.get() == 2
         making_room = [e["message"] for e in cluster.events("MakingRoom")]
         assert sum("(prime)" in m for m in making_room) == 2, making_room
-        woke = [e["message"] for e in cluster.events("Woke")]
-        assert sum("the pool's prime" in m for m in woke) == 2, woke
+        # Published (and told) once its answer is checked, a moment after the engine woke.
+        wait_for(
+            "both woken back",
+            lambda: sum("the pool's prime" in e["message"] for e in cluster.events("Woke")) == 2,
+        )
         assert pool.engines[first_sleeper].is_sleeping  # untouched: its copy was pinned
 
         # A request for the sleeping model: an awake member makes room with a fast sleep.

@@ -278,7 +278,7 @@ def test_defaults() -> None:
     assert spec.sleep.level == 1
     assert spec.engine.port == 8000
     assert spec.desired_state is models.DesiredState.AUTO
-    assert spec.wake.on_failure == "Report"
+    assert spec.wake.on_failure == "Restart"
     assert spec.model_dump(by_alias=True)["minAwake"] == 0
 
 

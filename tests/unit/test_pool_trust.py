@@ -60,7 +60,14 @@ def engines_for_c() -> dict[str, EngineMemory]:
 
 def test_the_member_whose_sleep_made_the_room_is_blamed_and_counted_whole() -> None:
     engines = engines_for_c()
-    loop, _ = three_member_pool({"memory": "70Gi"}, engines)
+    loop, sources = three_member_pool({"memory": "70Gi"}, engines)
+    sources[0].spec = parse_spec(
+        {
+            "selector": {"matchLabels": {"app": "a"}},
+            "pool": {"name": "gpu", "memory": "30Gi"},
+            "wake": {"onFailure": "Report"},
+        }
+    )
     told = events_of(loop)
     sleep_for_c(loop, engines)
     asyncio.run(loop.cycle())

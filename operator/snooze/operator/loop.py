@@ -26,9 +26,12 @@ from snooze.models import (
 from snooze.operator import status
 from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
 from snooze.operator.foresight import Foresight
+from snooze.operator.knownbugs import conduct_of, facts_of, learn_versions
 from snooze.operator.memory import (
     EngineMemory,
+    Integrity,
     ModelMemory,
+    Process,
     rebuild,
 )
 from snooze.operator.metrics import OperatorMetrics
@@ -41,6 +44,7 @@ from snooze.policy import scale as scale_policy
 from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
+from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
 from snooze.quantities import format_gib
 
 log = logging.getLogger(__name__)
@@ -451,9 +455,23 @@ class ModelLoop:
         )
         results = {p.pod: p for p in probes}
         probed_at = time.time()  # the answers are no older than this
+        port = spec.engine.port
+        await learn_versions(
+            self.executor.http,
+            [
+                (engine_url(spec, p), engine, process, facts_of(p, engine, process))
+                for p in pods
+                if p.ready
+                and p.name not in acting
+                and (engine := self.memory.engine(p.name, now=now)).answered
+                and (process := Process.of(p, port)) is not None
+            ],
+        )
         views = []
         for pod in pods:
             engine = self.memory.engine(pod.name, now=now)
+            process = Process.of(pod, port)
+            _new_run(self.memory, pod.name, engine, process)
             if engine.sleep_blocked and engine.sleep_blocked != (pod.uid, self.memory.generation):
                 # A new pod under this name, or a new spec: worth one more try.
                 engine.sleep_blocked, engine.sleep_failures = None, 0
@@ -474,6 +492,8 @@ class ModelLoop:
             )
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
+            conduct = conduct_of(spec, facts_of(pod, engine, process), directive.level)
+            engine.conduct = conduct
             views.append(
                 sleep_policy.EngineView(
                     pod=pod.name,
@@ -504,7 +524,10 @@ class ModelLoop:
                     sleep_level=(engine.sleep_level or pod.sleep_level) or None,
                     sleep_failures=engine.sleep_failures,
                     last_sleep_failure=engine.last_sleep_failure,
-                    sleep_blocked=engine.sleep_blocked is not None,
+                    sleep_blocked=engine.sleep_blocked is not None or conduct.level is None,
+                    fallback_level=conduct.level,
+                    drained_only=conduct.drained_only,
+                    quarantined=engine.integrity.quarantined and engine.integrity.of(process),
                 )
             )
         return views
@@ -519,3 +542,16 @@ class ModelLoop:
             # before the routine probes of engines already published.
             urgent=first_try(engine),
         )
+
+
+def _new_run(memory: ModelMemory, pod: str, engine: EngineMemory, process: Process) -> None:
+    """A new run of an engine (its container restarted) is checked afresh: its records were
+    of the run before, and so was a quarantine for answering differently."""
+    if engine.integrity.process is None or engine.integrity.of(process):
+        return
+    engine.integrity = Integrity(process=process)
+    if engine.last_failure_reason in (OUTPUT_MISMATCH, WEIGHTS_MISMATCH):
+        engine.wake_failures, engine.last_failure = 0, None
+        engine.last_failure_reason = engine.last_failure_message = ""
+        if memory.failure is not None and memory.failure[0] == pod:
+            memory.failure = None

@@ -27,6 +27,9 @@ from snooze import __version__
 from snooze.models import EngineState, Phase
 from snooze.policy.pooltypes import RoomKind
 
+# From one short greedy request (tens of milliseconds) to the weights of a large model hashed
+# on the host (minutes).
+VERIFICATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0, 600.0)
 # From a fast level-1 wake (0.1 s) to a cold reload (minutes).
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # A cycle is a few probes on a quiet operator (milliseconds), seconds on a saturated one.
@@ -103,8 +106,25 @@ class OperatorMetrics:
         )
         self.wake_failures = Counter(
             "snooze_wake_failures_total",
-            "Failed wakes, by reason (HybridKVCacheReinit, Timeout, Unreachable, EngineError).",
+            "Failed wakes, by reason (HybridKVCacheReinit, Timeout, Unreachable, EngineError, "
+            "OutputMismatch, WeightsMismatch...).",
             ["namespace", "model", "reason"],
+            registry=r,
+        )
+        self.verifications = Counter(
+            "snooze_wake_verifications_total",
+            "Checks of woken engines: check is output (the greedy answer) or weights (their "
+            "digests); result is passed, failed (the engine is not routed to) or unverifiable "
+            "(nothing to compare, or the engine could not be asked).",
+            ["namespace", "model", "check", "result"],
+            registry=r,
+        )
+        # Per namespace and check, as sleeps: the cost of a check, not one series per model.
+        self.verification_duration = Histogram(
+            "snooze_wake_verification_seconds",
+            "Time one check took: recording before a sleep, or checking after a wake.",
+            ["namespace", "check"],
+            buckets=VERIFICATION_BUCKETS,
             registry=r,
         )
         self.sleep_failures = Counter(

@@ -16,7 +16,8 @@ from snooze.policy.probing import Traffic
 # vLLM's --gpu-memory-utilization when none is given (0.9 before 0.33, 0.92 since): what an
 # engine takes on its device when nothing says otherwise.
 DEFAULT_SHARE = 0.92
-# What a wake costs by level when the model has no measured one yet (VLLM.md's figures).
+# What a wake costs by level when the model has no measured one yet (docs/vllm-contract.md's
+# published figures).
 WAKE_SECONDS = {1: 1.0, 2: 20.0}
 
 

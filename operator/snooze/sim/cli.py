@@ -41,6 +41,19 @@ def _share(text: str) -> float:
 _share.__name__ = "share"
 
 
+def _release(text: str) -> str:
+    from snooze.sim.contract import parse_release
+
+    try:
+        parse_release(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+_release.__name__ = "release"
+
+
 def _address(text: str) -> str:
     try:
         return str(ipaddress.ip_address(text))
@@ -204,6 +217,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="emit a full-size vLLM /metrics payload (histograms), for scrape benchmarks",
     )
+    add(
+        "--vllm-version",
+        type=_release,
+        default=_DEFAULTS.vllm_version,
+        metavar="X.Y.Z",
+        help="the vLLM release whose HTTP contract to speak: which of /pause, /resume,"
+        " /is_paused, /weight_checker, /weight_info exist and what /sleep and /wake_up take"
+        " and answer (default: %(default)s)",
+    )
+    add(
+        "--tensor-parallel-size",
+        type=_positive(int),
+        default=_DEFAULTS.tensor_parallel_size,
+        help="ranks per layer: a weight digest each; before vLLM 0.25.0 a /sleep with requests"
+        " in flight kills a parallel engine, as vllm#45520 (default: %(default)s)",
+    )
+    add(
+        "--pipeline-parallel-size",
+        type=_positive(int),
+        default=_DEFAULTS.pipeline_parallel_size,
+        help="pipeline stages, likewise (default: %(default)s)",
+    )
+    add(
+        "--wake-corrupts-weights",
+        action="store_true",
+        help="from the first wake on, a weight tensor comes back wrong: /weight_checker's"
+        " digests differ, a short greedy answer does not show it (add --wake-changes-output"
+        " for answers that differ too)",
+    )
+    add(
+        "--wake-changes-output",
+        action="store_true",
+        help="from the first wake on, the answers differ while the weights' digests do not"
+        " (as the LoRA state lost by vllm#53888)",
+    )
+    add(
+        "--nondeterministic",
+        action="store_true",
+        help="greedy answers differ from one request to the next",
+    )
+    add(
+        "--checksum-seconds-per-gib",
+        type=float,
+        default=_DEFAULTS.checksum_seconds_per_gib,
+        help="time /weight_checker takes per GiB of weights on one rank (default: %(default)s)",
+    )
 
 
 def devices_from(args: argparse.Namespace) -> list[SimulatedDevice]:
@@ -246,6 +305,13 @@ def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
             dev_mode=not args.no_dev_mode,
             hybrid_wake_crash=args.hybrid_wake_crash,
             full_metrics=args.full_metrics,
+            vllm_version=args.vllm_version,
+            tensor_parallel_size=args.tensor_parallel_size,
+            pipeline_parallel_size=args.pipeline_parallel_size,
+            wake_corrupts_weights=args.wake_corrupts_weights,
+            wake_changes_output=args.wake_changes_output,
+            nondeterministic=args.nondeterministic,
+            checksum_seconds_per_gib=args.checksum_seconds_per_gib,
         )
         for i in range(args.count)
     ]
