@@ -4,7 +4,8 @@ InferenceModel YAML file. Each becomes an InferenceModelSpec that the real polic
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ TARGET = {"kind": "Deployment", "name": "whatif"}
 FORMS = (
     "always-on, fixed:DURATION (such as fixed:10m), tiers:IDLE,ZERO (such as tiers:10m,24h), "
     "auto or auto:MIN,MAX, schedule:FILE, prewake or prewake:LEAD or prewake:LEAD,IDLE "
-    "(IDLE a duration or Auto), or an InferenceModel YAML file"
+    "(IDLE a duration or Auto), an InferenceModel YAML file, or declared (each model as the "
+    "InferenceModels given with --pools say)"
 )
 
 
@@ -37,6 +39,27 @@ class Policy:
     """Engines per model; None: one, or the most any minAwake asks for."""
     note: str = ""
     """What whatif leaves out of this policy (said once on the terminal)."""
+    per_model: Mapping[str, InferenceModelSpec] = field(default_factory=dict)
+    """Specs of their own for some models (the `declared` policy); the others take `spec`."""
+    model_engines: Mapping[str, int] = field(default_factory=dict)
+    """Engines of some models (the others take `engines`)."""
+
+    def spec_for(self, model: str) -> InferenceModelSpec:
+        return self.per_model.get(model, self.spec)
+
+
+DECLARED = "declared"
+
+
+def declared(specs: Mapping[str, InferenceModelSpec]) -> Policy:
+    """Each model as its InferenceModel manifest says (pools aside: the layout places them);
+    a model no manifest declares stays awake."""
+    if not specs:
+        raise PolicyError(
+            f"policy {DECLARED!r} replays the InferenceModels given with --pools: give them"
+        )
+    always = _policy("always-on", {"idle": {"after": NEVER}})
+    return Policy(name=DECLARED, spec=always.spec, per_model=dict(specs))
 
 
 def parse(text: str) -> Policy:
@@ -119,7 +142,7 @@ def _manifest(path: Path) -> Policy:
     spec = dict(loaded.get("spec") or {})
     notes = []
     if spec.pop("pool", None) is not None:
-        notes.append("spec.pool is left out: whatif gives each model its own GPU")
+        notes.append("spec.pool is left out: give pools with --pools or --pool")
     if "scaleToZeroAfter" in spec:
         spec.setdefault("scaleTargetRef", TARGET)
     label = str((loaded.get("metadata") or {}).get("name") or path.stem)
