@@ -58,7 +58,7 @@ def declared(specs: Mapping[str, InferenceModelSpec]) -> Policy:
         raise PolicyError(
             f"policy {DECLARED!r} replays the InferenceModels given with --pools: give them"
         )
-    always = _policy("always-on", {"idle": {"after": NEVER}})
+    always = policy_of("always-on", {"idle": {"after": NEVER}})
     return Policy(name=DECLARED, spec=always.spec, per_model=dict(specs))
 
 
@@ -67,21 +67,21 @@ def parse(text: str) -> Policy:
     kind, _, arg = text.partition(":")
     try:
         if text == "always-on":
-            return _policy(text, {"idle": {"after": NEVER}})
+            return policy_of(text, {"idle": {"after": NEVER}})
         if kind == "fixed" and arg:
-            return _policy(text, {"idle": {"after": _duration(arg)}})
+            return policy_of(text, {"idle": {"after": _duration(arg)}})
         if kind == "tiers" and arg.count(",") == 1:
             idle, zero = (_duration(part) for part in arg.split(","))
-            return _policy(
+            return policy_of(
                 text,
                 {"idle": {"after": idle}, "scaleTargetRef": TARGET, "scaleToZeroAfter": zero},
             )
         if text == "auto" or (kind == "auto" and arg.count(",") == 1):
             bounds = dict(zip(("min", "max"), arg.split(","), strict=True)) if arg else {}
-            return _policy(text, {"idle": {"after": AUTO, "auto": bounds}})
+            return policy_of(text, {"idle": {"after": AUTO, "auto": bounds}})
         if text == "prewake" or kind == "prewake":
             lead, _, idle = arg.partition(",")
-            return _policy(
+            return policy_of(
                 text,
                 {
                     "prewake": {"lead": _duration(lead)} if lead else {},
@@ -102,7 +102,8 @@ def _duration(text: str) -> str:
     return text
 
 
-def _policy(name: str, raw: dict[str, Any], *, note: str = "") -> Policy:
+def policy_of(name: str, raw: dict[str, Any], *, note: str = "") -> Policy:
+    """A policy named `name` from InferenceModel spec fields (the selector is filled in)."""
     try:
         spec = InferenceModelSpec.model_validate({"selector": SELECTOR, **raw})
     except ValidationError as exc:
@@ -131,7 +132,7 @@ def _schedule(name: str, path: Path) -> Policy:
             f"policy {name!r}: {path} holds no windows: write a list of windows (cron, "
             "duration, timeZone, minAwake), or spec fields with a `schedule:` list"
         )
-    return _policy(name, {"idle": {"after": "10m"}, **raw})
+    return policy_of(name, {"idle": {"after": "10m"}, **raw})
 
 
 def _manifest(path: Path) -> Policy:
@@ -146,5 +147,5 @@ def _manifest(path: Path) -> Policy:
     if "scaleToZeroAfter" in spec:
         spec.setdefault("scaleTargetRef", TARGET)
     label = str((loaded.get("metadata") or {}).get("name") or path.stem)
-    policy = _policy(label, spec, note="; ".join(notes))
+    policy = policy_of(label, spec, note="; ".join(notes))
     return policy
