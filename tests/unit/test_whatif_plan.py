@@ -173,3 +173,27 @@ def test_the_plan_command_says_what_is_wrong(
     assert main([*args, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1
+
+
+def test_a_replay_that_must_miss_the_target_stops_early() -> None:
+    # Three models busy at once on a device where two fit awake: the replay stops as soon as
+    # one model has more requests held over 2 s than its 1% allows, and says a lower bound.
+    requests = trace.Trace.of(
+        [*busy("a", 0, 7200, 5), *busy("b", 1, 7200, 5), *busy("c", 2, 7200, 5)]
+    )
+    verdict = plan.replay(requests, frozenset("abc"), settings())
+    assert not verdict.complete
+    [(model, at_least)] = verdict.p99.items()
+    assert at_least > 2.0
+    # The whole replay agrees: that model's p99 is at least that.
+    full = plan.verdict_of(
+        frozenset("abc"),
+        plan.evaluate(
+            plan.member_policy(settings()),
+            requests,
+            latencies=Latencies(),
+            measure_from=0.0,
+            layout=plan.Layout(pools=[plan.pool_layout("p", "abc", settings())]),
+        ),
+    )
+    assert full.complete and full.p99[model] >= at_least

@@ -4,6 +4,7 @@ taken whenever something may have changed; the clock that drives it is its group
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from typing import Protocol
@@ -21,6 +22,16 @@ from snooze.whatif.trace import ModelRequests
 EPSILON = 1e-6
 """Timers fire this long after their deadline, so that `now - since >= after` holds despite
 floating-point rounding."""
+
+
+class TargetMissed(Exception):
+    """A model's added latency is over the bound it was given at that quantile, whatever
+    comes next: `at_least` is what that quantile is at least."""
+
+    def __init__(self, model: str, at_least: float) -> None:
+        super().__init__(f"{model}: held over the bound, at least {at_least:.2f}s")
+        self.model = model
+        self.at_least = at_least
 
 
 class Clock(Protocol):
@@ -104,7 +115,9 @@ class ModelSim:
         self._spec_now = spec
         self._auto: tuple[prewake_policy.GapHistogram, InferenceModelSpec] | None = None
         self._idle: dict[str, float] = {}
-        self._asked: dict[str, float] = {}
+        self._bound: tuple[float, int] | None = None
+        self._over: list[float] = []
+        """The longest held latencies over the bound (see give_up_over)."""
 
     def _last_answer(self) -> float:
         tokens = self.requests.tokens
@@ -186,8 +199,25 @@ class ModelSim:
         for i in held:
             at = self.requests.at[i]
             if self._measured(at):
-                self.out.held.append(now - at)
+                self._held(now - at)
             engine.serve(now, self._service(i))
+
+    def give_up_over(self, bound: float, quantile: float) -> None:
+        """Stop the simulation (TargetMissed) once so many of this model's measured requests
+        were held longer than `bound` that its `quantile` must be over it."""
+        count = sum(1 for at in self.requests.at if self._measured(at))
+        rank = max(1, min(count, round(quantile * count + 0.5)))
+        self._bound = (bound, count - rank + 1)
+
+    def _held(self, added: float) -> None:
+        self.out.held.append(added)
+        if self._bound is not None and added > self._bound[0]:
+            allowed = self._bound[1]
+            heapq.heappush(self._over, added)
+            if len(self._over) > allowed:
+                heapq.heappop(self._over)
+            if len(self._over) >= allowed:
+                raise TargetMissed(self.name, self._over[0])
 
     # --- the engines ---------------------------------------------------------------------
 
@@ -405,8 +435,8 @@ class ModelSim:
         for i in self.held:
             at = self.requests.at[i]
             if self._measured(at):
-                self.out.held.append(self.end - at)
                 self.out.unanswered += 1
+                self._held(self.end - at)
         self.held = []
         for engine in self.engines:
             self._close(engine, self.end)

@@ -2,16 +2,18 @@
 at which every model's p99 added latency stays within a target, each candidate pool replayed
 through the pool's real decision.
 
-The search (greedy, agglomerative): every model starts on a device of its own. At each step,
-the pairs of groups whose union fits one device (every member can wake with the others
-asleep) are ranked by how often the union would have more members wanted than it can keep
-awake: per minute of the measured span, the members with a request in it beyond what fits
-awake at once, summed (a cheap estimate, from bit sets of each model's busy minutes). The
-best ranked pairs are replayed, one after another, until one meets the target; it is merged,
-and the next step begins. The search ends when none of the `tries` best ranked pairs does.
-A union that failed is not tried again, nor any group that contains it (adding models to a
-pool does not make room in it). Each replay is one pool's members alone on their device,
-over the whole trace, and is kept: the cost is some replays per merge, seconds each.
+The search (greedy, agglomerative, then spreading): every model starts on a device of its
+own. At each step, the pairs of groups whose union fits one device (every member can wake with
+the others asleep) are ranked by how often the union would have more members wanted than it
+can keep awake: per minute of the measured span, the members with a request in it beyond what
+fits awake at once, summed (a cheap estimate, from bit sets of each model's busy minutes). The
+`tries` best ranked pairs are replayed, one after another, until one meets the target; it is
+merged, and the next step begins. When no pair does, the smallest group is spread over the
+others instead, a model at a time into the best ranked group that still meets the target with
+it (the `tries` best each); when no group can be, the search ends. A union that failed is not
+tried again, nor any group that contains it (adding a model to a pool does not make room in
+it). Each replay is one pool's members alone on their device over the whole trace, and is
+kept: the cost is some replays per device saved, a second or so each.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from snooze.models import InferenceModelSpec
 from snooze.whatif.latency import Latencies
 from snooze.whatif.layout import Layout, PoolFlags, PoolLayout
+from snooze.whatif.model import TargetMissed
 from snooze.whatif.policies import Policy
 from snooze.whatif.pooling import Footprint, PoolSettings
 from snooze.whatif.report import Result, evaluate, percentile_of_all
@@ -57,6 +60,9 @@ class Verdict:
     held: int = 0
     requests: int = 0
     swaps: int = 0
+    complete: bool = True
+    """False: the replay stopped once a model missed the target (its p99 is at least the
+    figure given; the others are not known)."""
 
     @property
     def worst(self) -> float:
@@ -146,51 +152,104 @@ def search(
     progress: Callable[[str], None] = lambda _: None,
 ) -> Plan:
     """The packing with the fewest devices the search finds at the target (module docstring)."""
-    began = time.monotonic()
-    models = sorted(trace.models, key=lambda m: -len(trace.models[m]))
-    minutes = busy_minutes(trace, settings.measure_from)
-    verdicts = {frozenset({m}): Verdict(members=frozenset({m}), p99={m: 0.0}) for m in models}
-    plan = Plan(groups=[frozenset({m}) for m in models], verdicts=verdicts)
-    plan.candidates.append(Candidate(devices=plan.devices, worst=0.0))
-    failed: list[frozenset[str]] = []
-    score: dict[frozenset[str], int] = {}
+    return _Search(trace, settings, progress).run()
 
-    def rank(union: frozenset[str]) -> tuple[int, int, list[str]]:
-        if union not in score:
-            room = capacity(union, settings.sizes, settings.device_memory)
-            score[union] = crowding(sorted(union), minutes, room)
-        return score[union], sum(len(trace.models[m]) for m in union), sorted(union)
 
-    while True:
-        unions = [
-            a | b
-            for a, b in itertools.combinations(plan.groups, 2)
-            if fits(a | b, settings.sizes, settings.device_memory)
+class _Search:
+    def __init__(
+        self, trace: Trace, settings: PlanSettings, progress: Callable[[str], None]
+    ) -> None:
+        self.trace = trace
+        self.settings = settings
+        self.progress = progress
+        self.minutes = busy_minutes(trace, settings.measure_from)
+        models = sorted(trace.models, key=lambda m: (-len(trace.models[m]), m))
+        self.plan = Plan(
+            groups=[frozenset({m}) for m in models],
+            verdicts={
+                frozenset({m}): Verdict(members=frozenset({m}), p99={m: 0.0}) for m in models
+            },
+        )
+        self.failed: list[frozenset[str]] = []
+        self.score: dict[frozenset[str], int] = {}
+
+    def run(self) -> Plan:
+        began = time.monotonic()
+        plan = self.plan
+        plan.candidates.append(Candidate(devices=plan.devices, worst=0.0))
+        while self._merge() or self._dissolve():
+            pass
+        plan.candidates.append(Candidate(devices=plan.devices, worst=plan.worst, chosen=True))
+        plan.seconds = time.monotonic() - began
+        return plan
+
+    def _rank(self, union: frozenset[str]) -> tuple[int, int, list[str]]:
+        if union not in self.score:
+            s = self.settings
+            room = capacity(union, s.sizes, s.device_memory)
+            self.score[union] = crowding(sorted(union), self.minutes, room)
+        return self.score[union], sum(len(self.trace.models[m]) for m in union), sorted(union)
+
+    def _options(self, unions: Iterable[frozenset[str]]) -> list[frozenset[str]]:
+        """The unions worth a replay, best ranked first: those that fit one device and hold
+        no union that missed the target already."""
+        s = self.settings
+        fitting = [
+            u
+            for u in unions
+            if fits(u, s.sizes, s.device_memory) and not any(f <= u for f in self.failed)
         ]
-        unions = [u for u in unions if not any(f <= u for f in failed)]
-        unions.sort(key=rank)
-        merged = None
-        for union in unions[: settings.tries]:
-            verdict = replay(trace, union, settings)
+        return sorted(fitting, key=self._rank)[: s.tries]
+
+    def _meets(self, union: frozenset[str], groups: Sequence[frozenset[str]]) -> bool:
+        """Replay `union` (cached); record the packing `groups` with it in place of what it
+        holds as a candidate; whether it meets the target."""
+        plan, target = self.plan, self.settings.target
+        if union not in plan.verdicts:
+            plan.verdicts[union] = replay(self.trace, union, self.settings)
             plan.replays += 1
-            verdicts[union] = verdict
-            others = [verdicts[g].worst for g in plan.groups if not g & union]
-            worst = max([verdict.worst, *others])
-            plan.candidates.append(Candidate(devices=plan.devices - 1, worst=worst))
-            progress(
-                f"{plan.devices - 1} devices: {'+'.join(sorted(union))} "
-                f"p99 {verdict.worst:.2f}s {'ok' if verdict.worst <= settings.target else 'over'}"
-            )
-            if verdict.worst <= settings.target:
-                merged = union
-                break
-            failed.append(union)
-        if merged is None:
-            break
-        plan.groups = [g for g in plan.groups if not g & merged] + [merged]
-    plan.candidates.append(Candidate(devices=plan.devices, worst=plan.worst, chosen=True))
-    plan.seconds = time.monotonic() - began
-    return plan
+        verdict = plan.verdicts[union]
+        others = [plan.verdicts[g].worst for g in groups if not g & union]
+        plan.candidates.append(Candidate(devices=len(groups), worst=max([verdict.worst, *others])))
+        ok = verdict.worst <= target
+        self.progress(
+            f"{len(groups)} devices: {'+'.join(sorted(union))} p99 {verdict.worst:.2f}s "
+            f"{'ok' if ok else 'over'}"
+        )
+        if not ok:
+            self.failed.append(union)
+        return ok
+
+    def _merge(self) -> bool:
+        """Put two groups on one device, the best ranked pair that meets the target."""
+        plan = self.plan
+        unions = (a | b for a, b in itertools.combinations(plan.groups, 2))
+        for union in self._options(unions):
+            packing = [g for g in plan.groups if not g & union] + [union]
+            if self._meets(union, packing):
+                plan.groups = packing
+                return True
+        return False
+
+    def _dissolve(self) -> bool:
+        """Spread the smallest group that can be spread over the others, one model at a time,
+        each into the best ranked group that still meets the target with it."""
+        plan = self.plan
+        for victim in sorted(plan.groups, key=lambda g: (len(g), sorted(g))):
+            placed = [g for g in plan.groups if g != victim]
+            for model in sorted(victim, key=lambda m: (-len(self.trace.models[m]), m)):
+                unions = {g | {model}: g for g in placed}
+                for union in self._options(unions):
+                    packing = [g for g in placed if g != unions[union]] + [union]
+                    if self._meets(union, packing):
+                        placed = packing
+                        break
+                else:
+                    break
+            else:
+                plan.groups = placed
+                return True
+        return False
 
 
 def pool_name(n: int) -> str:
@@ -202,12 +261,12 @@ def layout_of(plan: Plan, settings: PlanSettings) -> Layout:
     pools = [g for g in plan.groups if len(g) > 1]
     return Layout(
         pools=[
-            _pool_layout(pool_name(n), sorted(group), settings) for n, group in enumerate(pools, 1)
+            pool_layout(pool_name(n), sorted(group), settings) for n, group in enumerate(pools, 1)
         ]
     )
 
 
-def _pool_layout(name: str, members: Sequence[str], settings: PlanSettings) -> PoolLayout:
+def pool_layout(name: str, members: Sequence[str], settings: PlanSettings) -> PoolLayout:
     flags = settings.pool
     return PoolLayout(
         settings=PoolSettings(
@@ -231,15 +290,20 @@ def replay(trace: Trace, members: frozenset[str], settings: PlanSettings) -> Ver
     """The group's models alone on one device, over the whole trace's span."""
     names = sorted(members)
     alone = Trace(models={m: trace.models[m] for m in names})
-    layout = Layout(pools=[_pool_layout("candidate", names, settings)])
-    result = evaluate(
-        member_policy(settings),
-        alone,
-        latencies=settings.latencies,
-        measure_from=settings.measure_from,
-        layout=layout,
-        span=(trace.first, trace.last),
-    )
+    layout = Layout(pools=[pool_layout("candidate", names, settings)])
+    try:
+        result = evaluate(
+            member_policy(settings),
+            alone,
+            latencies=settings.latencies,
+            measure_from=settings.measure_from,
+            layout=layout,
+            span=(trace.first, trace.last),
+            give_up_over=settings.target,
+        )
+    except TargetMissed as missed:
+        # Cut short: that model's p99 is over the target, by at least this much.
+        return Verdict(members=members, p99={missed.model: missed.at_least}, complete=False)
     return verdict_of(members, result)
 
 

@@ -109,10 +109,13 @@ def evaluate(
     layout: Layout | None = None,
     span: tuple[float, float] | None = None,
     model_latencies: Mapping[str, Latencies] | None = None,
+    give_up_over: float | None = None,
 ) -> Result:
     """Simulate every model of the trace under `policy` (each on devices of its own, or in
     its pool of `layout`, all on the same clock span: the trace's, or `span`) and add them
-    up. `model_latencies`: engines of their own for some models (`latencies` for the rest)."""
+    up. `model_latencies`: engines of their own for some models (`latencies` for the rest).
+    `give_up_over`: stop with TargetMissed as soon as a model's p99 added latency must be over
+    it (the plan's search needs no more)."""
     trace = requests if isinstance(requests, Trace) else Trace.of(requests)
     layout = layout or Layout()
     start, end = span or (trace.first, trace.last)
@@ -121,7 +124,7 @@ def evaluate(
     index = {name: k for k, name in enumerate(names)}
 
     def sim(name: str, *, recent: bool = False) -> ModelSim:
-        return ModelSim(
+        model = ModelSim(
             index=index[name],
             spec=policy.spec_for(name),
             requests=trace.models[name],
@@ -133,6 +136,9 @@ def evaluate(
             end=end,
             recent=recent,
         )
+        if give_up_over is not None:
+            model.give_up_over(give_up_over, 0.99)
+        return model
 
     groups: list[Group] = []
     pooled: set[str] = set()
