@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from snooze.policy.pool import Prime
 from snooze.whatif import layout, policies, report, trace
 from snooze.whatif.latency import Latencies
 from snooze.whatif.pooling import Footprint, PoolSettings
@@ -233,3 +234,16 @@ def test_pools_from_flags() -> None:
         )  # fmt: skip
     with pytest.raises(layout.LayoutError, match="a sleeping engine holds less"):
         layout.memory_of(["2Gi,3Gi"])
+
+
+def test_a_prime_comes_once_the_member_is_idle_and_past_its_residency() -> None:
+    # a is primed at 30 s (minResidency, not 10 s idle), sleeps its first, slow sleep then,
+    # and is woken back: b's request at 100 waits only a later sleep of a's and its own wake.
+    result = simulate(
+        "always-on",
+        [(0, "a"), (100, "b")],
+        layout=pool_of("a", "b", min_residency=30.0, prime=Prime(idle_after=10.0)),
+    )
+    assert list(result.per_model["b"].held) == pytest.approx([SLEEP_AGAIN + WAKE_1], abs=1e-3)
+    assert result.per_model["a"].wakes == 1  # the wake back, into its own room
+    assert result.swaps == 1  # the prime is no swap

@@ -119,3 +119,18 @@ def test_reading_takes_memory_in_proportion_to_the_requests(tmp_path: Path) -> N
     assert len(read) == count
     assert all(list(m.at) == sorted(m.at) for m in read.models.values())
     assert peak < 40 * count, f"{peak / count:.0f} bytes a request"
+
+
+def test_an_out_folder_that_cannot_be_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text("timestamp,model\n0,m\n")
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    compare = ["whatif", "--trace", str(path), "--policy", "always-on", "--out", str(taken)]
+    plan = ["whatif", "plan", "--trace", str(path), "--device-memory", "1Gi", "--out", str(taken)]
+    for command in (compare, plan):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"--out {taken}: cannot make that folder" in err and err.count("\n") == 1

@@ -76,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
     except (TraceError, LayoutError, PolicyError, flags.UsageError) as exc:
         print(f"snooze whatif: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # writing the results: a full disk, a folder where a file goes
+        print(f"snooze whatif: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
 
 
 def _convert(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from snooze.whatif import picture, policies, report, trace
-from snooze.whatif.flags import UsageError, latencies, layout_of, measure_from
+from snooze.whatif.flags import UsageError, latencies, layout_of, measure_from, out_folder
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,6 +19,7 @@ def run(args: argparse.Namespace) -> int:
     if args.engines is not None and args.engines < 1:
         raise UsageError("--engines must be at least 1")
     lat = latencies(args)
+    out_folder(args)
     requests = trace.read(args.trace)
     layout = layout_of(args, list(requests.models))
     chosen = [
@@ -48,7 +49,6 @@ def run(args: argparse.Namespace) -> int:
         f"{span:.1f} hours"
     )
     print(report.table(results))
-    args.out.mkdir(parents=True, exist_ok=True)
     line = report.json_line(results)
     (args.out / "whatif.json").write_text(line + "\n", encoding="utf-8")
     try:

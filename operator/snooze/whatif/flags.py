@@ -99,6 +99,18 @@ def add_common(parser: argparse.ArgumentParser, *, out: str) -> None:
     )
 
 
+def out_folder(args: argparse.Namespace) -> Path:
+    """`--out`, made now (before a long replay, not after it)."""
+    folder: Path = args.out
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"--out {folder}: cannot make that folder: {exc.strerror or exc}"
+        ) from None
+    return folder
+
+
 def latencies(args: argparse.Namespace) -> Latencies:
     """The engines' latencies the flags give, checked."""
     for field in fields(Latencies):

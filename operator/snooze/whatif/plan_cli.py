@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     except DurationError as exc:
         raise flags.UsageError(f"--target-p99: {exc}") from None
     lat = flags.latencies(args)
+    flags.out_folder(args)
     memory = flags.device_memory(args)
     member = _member_spec(args)
     _bases(args.models)  # refused before the search, not after
@@ -207,7 +208,6 @@ def _print(
         f"searched in {found.seconds:.1f}s: {found.replays} pools replayed, "
         f"{len(found.candidates)} packings"
     )
-    args.out.mkdir(parents=True, exist_ok=True)
     files = manifests.build(
         layout.pools, alone, settings.member, sizes=settings.sizes, bases=_bases(args.models)
     )

@@ -217,14 +217,14 @@ class PoolSim:
                 if not e.present or e.label is not EngineState.AWAKE or e.action is not None:
                     continue
                 last = max(e.ends) if e.ends else e.last_activity
+                # When it may be put to sleep for another: idle, and past its minResidency.
+                movable = max(last, (e.resident_since or 0.0) + s.min_residency)
                 if waiting:
-                    times.append(last)
-                    if e.resident_since is not None:
-                        times.append(e.resident_since + s.min_residency)
+                    times.append(movable)
                 if s.headroom is not None:
-                    times.append(last + s.headroom.idle_after)
+                    times.append(max(movable, last + s.headroom.idle_after))
                 if s.prime is not None and not e.pinned:
-                    times.append(last + s.prime.idle_after)
+                    times.append(max(movable, last + s.prime.idle_after))
         future = [t for t in times if t + EPSILON > now]
         return max(min(future), now) + EPSILON if future else None
 
