@@ -269,65 +269,6 @@ def test_simulation_fields_are_all_set() -> None:
     assert out.engine_seconds_awake > 0 and out.engine_seconds_always_on == 500 + SERVICE
 
 
-def readme_command(prefix: str) -> str:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    lines = [line for line in readme.splitlines() if line.startswith(prefix)]
-    assert len(lines) == 1, f"README has {len(lines)} lines starting {prefix!r}"
-    return lines[0]
-
-
-def test_the_readme_whatif_command_runs_as_printed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import shlex
-    import shutil
-
-    root = Path(__file__).parents[2]
-    command = readme_command("snooze whatif --trace traces/weekly-mix.csv")
-    # Run from a copy of the repository's files it reads, so that the committed picture is
-    # not rewritten by the tests.
-    shutil.copytree(root / "traces", tmp_path / "traces")
-    monkeypatch.chdir(tmp_path)
-    assert main(shlex.split(command)[1:]) == 0
-    out = capsys.readouterr().out.strip().splitlines()
-    result = {p["name"]: p for p in json.loads(out[-1])["policies"]}
-    assert list(result) == [
-        "always-on",
-        "fixed:10m",
-        "auto",
-        "schedule:traces/office-hours.yaml",
-        "prewake",
-    ]
-    assert (tmp_path / "docs" / "whatif" / "whatif.png").exists()
-    # What the README's picture shows: every policy saves GPU-hours against always-on, and
-    # pre-wake holds fewer requests than the fixed TTL.
-    always = result["always-on"]["gpu_hours_awake"]
-    assert all(p["gpu_hours_awake"] < always for n, p in result.items() if n != "always-on")
-    assert result["prewake"]["held_requests"] < result["fixed:10m"]["held_requests"]
-
-
-def test_the_readme_convert_command_runs_as_printed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import shlex
-
-    body = {
-        "status": "success",
-        "data": {
-            "resultType": "matrix",
-            "result": [
-                {"metric": {"model": "chat", "code": "200"}, "values": [[0, "0"], [60, "2"]]}
-            ],
-        },
-    }
-    monkeypatch.chdir(tmp_path)
-    Path("requests.json").write_text(json.dumps(body))
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    command = readme[readme.index("`snooze whatif convert") + 1 :].split("`")[0]
-    assert main(shlex.split(command)[1:]) == 0
-    assert [r.at for r in trace.read(Path("trace.csv")).requests()] == [15.0, 45.0]
-
-
 def test_an_azure_trace_becomes_a_whatif_trace(tmp_path: Path) -> None:
     # Azure's LLM inference traces (CC-BY-4.0) as their CSV files come: seven fractional digits,
     # out of order is allowed, the generated tokens become the output tokens.

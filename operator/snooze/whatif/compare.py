@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     ]
     span = (requests.last - requests.first) / 3600
     pooled = sum(len(p.members) for p in layout.pools)
-    where = f", {pooled} of them in {len(layout.pools)} pools" if layout.pools else ""
+    pools = len(layout.pools)
+    where = f", {pooled} of them in {pools} pool{'s' if pools != 1 else ''}" if pools else ""
     print(
         f"{args.trace.name}: {len(requests)} requests, {len(requests.models)} models{where}, "
         f"{span:.1f} hours"

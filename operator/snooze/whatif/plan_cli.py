@@ -191,6 +191,7 @@ def _print(
                 "name": pool.settings.name,
                 "models": list(pool.members),
                 "p99_s": round(verdict.worst, 3),
+                "requests": verdict.requests,
                 "held": verdict.held,
                 "swaps": verdict.swaps,
             }
