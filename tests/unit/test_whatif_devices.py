@@ -247,3 +247,20 @@ def test_a_prime_comes_once_the_member_is_idle_and_past_its_residency() -> None:
     assert list(result.per_model["b"].held) == pytest.approx([SLEEP_AGAIN + WAKE_1], abs=1e-3)
     assert result.per_model["a"].wakes == 1  # the wake back, into its own room
     assert result.swaps == 1  # the prime is no swap
+
+
+@pytest.mark.parametrize("names", [("a", "b"), ("prime", "headroom"), ("headroom", "prime")])
+def test_a_model_named_like_the_pools_own_words_is_a_model(names: tuple[str, str]) -> None:
+    # The swaps of test_a_pool_holds_one_device_and_swaps_its_members, whatever the names: a
+    # sleep that makes room for "prime" is a swap, not a prime, and is not woken back.
+    first, second = names
+    result = simulate(
+        "always-on",
+        [(0, first), (100, second), (200, first), (300, second)],
+        layout=pool_of(first, second, min_residency=0.0),
+    )
+    assert result.swaps == 3 and result.wakes == 3
+    held = sorted(result.per_model[first].held) + sorted(result.per_model[second].held)
+    assert held == pytest.approx(
+        [SLEEP_AGAIN + WAKE_1, SLEEP_AGAIN + WAKE_1, SLEEP + WAKE_1], abs=1e-3
+    )

@@ -77,7 +77,7 @@ class PoolSim:
         self.priming: set[str] = set()
         self.directives: dict[str, Directive] = {}
         self._owner = {e.pod: m for m in self.models for e in m.engines}
-        self._needs = {m.name: _needs(m) for m in self.models}
+        self._needs = {_key(m): _needs(m) for m in self.models}
         for model in self.models:
             model.pool = self
 
@@ -132,7 +132,7 @@ class PoolSim:
                 members.append(
                     Member(
                         pod=e.pod,
-                        model=model.name,
+                        model=_key(model),
                         state=state,
                         footprint=size.memory,
                         residue=size.asleep,
@@ -235,6 +235,13 @@ def _state(engine: Engine) -> MemberState:
     if engine.action is not None:
         return MemberState.WAKING if engine.label is EngineState.WAKING else MemberState.DRAINING
     return MemberState.ASLEEP if engine.sleeping else MemberState.AWAKE
+
+
+def _key(model: ModelSim) -> str:
+    """The model as the decision knows it: its place in the trace, never its name, which is
+    data (a model named like the decision's own words, "prime" or "headroom", must not be
+    read as one when the decision says what a sleep makes room for)."""
+    return f"#{model.index}"
 
 
 def _needs(model: ModelSim) -> ModelNeeds:
