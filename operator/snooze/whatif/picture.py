@@ -49,7 +49,7 @@ def policies(results: Sequence[Result], path: Path, *, title: str) -> None:
         "sleep's end)",
         fontsize=8,
     )
-    ax.set_ylabel("requests held for a wake")
+    ax.set_ylabel("requests held (for a wake, room in a pool or a cold start)")
     _finish(fig, ax, path, title)
 
 
@@ -66,7 +66,7 @@ def plan(
         ax.scatter(*zip(*met, strict=True), s=30, color="tab:green", label="meets the target")
     if over:
         ax.scatter(*zip(*over, strict=True), s=30, color="tab:red", marker="x",
-                   label="misses the target")  # fmt: skip
+                   label="misses the target (a replay cut short: at least this)")  # fmt: skip
     chosen = [(d, p) for d, p, ok in points if ok]
     if chosen:
         ax.scatter(*zip(*chosen, strict=True), s=160, facecolors="none", edgecolors="black",

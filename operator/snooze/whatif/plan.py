@@ -201,19 +201,22 @@ class _Search:
         ]
         return sorted(fitting, key=self._rank)[: s.tries]
 
-    def _meets(self, union: frozenset[str], groups: Sequence[frozenset[str]]) -> bool:
-        """Replay `union` (cached); record the packing `groups` with it in place of what it
-        holds as a candidate; whether it meets the target."""
+    def _meets(
+        self, union: frozenset[str], groups: Sequence[frozenset[str]], *, more: int = 0
+    ) -> bool:
+        """Replay `union` (cached); record the packing `groups` (and `more` devices for
+        models still to place) as a candidate; whether it meets the target."""
         plan, target = self.plan, self.settings.target
         if union not in plan.verdicts:
             plan.verdicts[union] = replay(self.trace, union, self.settings)
             plan.replays += 1
         verdict = plan.verdicts[union]
         others = [plan.verdicts[g].worst for g in groups if not g & union]
-        plan.candidates.append(Candidate(devices=len(groups), worst=max([verdict.worst, *others])))
+        devices = len(groups) + more
+        plan.candidates.append(Candidate(devices=devices, worst=max([verdict.worst, *others])))
         ok = verdict.worst <= target
         self.progress(
-            f"{len(groups)} devices: {'+'.join(sorted(union))} p99 {verdict.worst:.2f}s "
+            f"{devices} devices: {'+'.join(sorted(union))} p99 {verdict.worst:.2f}s "
             f"{'ok' if ok else 'over'}"
         )
         if not ok:
@@ -237,11 +240,13 @@ class _Search:
         plan = self.plan
         for victim in sorted(plan.groups, key=lambda g: (len(g), sorted(g))):
             placed = [g for g in plan.groups if g != victim]
-            for model in sorted(victim, key=lambda m: (-len(self.trace.models[m]), m)):
+            order = sorted(victim, key=lambda m: (-len(self.trace.models[m]), m))
+            for n, model in enumerate(order):
                 unions = {g | {model}: g for g in placed}
                 for union in self._options(unions):
                     packing = [g for g in placed if g != unions[union]] + [union]
-                    if self._meets(union, packing):
+                    # Until its last model is placed, the group spread holds its device.
+                    if self._meets(union, packing, more=int(n < len(order) - 1)):
                         placed = packing
                         break
                 else:
