@@ -197,3 +197,20 @@ def test_a_replay_that_must_miss_the_target_stops_early() -> None:
         ),
     )
     assert full.complete and full.p99[model] >= at_least
+
+
+def test_flags_before_plan_count_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `snooze whatif --trace FILE plan ...`: what is given before the subcommand's name is not
+    # undone by its defaults.
+    path = tmp_path / "trace.csv"
+    path.write_text(trace.write([*busy("a", 0, 600), *busy("b", 600, 1200)]))
+    code = main(
+        ["whatif", "--trace", str(path), "--model-memory", "36Gi,2Gi", "--min-residency", "5s",
+         "plan", "--device-memory", "80Gi", "--out", str(tmp_path / "out")]
+    )  # fmt: skip
+    assert code == 0
+    assert '"devices": 1' in capsys.readouterr().out
+    [doc, *_] = yaml.safe_load_all(
+        (tmp_path / "out" / "manifests" / "whatif-pool-1.yaml").read_text()
+    )
+    assert doc["spec"]["minResidency"] == "5s"

@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     if args.engines is not None and args.engines < 1:
         raise UsageError("--engines must be at least 1")
     lat = latencies(args)
-    out_folder(args)
+    out_folder(args, "snooze-whatif")
     requests = trace.read(args.trace)
     layout = layout_of(args, list(requests.models))
     chosen = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 from snooze.durations import DurationError, parse_duration
 from snooze.gpupool import Eviction
@@ -30,20 +31,28 @@ LATENCY_FLAGS = {
 }
 
 
-def add_common(parser: argparse.ArgumentParser, *, out: str) -> None:
+def add_common(parser: argparse.ArgumentParser, *, out: str, within: bool = False) -> None:
     """The flags `snooze whatif` and `snooze whatif plan` share: the trace, where to write,
-    what to count, the engines' latencies and the pools' settings."""
-    parser.add_argument(
-        "--trace", type=Path, metavar="FILE", help="the request trace (CSV, or .csv.gz)"
-    )
-    parser.add_argument(
+    what to count, the engines' latencies and the pools' settings. `within`: the parser of a
+    subcommand, whose flags must not undo those given before its name (`snooze whatif --trace
+    FILE plan ...`): they set nothing unless given."""
+
+    def add(group: Any, *names: str, **options: Any) -> None:
+        if within:
+            options["default"] = argparse.SUPPRESS
+        group.add_argument(*names, **options)
+
+    add(parser, "--trace", type=Path, metavar="FILE", help="the request trace (CSV, or .csv.gz)")
+    add(
+        parser,
         "--out",
         type=Path,
-        default=Path(out),
+        default=None,
         metavar="DIR",
         help=f"where to write the picture and the JSON (default: {out})",
     )
-    parser.add_argument(
+    add(
+        parser,
         "--measure-from",
         default=None,
         metavar="TIME",
@@ -52,14 +61,16 @@ def add_common(parser: argparse.ArgumentParser, *, out: str) -> None:
     )
     defaults = Latencies()
     for name, what in LATENCY_FLAGS.items():
-        parser.add_argument(
+        add(
+            parser,
             f"--{name.replace('_', '-')}",
             type=float,
             default=getattr(defaults, name),
             metavar="S",
             help=f"seconds for {what} (default: {getattr(defaults, name)})",
         )
-    parser.add_argument(
+    add(
+        parser,
         "--pinning-share",
         type=float,
         default=defaults.pinning_share,
@@ -68,10 +79,10 @@ def add_common(parser: argparse.ArgumentParser, *, out: str) -> None:
         f"later level-1 sleeps skip (default: {defaults.pinning_share})",
     )
     pools = parser.add_argument_group("GPU pools given on the command line")
-    pools.add_argument(
-        "--device-memory", metavar="QUANTITY", help="one device's memory, such as 80Gi"
-    )
-    pools.add_argument(
+    add(pools, "--device-memory", default=None, metavar="QUANTITY",
+        help="one device's memory, such as 80Gi")  # fmt: skip
+    add(
+        pools,
         "--model-memory",
         action="append",
         default=[],
@@ -81,17 +92,13 @@ def add_common(parser: argparse.ArgumentParser, *, out: str) -> None:
     )
     for flag, default, metavar, what in (
         ("--min-residency", "30s", "DURATION", "a pool's minResidency (default: 30s)"),
-        (
-            "--headroom",
-            None,
-            "IDLE",
-            "a pool's headroom (one wake) with this idleAfter, such as 1m",
-        ),
+        ("--headroom", None, "IDLE", "a pool's headroom (one wake) with this idleAfter, as 1m"),
         ("--prime", None, "IDLE", "a pool's prime with this idleAfter, such as 10s"),
         ("--host-memory", None, "QUANTITY", "a pool's hostMemory (default: unbounded)"),
     ):
-        pools.add_argument(flag, default=default, metavar=metavar, help=what)
-    pools.add_argument(
+        add(pools, flag, default=default, metavar=metavar, help=what)
+    add(
+        pools,
         "--eviction",
         default="LeastRecentlyUsed",
         choices=("LeastRecentlyUsed", "Cheapest"),
@@ -99,9 +106,10 @@ def add_common(parser: argparse.ArgumentParser, *, out: str) -> None:
     )
 
 
-def out_folder(args: argparse.Namespace) -> Path:
-    """`--out`, made now (before a long replay, not after it)."""
-    folder: Path = args.out
+def out_folder(args: argparse.Namespace, default: str) -> Path:
+    """`--out` (or `default`), made now (before a long replay, not after it)."""
+    folder: Path = args.out or Path(default)
+    args.out = folder
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -147,18 +155,28 @@ def measure_from(text: str | None, first: float, last: float) -> float | None:
 
 def pool_flags(args: argparse.Namespace) -> PoolFlags:
     """The pool settings of the command line, checked."""
-    try:
-        return PoolFlags(
-            min_residency=parse_duration(args.min_residency),
-            eviction=Eviction(args.eviction),
-            headroom=None
-            if args.headroom is None
-            else Headroom(wakes=1, idle_after=parse_duration(args.headroom)),
-            prime=None if args.prime is None else Prime(idle_after=parse_duration(args.prime)),
-            host_memory=None if args.host_memory is None else parse_quantity(args.host_memory),
-        )
-    except (DurationError, QuantityError) as exc:
-        raise UsageError(f"a pool flag: {exc}") from None
+
+    def duration(flag: str, text: str) -> float:
+        try:
+            return parse_duration(text)
+        except DurationError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
+
+    host = None
+    if args.host_memory is not None:
+        try:
+            host = parse_quantity(args.host_memory)
+        except QuantityError as exc:
+            raise UsageError(f"--host-memory: {exc}") from None
+    return PoolFlags(
+        min_residency=duration("--min-residency", args.min_residency),
+        eviction=Eviction(args.eviction),
+        headroom=None
+        if args.headroom is None
+        else Headroom(wakes=1, idle_after=duration("--headroom", args.headroom)),
+        prime=None if args.prime is None else Prime(idle_after=duration("--prime", args.prime)),
+        host_memory=host,
+    )
 
 
 def device_memory(args: argparse.Namespace) -> int:

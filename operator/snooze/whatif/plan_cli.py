@@ -28,7 +28,7 @@ def add_parser(sub: Any) -> None:
         "devices at which every model's p99 added latency stays within --target-p99, each "
         "candidate pool replayed through the pool's real decision.",
     )
-    flags.add_common(parser, out="snooze-plan")
+    flags.add_common(parser, out="snooze-plan", within=True)
     parser.add_argument(
         "--target-p99",
         default="2s",
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     except DurationError as exc:
         raise flags.UsageError(f"--target-p99: {exc}") from None
     lat = flags.latencies(args)
-    flags.out_folder(args)
+    flags.out_folder(args, "snooze-plan")
     memory = flags.device_memory(args)
     member = _member_spec(args)
     _bases(args.models)  # refused before the search, not after
