@@ -173,14 +173,14 @@ def lines(rows: Sequence[Comparison], ttl: Fleet, deployed: Fleet) -> list[str]:
             f"{fleet.gpu_hours:>14.4f} {f'{fleet.held}/{fleet.requests}':>9}"
         )
     header = (
-        f"{'model':<17} {'fixed TTL':<11} {'engine-h awake':>14} {'held':>7}   "
+        f"{'model':<17} {'fixed TTL':<13} {'engine-h awake':>14} {'held':>7}   "
         f"{'as deployed':<17} {'engine-h awake':>14} {'held':>7}"
     )
     out += [header, "-" * len(header)]
     for r in rows:
         note = f"GPUPool {r.pool}" if r.pool else ""
         out.append(
-            f"{r.model:<17} {r.policy:<11} {r.ttl_gpu_hours:>14.4f} "
+            f"{r.model:<17} {r.policy:<13} {r.ttl_gpu_hours:>14.4f} "
             f"{f'{r.ttl_held}/{r.requests}':>7}   {note:<17} {r.deployed_gpu_hours:>14.4f} "
             f"{f'{r.deployed_held}/{r.requests}':>7}"
         )

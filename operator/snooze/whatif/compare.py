@@ -36,6 +36,14 @@ def run(args: argparse.Namespace) -> int:
     for policy in chosen:
         if policy.note:
             print(f"note: {policy.name}: {policy.note}", file=sys.stderr)
+    for pool in layout.pools:
+        absent = [m for m in pool.members if m not in requests.models]
+        if absent:
+            print(
+                f"note: GPUPool {pool.settings.name}: the trace has no request of "
+                f"{', '.join(absent)}: replayed without them",
+                file=sys.stderr,
+            )
     start = measure_from(args.measure_from, requests.first, requests.last)
     results = [
         report.evaluate(p, requests, latencies=lat, measure_from=start, layout=layout)
