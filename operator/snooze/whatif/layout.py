@@ -173,6 +173,18 @@ class PoolFlags:
     prime: Prime | None = None
     host_memory: int | None = None
 
+    def settings(self, name: str, memory: int) -> PoolSettings:
+        """A pool of these settings, named `name`, on a device of `memory` bytes."""
+        return PoolSettings(
+            name=name,
+            memory=memory,
+            host_memory=self.host_memory,
+            eviction=self.eviction,
+            min_residency=self.min_residency,
+            headroom=self.headroom,
+            prime=self.prime,
+        )
+
 
 def memory_of(texts: Sequence[str]) -> tuple[Footprint | None, dict[str, Footprint]]:
     """`--model-memory` values: `AWAKE[,ASLEEP]` for every model, or `MODEL=AWAKE[,ASLEEP]`
@@ -252,13 +264,4 @@ def _flag_pool(
                 f"{model}=AWAKE,ASLEEP (or AWAKE,ASLEEP for every model), such as 36Gi,2Gi"
             )
         members[model] = size
-    settings = PoolSettings(
-        name=name,
-        memory=device_memory,
-        host_memory=flags.host_memory,
-        eviction=flags.eviction,
-        min_residency=flags.min_residency,
-        headroom=flags.headroom,
-        prime=flags.prime,
-    )
-    return PoolLayout(settings=settings, members=members)
+    return PoolLayout(settings=flags.settings(name, device_memory), members=members)

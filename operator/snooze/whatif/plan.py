@@ -28,7 +28,7 @@ from snooze.whatif.latency import Latencies
 from snooze.whatif.layout import Layout, PoolFlags, PoolLayout
 from snooze.whatif.model import TargetMissed
 from snooze.whatif.policies import Policy
-from snooze.whatif.pooling import Footprint, PoolSettings
+from snooze.whatif.pooling import Footprint
 from snooze.whatif.report import Result, evaluate, percentile_of_all
 from snooze.whatif.trace import Trace
 
@@ -272,17 +272,8 @@ def layout_of(plan: Plan, settings: PlanSettings) -> Layout:
 
 
 def pool_layout(name: str, members: Sequence[str], settings: PlanSettings) -> PoolLayout:
-    flags = settings.pool
     return PoolLayout(
-        settings=PoolSettings(
-            name=name,
-            memory=settings.device_memory,
-            host_memory=flags.host_memory,
-            eviction=flags.eviction,
-            min_residency=flags.min_residency,
-            headroom=flags.headroom,
-            prime=flags.prime,
-        ),
+        settings=settings.pool.settings(name, settings.device_memory),
         members={m: settings.sizes[m] for m in members},
     )
 
