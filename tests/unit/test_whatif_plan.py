@@ -162,6 +162,7 @@ def test_the_plan_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         (["--model-memory", "90Gi,1Gi"], "a takes more than --device-memory 80Gi"),
         (["--model-memory", "36Gi,2Gi", "--target-p99", "soon"], "--target-p99: 'soon'"),
         (["--model-memory", "36Gi,2Gi", "--idle-after", "Auto"], "--idle-after"),
+        (["--model-memory", "1Gi", "--tries", "0"], "--tries must be at least 1"),
     ],
 )
 def test_the_plan_command_says_what_is_wrong(
@@ -214,3 +215,14 @@ def test_flags_before_plan_count_too(tmp_path: Path, capsys: pytest.CaptureFixtu
         (tmp_path / "out" / "manifests" / "whatif-pool-1.yaml").read_text()
     )
     assert doc["spec"]["minResidency"] == "5s"
+
+
+def test_a_plan_takes_a_bounded_number_of_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(plan, "MODELS_LIMIT", 2)
+    path = tmp_path / "trace.csv"
+    path.write_text("timestamp,model\n0,a\n1,b\n2,c\n")
+    args = ["whatif", "plan", "--trace", str(path), "--device-memory", "80Gi"]
+    assert main([*args, "--model-memory", "1Gi", "--out", str(tmp_path / "out")]) == 2
+    assert "the trace has 3 models and a plan takes at most 2" in capsys.readouterr().err

@@ -33,6 +33,9 @@ from snooze.whatif.report import Result, evaluate, percentile_of_all
 from snooze.whatif.trace import Trace
 
 MINUTE = 60.0
+MODELS_LIMIT = 300
+"""Models a plan takes at most: each step weighs every pair of groups (50 models plan in
+minutes; the pairs grow with the square of the models)."""
 
 
 @dataclass(frozen=True, kw_only=True)

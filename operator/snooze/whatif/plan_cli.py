@@ -114,6 +114,12 @@ def run(args: argparse.Namespace) -> int:
     member = _member_spec(args)
     _bases(args.models)  # refused before the search, not after
     requests = trace.read(args.trace)
+    if len(requests.models) > plan.MODELS_LIMIT:
+        raise flags.UsageError(
+            f"the trace has {len(requests.models)} models and a plan takes at most "
+            f"{plan.MODELS_LIMIT} (its search weighs every pair of groups at each step): plan "
+            "a part of them at a time, such as those of one team or one GPU type"
+        )
     default, named = memory_of(args.model_memory)
     missing = [m for m in requests.models if m not in named and default is None]
     if missing:
