@@ -31,6 +31,13 @@ def test_a_gzip_trace_reads_as_its_csv(tmp_path: Path) -> None:
         assert (read.first, read.last, len(read)) == (1.0, 5.0, 3)
 
 
+def test_a_spreadsheet_s_csv_reads_too(tmp_path: Path) -> None:
+    # Saved with a byte order mark and CRLF line ends, as spreadsheets write CSV.
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbftimestamp,model\r\n1,a\r\n2,a\r\n")
+    assert [r.at for r in trace.read(path).requests()] == [1.0, 2.0]
+
+
 def test_names_are_data_in_a_written_trace() -> None:
     # A model whose name holds a comma or a quote is written quoted and read back as it was.
     requests = [trace.Request(at=1.0, model='a,"b"'), trace.Request(at=2.0, model="#c")]

@@ -150,7 +150,7 @@ def read(path: Path) -> Trace:
     try:
         with (
             gzip.open(path, "rb") if compressed else path.open("rb") as binary,
-            io.TextIOWrapper(binary, encoding="utf-8", newline="") as text,
+            io.TextIOWrapper(binary, encoding="utf-8-sig", newline="") as text,
         ):
             return parse(_lines(text), source=str(path))
     except UnicodeDecodeError:
