@@ -107,11 +107,8 @@ class ModelSim:
         )
         self.lead = spec.prewake.lead_seconds if spec.prewake is not None else 0.0
         self.out = Outcome()
-        self.zero_seconds = 0.0
-        """Engine-seconds (measured) without a pod: the workload at zero replicas."""
         self.device_changes: list[tuple[float, int]] = []
         """When the count of its engines' pods changed, and by how much."""
-        self._zero_since: float | None = None
         self._spec_now = spec
         self._auto: tuple[prewake_policy.GapHistogram, InferenceModelSpec] | None = None
         self._idle: dict[str, float] = {}
