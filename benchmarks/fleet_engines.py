@@ -50,8 +50,15 @@ async def serve(
     async def start(index: int, host: str) -> None:
         # Engine i serves model m{i // per_model:04d}, the InferenceModel that selects its pod.
         model = f"m{(first_index + index) // per_model:04d}"
+        # No weights checksum at each first sleep: the fleet measures the operator's own
+        # costs; benchmarks/verify.py measures the checks'.
         config = EngineConfig(
-            model=model, host=host, port=8000, token_seconds=0.0, sleep_seconds=sleep_seconds
+            model=model,
+            host=host,
+            port=8000,
+            token_seconds=0.0,
+            sleep_seconds=sleep_seconds,
+            checksum_seconds_per_gib=0.0,
         )
         engine = SimulatedEngine(config)
         # Each engine has a device of its own: it always has room to load, as vLLM would.

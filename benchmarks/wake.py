@@ -15,10 +15,11 @@ ROUNDS = 5
 BODY = {"model": "wake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
-def first_data_seconds(url: str) -> float:
+def first_data_seconds(url: str, model: str = "wake") -> float:
     """Seconds until the first `data:` line (the gateway's waiting comments do not count)."""
     began = time.monotonic()
-    with httpx.stream("POST", url, json={**BODY, "stream": True}, timeout=60) as response:
+    body = {**BODY, "model": model, "stream": True}
+    with httpx.stream("POST", url, json=body, timeout=60) as response:
         for line in response.iter_lines():
             if line.startswith("data:"):
                 return time.monotonic() - began

@@ -82,9 +82,15 @@ def _selector_constraints(spec: JSON) -> None:
 
 
 def _object_defaults(spec: JSON) -> None:
-    """Default nested objects to `{}`, so that the API server fills in their fields' defaults."""
+    """Default nested objects to `{}`, so that the API server fills in their fields' defaults;
+    not the optional ones (`pool`, `prewake`): a default there would turn them on for every
+    model, and the API server refuses a CRD whose default lacks a required field."""
+    fields = models.InferenceModelSpec.model_fields
     for name, prop in spec["properties"].items():
-        if prop.get("type") == "object" and name not in ("selector", "scaleTargetRef"):
+        field = next((f for key, f in fields.items() if (f.alias or key) == name), None)
+        optional = field is None or field.default is None
+        required = name in ("selector", "scaleTargetRef")
+        if prop.get("type") == "object" and not optional and not required:
             prop["default"] = {}
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import re
+from collections.abc import Callable
 
 # One or more <number><unit> pairs, as Go's time.ParseDuration reads them (without µs/ns,
 # which no idle timer needs). The same pattern goes into the CRD so that the API server
@@ -13,6 +15,9 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 # Go's time.Duration is int64 nanoseconds: the API server's CEL `duration()` (and every Go
 # client) refuses anything longer, so the operator does too, rather than read it as infinite.
 MAX_SECONDS = (2**63 - 1) / 1e9
+# A command line's plain number of seconds, as the flags always took (`10`, `2.5`, `.5`, and
+# `5e-05` as Python prints a small float); no sign, infinity or NaN, which no timer can wait for.
+_PLAIN_SECONDS = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
 
 
 class DurationError(ValueError):
@@ -27,12 +32,48 @@ def parse_duration(text: str) -> float:
             "such as '30s', '10m', '2h' or '1h30m'"
         )
     seconds = sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _PART.findall(text))
+    return _representable(text, seconds)
+
+
+def parse_seconds(text: str) -> float:
+    """A command line's duration: a plain number of seconds (`10`, `2.5`), or a duration as
+    the specs write it (`10s`, `500ms`, `1h30m`)."""
+    if text.startswith("-"):
+        raise DurationError(f"{text!r} is negative: write a duration such as 10s, 500ms or 1m30s")
+    if _PLAIN_SECONDS.fullmatch(text):
+        return _representable(text, float(text))
+    if re.fullmatch(DURATION_PATTERN, text):
+        return parse_duration(text)
+    raise DurationError(
+        f"{text!r} is not a duration: write seconds (10, 2.5) or a number and a unit "
+        "(ms, s, m, h), such as 10s, 500ms or 1m30s"
+    )
+
+
+def _representable(text: str, seconds: float) -> float:
     if seconds > MAX_SECONDS:
         raise DurationError(
             f"{text!r} is longer than the longest duration Kubernetes can represent "
             f"(about 292 years): write a shorter one"
         )
     return seconds
+
+
+def duration_flag(*, zero: bool = False) -> Callable[[str], float]:
+    """The argparse `type` of a flag that takes a duration (parse_seconds), greater than zero
+    unless `zero`; argparse refuses a bad one with a line naming the flag, and exit status 2."""
+
+    def parse(text: str) -> float:
+        try:
+            seconds = parse_seconds(text)
+        except DurationError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if seconds == 0 and not zero:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a duration greater than zero")
+        return seconds
+
+    parse.__name__ = "duration"  # argparse names the type in some of its messages
+    return parse
 
 
 def format_duration(seconds: float) -> str:

@@ -141,6 +141,11 @@ class PoolMember(Status):
     primed: bool = False
     """It sleeps, or is going to sleep, only to pin its host copy ahead of need (the pool's
     prime): it is woken back into its own room unless a wake takes that room first."""
+    untrusted: bool = False
+    """The pool does not trust its sleep to give the device its memory back: a wake that
+    counted on that memory ran out of memory, or it says it sleeps though Snooze never put it
+    to sleep. It counts at its whole footprint, asleep too, until its engine restarts (or, for
+    the latter, until it is seen awake)."""
 
 
 class GPUPoolStatus(Status):
@@ -167,15 +172,16 @@ class GPUPoolStatus(Status):
     members: list[PoolMember] = Field(default_factory=list)
     """Each member engine."""
     waiting: int = 0
-    """Wakes waiting for room."""
+    """Wakes and starting members waiting for room."""
     waiting_models: list[str] = Field(default_factory=list)
-    """The models whose wakes wait, first come first served."""
+    """The models whose wakes or starting members wait, starting members first."""
     evictions: int = 0
     """Members put to sleep to make room, since the pool was created (kept across restarts of
     the operator)."""
     conditions: list[Condition] = Field(default_factory=list)
     """Overcommitted (the declared footprints cannot be met even with all but one member
-    asleep), ClaimConflict (another pool names the same ResourceClaim) and SpecValid."""
+    asleep), ClaimConflict (another pool names the same ResourceClaim), MemoryNotFreed (members
+    the pool no longer trusts to free their memory asleep) and SpecValid."""
     observed_generation: int | None = None
     """The metadata.generation the operator last acted on."""
 

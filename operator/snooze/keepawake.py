@@ -4,7 +4,8 @@ Auto`): spec fields users write and the status the operator keeps of what it lea
 from __future__ import annotations
 
 import zoneinfo
-from datetime import datetime
+from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from cronsim import CronSim, CronSimError
@@ -25,6 +26,13 @@ _STATUS = ConfigDict(
     alias_generator=to_camel, populate_by_name=True, extra="ignore", use_attribute_docstrings=True
 )
 MAX_WINDOWS = 16
+MIN_WINDOW_PERIOD = timedelta(minutes=10)
+"""The shortest time between two starts of one keep-awake window. Each start wakes the model
+and, in a GPU pool, puts a neighbour to sleep for it: a window every few seconds made the
+neighbours sleep and wake many times a minute. Windows closer than this are a model that
+should stay awake (minAwake), or one long window."""
+GAP_SAMPLE = 64
+GAP_SPAN = timedelta(days=8)  # a week of weekday patterns, and the day after
 # A week of 10-minute slots: fine enough to wake a couple of minutes before a habit, coarse
 # enough that one week of traffic fills it and its status entry stays about a kilobyte.
 PROFILE_SLOT_MINUTES = 10
@@ -45,13 +53,44 @@ Duration = Annotated[
 
 def _cron(text: str) -> str:
     try:
-        CronSim(text, datetime(2000, 1, 1))
+        starts = CronSim(text, datetime(2000, 1, 1))
+        gap = shortest_gap(starts)
     except CronSimError as exc:
         raise ValueError(
             f"{text!r} is not a cron expression ({exc}): write five fields, minute hour "
             "day-of-month month day-of-week, such as '0 8 * * MON-FRI' (six: seconds first)"
         ) from None
+    if gap is not None and gap < MIN_WINDOW_PERIOD:
+        raise ValueError(
+            f"{text!r} starts a window every {_seconds(gap)}: keep-awake windows must start at "
+            f"least {_seconds(MIN_WINDOW_PERIOD)} apart (each start wakes the model, and in a GPU "
+            "pool puts a neighbour to sleep for it). To keep engines awake all the time, set "
+            "spec.minAwake; for a long window, give it a longer duration"
+        )
     return text
+
+
+def shortest_gap(starts: Iterator[datetime]) -> timedelta | None:
+    """The shortest time between two consecutive starts among the first GAP_SAMPLE of them,
+    or within GAP_SPAN of the first (None: fewer than two). Cron's fields repeat every matching
+    day, so its shortest gaps are among them."""
+    first = previous = next(starts, None)
+    shortest: timedelta | None = None
+    for _ in range(GAP_SAMPLE):
+        start = next(starts, None)
+        if first is None or previous is None or start is None or start - first > GAP_SPAN:
+            break
+        gap = start - previous
+        shortest = gap if shortest is None else min(shortest, gap)
+        if shortest < MIN_WINDOW_PERIOD:
+            break
+        previous = start
+    return shortest
+
+
+def _seconds(gap: timedelta) -> str:
+    seconds = int(gap.total_seconds())
+    return f"{seconds // 60}m" if seconds % 60 == 0 and seconds >= 60 else f"{seconds}s"
 
 
 def _zone(text: str) -> str:
@@ -86,8 +125,9 @@ class ScheduleWindow(BaseModel):
     """A name for the status and Events; default: the cron expression."""
     cron: Cron
     """When each window starts: minute hour day-of-month month day-of-week, in timeZone, such
-    as '0 8 * * MON-FRI' (six fields: seconds first). Cron's own rules: a start in an hour
-    that a DST change skips runs when the clock jumps; one in an hour that repeats runs once."""
+    as '0 8 * * MON-FRI' (six fields: seconds first), at least 10 minutes apart. Cron's own
+    rules: a start in an hour that a DST change skips runs when the clock jumps; one in an
+    hour that repeats runs once."""
     duration: Duration
     """How long each window lasts, such as 10h."""
     time_zone: TimeZone = "UTC"

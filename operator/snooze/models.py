@@ -213,12 +213,27 @@ class WakeSpec(Wire):
     """Wake the model when a request for it arrives (through the gateway's wake annotation)."""
     timeout: Duration = "2m"
     """How long one wake may take before it counts as failed; the gateway holds requests as long."""
-    on_failure: Literal["Restart", "Report"] = "Report"
-    """Restart: delete the pod after failureThreshold failed wakes so its controller recreates
-    it. Report: only report the failure on status, in Events and metrics."""
+    on_failure: Literal["Restart", "Report"] = "Restart"
+    """Restart (the default): delete the pod after failureThreshold failed wakes so that its
+    controller recreates it. Report: only report the failure on status, in Events and metrics,
+    and leave the engine unrouted until someone restarts it."""
     failure_threshold: int = Field(default=2, ge=1, le=100)
     """Failed wakes in a row before onFailure applies. A wake that hit the hybrid KV-cache
-    crash is never retried: only a restart recovers the engine."""
+    crash, or whose engine answered differently than before it slept, is never retried: only
+    a restart recovers the engine."""
+    verify: bool = True
+    """Check each woken engine before it is published awake: before an engine's first sleep
+    the operator records its answer to a fixed greedy request, and after each wake it asks
+    again; a different answer is a failed wake (OutputMismatch) and the engine is never routed
+    to. Where the engine serves /weight_checker (vLLM 0.32+) its weights are checksummed too,
+    and compared after level-2 wakes. false: publish woken engines unchecked."""
+    on_known_bug: Literal["FallBack", "NeverSleep", "SleepAnyway"] = "FallBack"
+    """What to do with an engine whose vLLM release and configuration (LoRA, tensor or
+    pipeline parallel, sleep level) are known to break sleep or wake (the KnownBug condition
+    names the vLLM issue). FallBack (the default): sleep at the other level when it is not
+    known to break, else stay awake; and never send /sleep while requests are in flight where
+    that crashes the engine. NeverSleep: keep such an engine awake. SleepAnyway: sleep as the
+    spec says, and only report it."""
     cold_start_timeout: Duration = "10m"
     """How long a scale-up from zero may take until an engine answers (scheduling, image pull,
     model load); the gateway holds requests as long."""

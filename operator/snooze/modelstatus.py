@@ -39,8 +39,10 @@ class Condition(Status):
     """Ready (the model can serve: an engine is awake, or a request can wake one), Awake (an
     engine is awake now), Asleep (every ready engine sleeps), WakeFailed, SleepFailed,
     SpecValid, Conflict (another model holds this one's model name), SharedPods (another model
-    selects some of its pods) or WaitingForRoom (a wake waits for its GPU pool to make room);
-    on a GPUPool, SpecValid, Overcommitted and ClaimConflict."""
+    selects some of its pods), WaitingForRoom (a wake waits for its GPU pool to make room),
+    WakeVerified (woken engines are checked before they serve) or KnownBug (an engine's vLLM
+    release and arguments are known to break sleep or wake); on a GPUPool, SpecValid,
+    Overcommitted and ClaimConflict."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
     observed_generation: int | None = Field(
@@ -53,6 +55,41 @@ class Condition(Status):
     """A CamelCase word for programs."""
     message: str = Field(max_length=32768)
     """What happened and what to do, for people; may be empty."""
+
+
+class OutputRecord(Status):
+    """An engine's answer to the fixed greedy request, recorded before its first sleep."""
+
+    route: str = Field(max_length=64)
+    """The route that answered: /v1/completions, or /v1/chat/completions for a model without it."""
+    tokens: list[int] | None = Field(default=None, max_length=64)
+    """The generated token ids (vLLM 0.10.2+ returns them)."""
+    text_sha256: str = Field(max_length=64)
+    """SHA-256 of the generated text: compared where token ids are missing."""
+
+
+class PodVerification(Status):
+    """What an engine's wakes are checked against, and where each check stands
+    (docs/wake-verification.md). Written by the operator only, so that a pod's owner cannot
+    forge it; it speaks of one run of the engine (the pod's uid and its container's restarts)."""
+
+    restarts: int | None = None
+    """The restart count of the engine's container these records are of."""
+    output: str = "Pending"
+    """Off, Pending (recorded at its first sleep), Recorded, Verified, Mismatch,
+    NotDeterministic (its greedy answer varies: not checked), Unsupported (it does not
+    generate text), Unavailable (it could not be asked) or Missed (it slept unrecorded)."""
+    weights: str = "Pending"
+    """Off, Pending, Recorded, Verified, Mismatch, Unsupported (no /weight_checker: vLLM
+    before 0.32.0) or Unavailable."""
+    baseline: OutputRecord | None = None
+    """Its greedy answer before its first sleep."""
+    weights_digest: str | None = Field(default=None, max_length=64)
+    """SHA-256 over every weight tensor's name and digest, before its first sleep."""
+    weight_tensors: int | None = None
+    """How many weight tensors (over all ranks) that digest covers."""
+    message: str = ""
+    """Why a check does not apply, when it does not."""
 
 
 class PodStatus(Status):
@@ -72,17 +109,21 @@ class PodStatus(Status):
     wake_failures: int = 0
     """Failed wakes in a row."""
     failure_reason: str = ""
-    """Why the last wake failed: HybridKVCacheReinit, Timeout, Unreachable or EngineError."""
+    """Why the last wake failed: HybridKVCacheReinit, Timeout, Unreachable, EngineError,
+    OutOfMemory, OutputMismatch (it woke answering differently) or WeightsMismatch."""
     last_failure_time: datetime | None = None
     """When the last wake failed."""
     sleep_failures: int = 0
     """Failed sleeps in a row."""
     sleep_failure_reason: str = ""
     """Why the last sleep failed: SleepModeDisabled (the engine runs without sleep mode:
-    Snooze keeps it awake until the pod or the spec changes), Timeout, Unreachable or
+    Snooze keeps it awake until the pod or the spec changes), KnownBug (a drain timed out where
+    a /sleep with requests in flight would crash the engine), Timeout, Unreachable or
     EngineError."""
     message: str = ""
     """Why the pod is in this state, when that is worth saying."""
+    verification: PodVerification | None = None
+    """What its wakes are checked against (spec.wake.verify)."""
 
 
 class InferenceModelStatus(Status):
@@ -129,8 +170,8 @@ class InferenceModelStatus(Status):
     """When someone else scaled the workload while Snooze had it at zero, or scaled it to zero
     themselves: Snooze leaves the scale alone until the model is next active."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Ready, Awake, Asleep, WakeFailed, SleepFailed, SpecValid, Conflict, SharedPods and
-    WaitingForRoom."""
+    """Ready, Awake, Asleep, WakeFailed, SleepFailed, SpecValid, Conflict, SharedPods,
+    WaitingForRoom, WakeVerified and KnownBug."""
     observed_generation: int | None = None
     """The metadata.generation the operator last acted on."""
     active_window: WindowStatus | None = None

@@ -151,6 +151,7 @@ def test_the_issue_s_panels_are_there() -> None:
         "histogram_quantile(0.95, sum by (le) (rate(snooze_wake_duration_seconds_bucket",
         "histogram_quantile(0.99, sum by (le) (rate(snooze_wake_duration_seconds_bucket",
         "snooze_wake_failures_total",
+        "sum by (check, result) (increase(snooze_wake_verifications_total{",
         "snooze_gateway_held_requests",
         "snooze_gateway_hold_duration_seconds_bucket",
         "sum(increase(snooze_asleep_seconds_total{",

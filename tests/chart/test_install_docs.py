@@ -1,5 +1,6 @@
 """Every `helm install` the READMEs print installs as printed (Helm's install action, client-side
-dry run), and the one that turns on the NetworkPolicy fences off the example engines."""
+dry run), and the production one fences off the example engines and the metrics ports: who
+reaches which port is judged as Kubernetes judges NetworkPolicies (network_policies.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import helm_python as helm
 import pytest
 import yaml
 from chart_helpers import CHART, EXAMPLES, ROOT
-from rendering import render_error
+from network_policies import Pod, reaches
+from rendering import render
 
 READMES = [ROOT / "README.md", CHART / "README.md"]
 
@@ -67,7 +69,14 @@ def merge(base: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
 
 def test_the_readmes_print_helm_installs() -> None:
     assert {path for path, _ in INSTALLS} == set(READMES)
-    assert any("networkPolicy.enabled=true" in words for _, words in INSTALLS)
+    assert any(production(words) for _, words in INSTALLS)
+
+
+def production(words: list[str]) -> bool:
+    """The install that names where the engines run and which Prometheus scrapes."""
+    return any(w.startswith("networkPolicy.namespaces=") for w in words) and any(
+        w.startswith("networkPolicy.scraper.") for w in words
+    )
 
 
 @pytest.mark.parametrize(
@@ -78,7 +87,8 @@ def test_each_documented_install_installs(path: Path, words: list[str]) -> None:
     kinds = {obj["kind"] for obj in objects}
     assert {"Deployment", "Service", "ServiceAccount"} <= kinds
     for obj in objects:
-        if obj["kind"] not in ("NetworkPolicy", "ConfigMap") and "namespace" in obj["metadata"]:
+        elsewhere = ("NetworkPolicy", "ConfigMap", "Role", "RoleBinding", "KopfPeering")
+        if obj["kind"] not in elsewhere and "namespace" in obj["metadata"]:
             assert obj["metadata"]["namespace"] == namespace, obj["metadata"]
 
 
@@ -102,48 +112,75 @@ def example_engine() -> dict[str, Any]:
     return deployment
 
 
-def test_the_documented_install_fences_off_the_example_engines() -> None:
-    """The install that turns on the NetworkPolicy puts one where the example's vLLM pods run,
-    selecting them, on their port, letting in only this release's operator and gateway."""
-    [words] = [w for _, w in INSTALLS if "networkPolicy.enabled=true" in w]
-    namespace, objects = install(words)
-    engine = example_engine()
-    pod_labels = engine["spec"]["template"]["metadata"]["labels"]
-    [container] = engine["spec"]["template"]["spec"]["containers"]
-    port = container["ports"][0]["containerPort"]
-    policies = [
+def pod_of(objects: list[dict[str, Any]], component: str, namespace: str) -> Pod:
+    [deployment] = [
         obj
         for obj in objects
-        if obj["kind"] == "NetworkPolicy"
-        and obj["metadata"]["namespace"] == engine["metadata"]["namespace"]
-    ]
-    assert len(policies) == 1, f"no NetworkPolicy in {engine['metadata']['namespace']}"
-    [policy] = policies
-    selector = policy["spec"]["podSelector"]
-    assert (
-        set(selector) == {"matchLabels"} and selector["matchLabels"].items() <= pod_labels.items()
-    )
-    assert policy["spec"]["policyTypes"] == ["Ingress"]
-    [rule] = policy["spec"]["ingress"]
-    assert [p["port"] for p in rule["ports"]] == [port]
-    # Only the release's operator and gateway pods, in the release's namespace.
-    deployments = {
-        obj["metadata"]["labels"]["app.kubernetes.io/component"]: obj
-        for obj in objects
         if obj["kind"] == "Deployment"
-    }
-    assert len(rule["from"]) == 2
-    for peer, component in zip(rule["from"], ["operator", "gateway"], strict=True):
-        assert peer["namespaceSelector"] == {
-            "matchLabels": {"kubernetes.io/metadata.name": namespace}
-        }
-        labels = deployments[component]["spec"]["template"]["metadata"]["labels"]
-        assert peer["podSelector"]["matchLabels"].items() <= labels.items()
+        and obj["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
+    return Pod(namespace, deployment["spec"]["template"]["metadata"]["labels"])
 
 
-def test_a_network_policy_without_engine_namespaces_is_refused() -> None:
-    """Enabled with no namespace to put it in, the policy would sit in the release's namespace,
-    where no engine runs, and protect nothing: the install says what to set instead."""
-    message = render_error({"networkPolicy": {"enabled": True}})
-    assert "networkPolicy.namespaces" in message and "snooze" in message
-    assert "--set 'networkPolicy.namespaces={default}'" in message
+def test_the_documented_install_fences_off_the_engines_and_the_metrics_ports() -> None:
+    """The production install: the example's vLLM pods and the metrics ports are reachable by
+    Snooze and the named Prometheus only, on their ports only; the gateway's API by anyone."""
+    [words] = [w for _, w in INSTALLS if production(w)]
+    namespace, objects = install(words)
+    policies = [obj for obj in objects if obj["kind"] == "NetworkPolicy"]
+    values = ROOT / "charts" / "snooze" / "values.yaml"
+    ports = yaml.safe_load(values.read_text())
+    api, gateway_metrics = ports["gateway"]["port"], ports["gateway"]["metricsPort"]
+    operator_metrics, liveness = ports["operator"]["metricsPort"], ports["operator"]["livenessPort"]
+
+    deployment = example_engine()
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    engine_port = container["ports"][0]["containerPort"]
+    engine = Pod(
+        deployment["metadata"]["namespace"], deployment["spec"]["template"]["metadata"]["labels"]
+    )
+    operator, gateway = (pod_of(objects, c, namespace) for c in ("operator", "gateway"))
+    [scraper_namespace] = [
+        w.split("=", 1)[1] for w in words if w.startswith("networkPolicy.scraper.namespace=")
+    ]
+    prometheus = Pod(scraper_namespace, {"app.kubernetes.io/name": "prometheus"})
+    tenant = Pod(engine.namespace, {"app": "curious"})
+    # A tenant's pod that wears Prometheus' label, in its own namespace or Snooze's.
+    impostors = [
+        Pod(ns, {"app.kubernetes.io/name": "prometheus"}) for ns in (engine.namespace, namespace)
+    ]
+
+    def can(source: Pod, target: Pod, port: int) -> bool:
+        return reaches(policies, source, target, port)
+
+    assert can(operator, engine, engine_port) and can(gateway, engine, engine_port)
+    assert can(prometheus, engine, engine_port)
+    assert not can(prometheus, engine, engine_port + 1), "the scrape port only"
+    assert can(operator, gateway, gateway_metrics) and can(prometheus, gateway, gateway_metrics)
+    assert can(prometheus, operator, operator_metrics)
+    for anyone in (tenant, prometheus, operator, *impostors):
+        assert can(anyone, gateway, api)
+    for outsider in (tenant, *impostors):
+        assert not can(outsider, engine, engine_port)
+        assert not can(outsider, gateway, gateway_metrics)
+        assert not can(outsider, operator, operator_metrics)
+    for anyone in (tenant, gateway, prometheus):
+        assert not can(anyone, operator, liveness), "the kubelet's, from the node, alone"
+    assert not can(gateway, operator, operator_metrics)
+
+
+def test_the_default_install_fences_the_metrics_ports_and_says_what_it_cannot_fence() -> None:
+    """With no engine namespace and no Prometheus named, the metrics ports are the operator's
+    alone, and the notes say that the engines are not fenced and nothing scrapes."""
+    rendering = render()
+    policies = rendering.of_kind("NetworkPolicy")
+    assert {p["metadata"]["namespace"] for p in policies} == {"snooze"}
+    gateway = pod_of(rendering.objects, "gateway", "snooze")
+    operator = pod_of(rendering.objects, "operator", "snooze")
+    prometheus = Pod("monitoring", {"app.kubernetes.io/name": "prometheus"})
+    assert reaches(policies, operator, gateway, 9091)
+    assert not reaches(policies, prometheus, gateway, 9091)
+    assert not reaches(policies, prometheus, operator, 9090)
+    assert reaches(policies, Pod("default", {}), gateway, 8080)
+    assert "--set 'networkPolicy.namespaces={default}'" in rendering.notes
+    assert "--set networkPolicy.scraper.namespace=monitoring" in rendering.notes

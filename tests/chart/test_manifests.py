@@ -22,6 +22,7 @@ from chart_helpers import (
     load_yaml,
     values,
 )
+from rendering import VALUE_SETS, render
 
 from snooze import models
 
@@ -83,7 +84,8 @@ def test_example_inference_models_validate_against_the_crd(
 def test_examples_show_the_common_cases() -> None:
     specs = [models.parse_spec(doc["spec"]) for _path, doc in INFERENCE_MODELS]
     cases = {(spec.sleep.level, spec.wake.on_failure) for spec in specs}
-    assert {(1, "Report"), (2, "Report"), (2, "Restart")} <= cases
+    # Restart is the default (level1 says nothing), Report an explicit choice.
+    assert {(1, "Restart"), (2, "Report"), (2, "Restart")} <= cases
 
 
 def _engine_deployments() -> list[dict[str, Any]]:
@@ -162,3 +164,29 @@ def test_template_flags_are_the_commands_flags(command: str, module: str) -> Non
     used = set(re.findall(r"^\s+- (--[a-z-]+)=", text, re.M))
     known = {flag for action in _parser(module)._actions for flag in action.option_strings}
     assert not used - known, f"`snooze {command}` has no {sorted(used - known)}"
+
+
+# Durations in the values, as the specs write them.
+DURATIONS = {"operator": {"probeInterval": "1m30s", "drainTimeout": "500ms"}}
+
+
+@pytest.mark.parametrize("name", [*sorted(VALUE_SETS), "durations"])
+def test_the_rendered_arguments_are_ones_the_commands_take(name: str) -> None:
+    """Each Deployment's arguments, as its container would run them: the command line parses
+    and the settings are made (a value the schema takes but the command refuses would leave the
+    pod crash-looping)."""
+    from snooze.cli import build_parser
+    from snooze.gateway.cli import settings_from as gateway_settings
+    from snooze.operator.cli import settings_from as operator_settings
+
+    rendering = render(DURATIONS if name == "durations" else VALUE_SETS[name])
+    made: dict[str, Any] = {}
+    for deployment in rendering.of_kind("Deployment"):
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        args = build_parser().parse_args(container["args"])
+        made[args.command] = {"operator": operator_settings, "gateway": gateway_settings}[
+            args.command
+        ](args)
+    assert set(made) == {"operator", "gateway"}
+    if name == "durations":
+        assert (made["operator"].probe_interval, made["operator"].drain_timeout) == (90, 0.5)

@@ -218,5 +218,7 @@ def test_notes_name_the_gateway_and_an_unambiguous_resource() -> None:
     notes = render(release="prod").notes
     assert "http://prod-snooze-gateway.snooze.svc:80/v1" in notes
     assert "kubectl get inferencemodels.snooze.dev -A" in notes
-    assert "networkPolicy.enabled is false" in notes
-    assert "networkPolicy.enabled is false" not in render(VALUE_SETS["everything"]).notes
+    assert "networkPolicy.enabled is false" not in notes
+    assert "no engine is fenced off" in notes
+    everything = render(VALUE_SETS["everything"]).notes
+    assert "no engine is fenced off" not in everything and "No Prometheus" not in everything

@@ -19,6 +19,7 @@ needs_promtool = pytest.mark.needs("promtool")
 # What each alert is for; a new rule must be added here, and so be thought about.
 ALERTS = {
     "SnoozeWakeFailures",
+    "SnoozeWakeVerificationFailed",
     "SnoozeWakeLatencyHigh",
     "SnoozeHeldRequestsTimingOut",
     "SnoozeModelStuckWaking",
@@ -85,7 +86,11 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
 def test_the_down_alerts_match_the_chart_s_job_names(release: str) -> None:
     """The ServiceMonitor names a job after its Service (FULLNAME-COMPONENT-metrics), whatever
     the release's name; Prometheus anchors the alerts' regexes at both ends."""
-    rendering = render({"serviceMonitor": {"enabled": True}}, release=release)
+    monitored = {
+        "serviceMonitor": {"enabled": True},
+        "networkPolicy": {"scraper": {"namespace": "monitoring"}},
+    }
+    rendering = render(monitored, release=release)
     exprs = {rule["alert"]: rule["expr"] for rule in rules()}
     for alert, component, other in [
         ("SnoozeOperatorDown", "operator", "gateway"),
@@ -157,7 +162,8 @@ def test_the_commands_alerts_give_work_as_rendered(tmp_path: Path) -> None:
 
     commands = described_commands()
     assert {c for c, _ in commands} == {"kubectl describe im chat -n default"}
-    assert len(commands) == 5  # wake failures (2), held timeouts, stuck waking, stuck draining
+    # wake failures (2), failed verifications (2), held timeouts, stuck waking, stuck draining
+    assert len(commands) == 7
     crd = load_yaml(CHART.parents[1] / "crds" / "inferencemodels.snooze.dev.yaml")
     with Sandbox() as sandbox:
         kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")

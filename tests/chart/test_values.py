@@ -87,6 +87,20 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("empty engine selector", {"networkPolicy": {"enginePodSelector": {}}}, "enginePodSelector"),
     ("zero probe interval", {"operator": {"probeInterval": 0}}, "probeInterval"),
+    ("zero probe interval as a duration", {"operator": {"probeInterval": "0s"}}, "probeInterval"),
+    ("probe interval not a duration", {"operator": {"probeInterval": "10 s"}}, "probeInterval"),
+    ("zero drain timeout", {"operator": {"drainTimeout": 0}}, "drainTimeout"),
+    ("zero shutdown grace", {"gateway": {"shutdownGraceSeconds": 0}}, "shutdownGrace"),
+    (
+        "unknown scraper key",
+        {"networkPolicy": {"scraper": {"namespaces": ["monitoring"]}}},
+        "namespaces",
+    ),
+    (
+        "scraper namespace not a name",
+        {"networkPolicy": {"scraper": {"namespace": "Monitoring"}}},
+        "namespace",
+    ),
     ("typo in the pod security context", {"podSecurityContext": {"runAsUsr": 0}}, "runAsUsr"),
     ("negative uid", {"podSecurityContext": {"runAsUser": -1}}, "runAsUser"),
     (

@@ -79,9 +79,11 @@ class Cluster:
         engine: EngineConfig | None = None,
         ready: bool = True,
         model: str = "m",
+        args: list[str] | None = None,
         **engine_options: Any,
     ) -> SimulatedEngine:
-        """A Running, Ready pod whose podIP is a simulated engine's address."""
+        """A Running, Ready pod whose podIP is a simulated engine's address; `args` are its
+        container's (`vllm serve` arguments)."""
         config = engine or EngineConfig(
             model=model,
             host=next(_addresses),
@@ -90,21 +92,35 @@ class Cluster:
                 "sleep_seconds": 0.05,
                 "wake_seconds": 0.05,
                 "reload_seconds": 0.05,
+                "checksum_seconds_per_gib": 0.001,
                 **engine_options,
             },
         )
         sim_engine = self.sim.add(config)
         self.engines[name] = sim_engine
-        self.add_pod(name, labels=labels, ip=config.host, ready=ready)
+        self.add_pod(name, labels=labels, ip=config.host, ready=ready, args=args)
         return sim_engine
 
-    def add_pod(self, name: str, *, labels: dict[str, str], ip: str, ready: bool = True) -> None:
-        """A Running pod whose podIP is `ip`, where an engine of the test's own listens."""
+    def add_pod(
+        self,
+        name: str,
+        *,
+        labels: dict[str, str],
+        ip: str,
+        ready: bool = True,
+        args: list[str] | None = None,
+    ) -> None:
+        """A Running pod whose podIP is `ip`, where an engine of the test's own listens; `args`
+        are its container's (`vllm serve` arguments)."""
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": self.ns, "labels": labels},
-            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.26.0"}]},
+            "spec": {
+                "containers": [
+                    {"name": "vllm", "image": "vllm/vllm-openai:v0.26.0", "args": args or []}
+                ]
+            },
         }
         self._check(self.http.post(PODS.format(ns=self.ns), json=pod))
         self.set_pod_ready(name, ip, ready=ready)
@@ -115,6 +131,17 @@ class Cluster:
             "podIP": ip,
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         }
+        self._check(
+            self.http.patch(
+                f"{PODS.format(ns=self.ns)}/{name}/status",
+                json={"status": status},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+        )
+
+    def set_container_restarts(self, name: str, restarts: int) -> None:
+        """The kubelet's count of the engine container's restarts (a new count: a new run)."""
+        status = {"containerStatuses": [{"name": "vllm", "restartCount": restarts, "ready": True}]}
         self._check(
             self.http.patch(
                 f"{PODS.format(ns=self.ns)}/{name}/status",

@@ -250,25 +250,28 @@ def test_the_pool_shows_where_a_person_looks(
     assert re.search(r"\| GPUPool gpu-0: \d+ of 70 GiB used, awake: ", out)
 
 
-def test_the_summary_compares_a_fixed_ttl(
+def test_the_summary_compares_like_with_like(
     run: tuple[subprocess.CompletedProcess[str], Path], summary: dict[str, Any]
 ) -> None:
-    """What a fixed TTL would have cost on the run's own traffic (whatif's replay), beside what
-    Snooze did, model by model: the held counts are the run's own."""
+    """The run's own requests replayed through whatif's engine twice, each model's idle.after
+    as a fixed TTL on GPUs of its own and the models as deployed, devices held first: both
+    sides replayed, none measured against a simulation."""
     result, _ = run
-    rows = {r["model"]: r for r in summary["fixed_ttl"]}
+    both = summary["replayed"]
+    rows = {r["model"]: r for r in both["models"]}
     assert set(rows) == {m["model"] for m in summary["models"]}
     for model, row in rows.items():
         asked = [r for r in summary["requests"] if r["model"] == model]
         assert row["requests"] == len(asked)
-        assert row["snooze_held"] == sum(1 for r in asked if r["held"] > 0)
-        assert row["ttl_gpu_hours"] > 0 and row["snooze_gpu_hours"] > 0
+        assert row["ttl_gpu_hours"] > 0 and row["deployed_gpu_hours"] > 0
         assert 0 <= row["ttl_held"] <= row["requests"]
     # On GPUs of their own the pool's members never sleep (idle.after: Never): nothing held,
-    # awake all along; on the shared GPU they took turns.
+    # awake all along; on the shared GPU they take turns.
     for model in ("translate", "sql", "legal", "support"):
         assert rows[model]["policy"] == "always-on" and rows[model]["ttl_held"] == 0
-        assert rows[model]["snooze_gpu_hours"] < rows[model]["ttl_gpu_hours"]
-    assert "What a fixed TTL would have cost on this run's own traffic" in result.stdout
-    assert "GPUs held all along: 10 with a fixed TTL" in result.stdout
-    assert "7 with Snooze (a pool's members share one)" in result.stdout
+        assert rows[model]["deployed_gpu_hours"] < rows[model]["ttl_gpu_hours"]
+    fixed, deployed = both["fixed_ttl"], both["as_deployed"]
+    assert (fixed["devices_always_on"], deployed["devices_always_on"]) == (10, 7)
+    assert deployed["device_hours"] < fixed["device_hours"]
+    assert "both replayed through snooze whatif's engine" in result.stdout
+    assert "GPUs held all along: 10 with a fixed TTL, 7 as deployed" in result.stdout

@@ -25,6 +25,7 @@ def engine_config(model: str, **options: Any) -> EngineConfig:
         "wake_seconds": 0.3,
         "reload_seconds": 0.05,
         "token_seconds": 0.002,
+        "checksum_seconds_per_gib": 0.001,
         **options,
     }
     return EngineConfig(model=model, host=next(_addresses), port=8000, **settings)

@@ -42,7 +42,10 @@ def test_a_known_wake_failure_answers_held_requests_at_once(
     the hybrid crash: every held request gets 503 with the reason, long before the wake
     timeout (5 minutes here, the clients' own timeout 30 seconds)."""
     (engine,) = add_model(
-        cluster, "crashy", spec={"wake": {"timeout": "5m"}}, hybrid_wake_crash=True
+        cluster,
+        "crashy",
+        spec={"wake": {"timeout": "5m", "onFailure": "Report"}},
+        hybrid_wake_crash=True,
     )
     wait_asleep(cluster, gateway, "crashy")
     url = gateway.url + CHAT

@@ -4,6 +4,7 @@ any request, at a window's start and ahead of the traffic its profile expects.""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from conftest import FAST, Cluster, wait_for
@@ -19,8 +20,9 @@ def test_a_window_wakes_a_sleeping_model_before_any_request(
     cluster: Cluster, operator: OperatorThread
 ) -> None:
     engine = cluster.create_pod("chat-0", labels=LABELS)
-    # A window every 8 seconds for 3 (six cron fields: seconds first), one engine awake.
-    window = {"name": "burst", "cron": "*/8 * * * * *", "duration": "3s", "minAwake": 1}
+    # A window every day, starting 8 seconds from now, for 3 (six cron fields: seconds first),
+    # one engine awake.
+    window = {"name": "burst", "cron": daily_from_now(8), "duration": "3s", "minAwake": 1}
     cluster.create_model(
         "chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": "1s"}, "schedule": [window]}
     )
@@ -45,6 +47,27 @@ def test_a_window_wakes_a_sleeping_model_before_any_request(
     wait_for("a WindowEnded event", lambda: cluster.events("WindowEnded"))
     started = cluster.events("WindowStarted")[0]["message"]
     assert "keep-awake window burst began: 1 engine(s) kept awake until" in started
+
+
+def test_a_window_that_starts_every_few_seconds_is_refused_naming_the_field(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    engine = cluster.create_pod("chat-0", labels=LABELS)
+    window = {"cron": "*/4 * * * * *", "duration": "4s", "minAwake": 10000}
+    cluster.create_model("chat", {"selector": {"matchLabels": LABELS}, "schedule": [window]})
+    condition = wait_for(
+        "SpecValid False",
+        lambda: (c := cluster.condition("chat", "SpecValid")) and c["status"] == "False" and c,
+    )
+    assert condition["message"].startswith("spec.schedule.0.cron: '*/4 * * * * *' starts a")
+    assert "at least 10m apart" in condition["message"]
+    assert engine.wake_calls == 0 and engine.sleep_calls == 0  # nothing done on its account
+
+
+def daily_from_now(seconds: float) -> str:
+    """A six-field cron (seconds first, UTC) whose next start is `seconds` from now."""
+    at = datetime.now(UTC) + timedelta(seconds=seconds)
+    return f"{at.second} {at.minute} {at.hour} * * *"
 
 
 @pytest.fixture

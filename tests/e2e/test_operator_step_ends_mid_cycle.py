@@ -31,6 +31,13 @@ from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 LABELS = {"app.kubernetes.io/name": "chat"}
 
 
+def chat_engine(**options: Any) -> EngineConfig:
+    """An engine of model chat, whose weights' digests (taken at its first sleep) are quick."""
+    return EngineConfig(
+        model="chat", host=next(_addresses), port=8000, checksum_seconds_per_gib=0.001, **options
+    )
+
+
 class RecordingApi:
     """The Kubernetes API as the loop sees it: every patch recorded, none refused."""
 
@@ -98,10 +105,8 @@ def test_a_step_that_ends_while_the_cycle_probes_is_left_to_end(
     """Before the fix, the ended sleep was taken for a drain cut off and sent again (a second
     Draining and Slept, the pod draining a moment), and the ended wake for a waking label
     left over, relabelled asleep (the gateway stopped routing to an awake engine)."""
-    other = sim.add(EngineConfig(model="chat", host=next(_addresses), port=8000))
-    ending = sim.add(
-        EngineConfig(model="chat", host=next(_addresses), port=8000, sleep_seconds=0.01)
-    )
+    other = sim.add(chat_engine())
+    ending = sim.add(chat_engine(sleep_seconds=0.01))
     if step == "sleep":
         httpx.post(f"http://{ending.config.host}:8000/sleep?level=1&mode=wait").raise_for_status()
     now = time.time()
@@ -192,9 +197,7 @@ def test_a_drain_is_not_cancelled_by_a_wake_request_older_than_it(sim: Simulator
     previous sleep's mark. Before the fix the old wake request looked newer than the drain,
     which was cancelled ("the model is wanted"): a member a pool was putting to sleep to make
     room stayed awake, and the wake waiting for that room waited for another choice."""
-    engine = sim.add(
-        EngineConfig(model="chat", host=next(_addresses), port=8000, sleep_seconds=0.01)
-    )
+    engine = sim.add(chat_engine(sleep_seconds=0.01))
     now = time.time()
     pods = [
         chat_pod(

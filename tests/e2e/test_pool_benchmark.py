@@ -47,7 +47,13 @@ def test_the_pools_benchmark_reports_figures_that_add_up(tmp_path: Path) -> None
     # All three models are wanted within most minutes of this trace, and two fit.
     assert report["oversubscribed"]["requests"] == 45
     assert 0 <= report["forced_over_limit"]["requests"] <= report["oversubscribed"]["requests"]
-    assert set(report["evictions_metric"]["trace"]) == {"wake", "start", "headroom", "prime"}
+    assert set(report["evictions_metric"]["trace"]) == {
+        "wake",
+        "start",
+        "books",
+        "headroom",
+        "prime",
+    }
 
     logged = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert len(logged) == requests["sent"]

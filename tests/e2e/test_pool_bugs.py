@@ -43,10 +43,18 @@ class Member:
         self.spec: InferenceModelSpec | None = parse_spec(
             {"selector": {"matchLabels": {"app": name}}, "pool": {"name": "gpu", "memory": "30Gi"}}
         )
+        # Slept by hand here, as Snooze would have: its pod carries the mark of a drain.
         self.pod = PodInfo(
-            namespace="default", name=f"{name}-0", uid=name, ready=True, ip=engine.config.host
+            namespace="default",
+            name=f"{name}-0",
+            uid=name,
+            ready=True,
+            ip=engine.config.host,
+            sleep_started=1.0,
         )
         self.selected = [self.pod]
+        self.min_awake_now = 0
+        self.cycled = True
         self.memory = ModelMemory()
         self.last_wake_seconds: float | None = 0.01
         self.probe()
@@ -115,6 +123,7 @@ def three_on_one_device(sim: SimulatorHost) -> dict[str, Member]:
             sleep_seconds=0.01,
             wake_seconds=0.01,
             kv_wake_seconds=0.01,
+            checksum_seconds_per_gib=0.001,
         )
         engines[name] = engine = sim.add(config)
         if name != "a":

@@ -5,6 +5,7 @@ operator is stopped in the middle of a swap."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -43,36 +44,56 @@ class Kubelet:
         self.device = device
         self.engines: dict[str, SimulatedEngine] = {}
 
-    def start(self, name: str, **options: Any) -> SimulatedEngine:
+    def start(
+        self, name: str, *, pod: str | None = None, wait: bool = True, **options: Any
+    ) -> SimulatedEngine:
+        """Start a pod of model `name` (`NAME-0` unless `pod` names it) and its engine: 30 GiB
+        awake and 1 GiB asleep, unless `options` (EngineConfig's) say otherwise. Returns once
+        it has loaded; with `wait` False at once, its pod marked Ready when it has loaded."""
+        pod = pod or f"{name}-0"
         host = next(_addresses)
-        pod = {
+        body = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": f"{name}-0", "labels": {"app": name}},
+            "metadata": {"name": pod, "labels": {"app": name}},
             "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.33.0"}]},
         }
-        self.cluster.http.post(PODS, json=pod).raise_for_status()
-        self.cluster.set_pod_ready(f"{name}-0", host, ready=False)
+        self.cluster.http.post(PODS, json=body).raise_for_status()
+        self.cluster.set_pod_ready(pod, host, ready=False)
         time.sleep(CONTAINER_START_SECONDS)
-        config = EngineConfig(
-            model=name,
-            host=host,
-            port=8000,
-            device=self.device.name,
-            gpu_memory_gib=10,
-            kv_cache_gib=19,
-            asleep_memory_gib=1,
-            sleep_seconds=0.2,
-            wake_seconds=0.2,
-            token_seconds=0.01,
-            start_retry_seconds=0.2,
-            **options,
+        config: dict[str, Any] = {
+            "gpu_memory_gib": 10,
+            "kv_cache_gib": 19,
+            "asleep_memory_gib": 1,
+            "sleep_seconds": 0.2,
+            "wake_seconds": 0.2,
+            "token_seconds": 0.01,
+            "start_retry_seconds": 0.2,
+            "checksum_seconds_per_gib": 0.001,
+        }
+        engine = self.cluster.sim.add(
+            EngineConfig(
+                model=name, host=host, port=8000, device=self.device.name, **(config | options)
+            )
         )
-        engine = self.cluster.sim.add(config)
-        self.engines[name] = engine
-        wait_for(f"{name} loaded", lambda: engine.loaded, timeout=30)
-        self.cluster.set_pod_ready(f"{name}-0", host, ready=True)
+        self.engines[name if pod == f"{name}-0" else pod] = engine
+        if wait:
+            wait_for(f"{pod} loaded", lambda: engine.loaded, timeout=30)
+            self.cluster.set_pod_ready(pod, host, ready=True)
+        else:
+            threading.Thread(
+                target=self._ready_once_loaded, args=(pod, engine), daemon=True
+            ).start()
         return engine
+
+    def _ready_once_loaded(self, pod: str, engine: SimulatedEngine) -> None:
+        deadline = time.monotonic() + 120
+        while not engine.loaded and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # The test may be over, its API client closed, before a refused engine loads.
+        if engine.loaded and not self.cluster.http.is_closed:
+            with contextlib.suppress(RuntimeError):
+                self.cluster.set_pod_ready(pod, engine.config.host, ready=True)
 
 
 class Watcher:
@@ -100,8 +121,8 @@ class Watcher:
         self._thread.join()
 
 
-@pytest.fixture
-def pool(cluster: Cluster) -> Iterator[Kubelet]:
+def device_and_pool(cluster: Cluster) -> Kubelet:
+    """A simulated device of 70 GiB and its GPUPool `gpu-0` (minResidency 1s), no member yet."""
     device = cluster.sim.add_device(name="gpu-0", memory_gib=70)
     body = {
         "apiVersion": "snooze.dev/v1alpha1",
@@ -110,6 +131,12 @@ def pool(cluster: Cluster) -> Iterator[Kubelet]:
         "spec": {"memory": "70Gi", "minResidency": "1s"},
     }
     cluster.http.post(POOLS, json=body).raise_for_status()
+    return Kubelet(cluster, device)
+
+
+@pytest.fixture
+def pool(cluster: Cluster) -> Iterator[Kubelet]:
+    kubelet = device_and_pool(cluster)
     for name in NAMES:
         cluster.create_model(
             name,
@@ -120,7 +147,7 @@ def pool(cluster: Cluster) -> Iterator[Kubelet]:
                 "wake": {"timeout": "30s"},
             },
         )
-    yield Kubelet(cluster, device)
+    yield kubelet
 
 
 def pool_status(cluster: Cluster, name: str = "gpu-0") -> dict[str, Any]:
@@ -391,8 +418,11 @@ def test_prime_pins_each_member_ahead_of_need_and_wakes_it_back(
         assert primes._value.get() == 2
         making_room = [e["message"] for e in cluster.events("MakingRoom")]
         assert sum("(prime)" in m for m in making_room) == 2, making_room
-        woke = [e["message"] for e in cluster.events("Woke")]
-        assert sum("the pool's prime" in m for m in woke) == 2, woke
+        # Published (and told) once its answer is checked, a moment after the engine woke.
+        wait_for(
+            "both woken back",
+            lambda: sum("the pool's prime" in e["message"] for e in cluster.events("Woke")) == 2,
+        )
         assert pool.engines[first_sleeper].is_sleeping  # untouched: its copy was pinned
 
         # A request for the sleeping model: an awake member makes room with a fast sleep.

@@ -139,6 +139,7 @@ class Node:
             wake_seconds=0.2,
             token_seconds=0.01,
             start_retry_seconds=0.2,
+            checksum_seconds_per_gib=0.001,
         )
         engine = self.sim.add(config)
         self.engines[deployment] = engine

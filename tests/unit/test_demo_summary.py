@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from snooze.demo import scenario, summary
+from snooze.demo import replayed, scenario, summary
 from snooze.demo.picture import deletions
 from snooze.demo.sampler import incidents_between, pod_state
 from snooze.demo.timeline import Incident, PodSample, Sample, Timeline, with_failed
@@ -203,3 +203,27 @@ def test_a_pod_restarted_before_it_was_sampled_failing_is_redrawn() -> None:
     sample = Sample(t=1.0, pods={"a": PodSample(model="m", state="waking", gpu_bytes=0)}, models={})
     assert with_failed(sample, {"a"}).pods["a"].state == "failed"
     assert with_failed(sample, set()) is sample
+
+
+def test_the_closing_comparison_replays_both_sides() -> None:
+    """The fixed TTL and the scenario as deployed, both replayed on the same requests: the
+    pool's four members share one GPU, on GPUs of their own they never sleep."""
+    sc = scenario.build(duration=60, scale=0.25)
+    records = [Record(model=p.model, stream=p.stream, planned=p.at, sent=p.at) for p in sc.traffic]
+    rows, ttl, deployed = replayed.compare(sc, records, end=60.0)
+    by = {r.model: r for r in rows}
+    assert set(by) == {p.model for p in sc.traffic}
+    assert sum(r.requests for r in rows) == len(records) == ttl.requests == deployed.requests
+    # chat's two engines and one each for the other nine models on their own; the pool's
+    # four share one as deployed.
+    assert (ttl.devices_always_on, deployed.devices_always_on) == (10, 7)
+    for model in scenario.POOL_MEMBERS:
+        assert by[model].policy == "always-on" and by[model].ttl_held == 0
+        assert by[model].deployed_held > 0  # each phase swaps two members in
+        assert by[model].deployed_gpu_hours < by[model].ttl_gpu_hours
+    # summarize goes to zero replicas as deployed: its GPU is given back for a while.
+    assert deployed.device_hours < ttl.device_hours - 3 * 60 / 3600
+    assert ttl.device_hours == pytest.approx(ttl.devices_always_on * 60 / 3600, rel=0.01)
+    text = "\n".join(replayed.lines(rows, ttl, deployed))
+    assert "both replayed through snooze whatif's engine" in text
+    assert "GPUs held all along: 10 with a fixed TTL, 7 as deployed" in text

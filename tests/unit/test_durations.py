@@ -1,10 +1,19 @@
-"""Duration strings as users write them in a spec."""
+"""Duration strings as users write them in a spec, and on the command line."""
 
 from __future__ import annotations
 
+import argparse
+import re
+
 import pytest
 
-from snooze.durations import DurationError, format_duration, parse_duration
+from snooze.durations import (
+    DurationError,
+    duration_flag,
+    format_duration,
+    parse_duration,
+    parse_seconds,
+)
 
 
 @pytest.mark.parametrize(
@@ -49,3 +58,41 @@ def test_a_spec_with_an_endless_duration_names_the_field() -> None:
     # The API server refuses absurdly long strings before the operator sees them (maxLength).
     with pytest.raises(SpecError, match=r"spec\.idle\.after: .*at most 32 characters"):
         parse_spec({"selector": selector, "idle": {"after": "9" * 400 + "s"}})
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        *[("10", 10), ("2.5", 2.5), (".5", 0.5), ("5.", 5), ("5e-05", 5e-05), ("0", 0)],
+        *[("10s", 10), ("1m30s", 90), ("500ms", 0.5), ("1h", 3600)],
+    ],
+)
+def test_a_command_line_takes_seconds_or_a_duration(text: str, seconds: float) -> None:
+    assert parse_seconds(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("-5", "is negative"),
+        ("-5s", "is negative"),
+        ("nan", "is not a duration: write seconds (10, 2.5) or a number and a unit"),
+        ("inf", "is not a duration"),
+        ("10 s", "is not a duration"),
+        ("1d", "is not a duration"),
+        ("", "is not a duration"),
+        ("1e400", "292 years"),
+        ("9" * 30, "292 years"),
+    ],
+)
+def test_a_command_line_refuses(text: str, says: str) -> None:
+    with pytest.raises(DurationError, match=re.escape(says)):
+        parse_seconds(text)
+
+
+def test_a_flag_refuses_zero_unless_it_may_be() -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="greater than zero"):
+        duration_flag()("0s")
+    assert duration_flag(zero=True)("0s") == 0
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a duration"):
+        duration_flag(zero=True)("soon")

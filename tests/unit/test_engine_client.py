@@ -520,7 +520,8 @@ async def test_activity_asks_for_the_filtered_families() -> None:
 
 
 def vllm_like_registry(*, running: float, success: int) -> CollectorRegistry:
-    """A registry shaped like vLLM's: the families and labels of VLLM.md, plus a histogram."""
+    """A registry shaped like vLLM's: the families and labels of docs/vllm-contract.md, plus a
+    histogram."""
     registry = CollectorRegistry()
     labels = ["model_name", "engine"]
     Gauge("vllm:num_requests_running", "r", labels, registry=registry).labels("m", "0").set(running)

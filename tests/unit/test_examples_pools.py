@@ -23,7 +23,7 @@ from snooze import gpupool, models
 from snooze.gpupool import GPUPoolSpec
 from snooze.kube.pods import pod_info
 from snooze.models import InferenceModelSpec
-from snooze.operator.pools import pool_name_of
+from snooze.operator.poolmembers import pool_name_of
 from snooze.policy.pool import Member, MemberState, PoolView, WakeAsk, decide_pool, overcommitted
 from snooze.quantities import GIB, format_gib, parse_quantity
 

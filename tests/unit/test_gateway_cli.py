@@ -61,10 +61,50 @@ def test_each_flag_sets_its_setting() -> None:
     ) == (7.0, 3.0, 2.0, 9.0, 1000, 4.0, 12.0, True, ("a",))
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
-def test_a_bound_must_be_a_positive_finite_number(value: str) -> None:
-    with pytest.raises(SystemExit, match="--upstream-idle-timeout must be a finite number"):
-        settings_from(parse("--upstream-idle-timeout", value))
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_a_count_must_be_positive(value: str) -> None:
+    with pytest.raises(SystemExit, match="--max-held-per-model must be a finite number"):
+        settings_from(parse("--max-held-per-model", value))
+
+
+def test_timeouts_are_durations_as_the_specs_write_them() -> None:
+    settings = settings_from(
+        parse(
+            "--upstream-first-byte-timeout", "10m", "--upstream-idle-timeout", "1m30s",
+            "--connect-timeout", "500ms", "--keepalive-seconds", "2", "--shutdown-grace-seconds",
+            "1m",
+        )
+    )  # fmt: skip
+    assert (
+        settings.upstream_first_byte_timeout,
+        settings.upstream_idle_timeout,
+        settings.connect_timeout,
+        settings.keepalive_seconds,
+        settings.shutdown_grace_seconds,
+    ) == (600, 90, 0.5, 2, 60)
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("0", "'0': give a duration greater than zero"),
+        ("-1", "'-1' is negative"),
+        ("nan", "'nan' is not a duration: write seconds (10, 2.5) or a number and a unit"),
+        ("inf", "'inf' is not a duration"),
+        ("1e400", "'1e400' is longer than the longest duration Kubernetes can represent"),
+        ("10 s", "'10 s' is not a duration"),
+    ],
+)
+def test_a_bad_duration_is_refused_naming_the_flag(value: str, says: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "snooze.cli", "gateway", "--upstream-idle-timeout", value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [line] = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert line.startswith(f"snooze gateway: error: argument --upstream-idle-timeout: {says}")
 
 
 def test_the_readme_documents_every_flag() -> None:

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
 from snooze.gateway.metrics import GatewayMetrics
-from snooze.operator.gateways import GatewayTraffic, merge, read_page
+from snooze.operator.gateways import GatewayTraffic, merge, read_held, read_page
 from snooze.policy.probing import Traffic
 
 
@@ -178,3 +178,40 @@ def test_hurried_scrapes_come_a_tenth_of_an_interval_apart() -> None:
                 return scrapes.count
 
     assert asyncio.run(run()) >= 6
+
+
+def test_the_requests_held_for_each_model_s_wake_are_summed_over_replicas() -> None:
+    # A GPU pool gives no place to a wake whose held requests are all gone: it reads them here.
+    first, second = GatewayMetrics(), GatewayMetrics()
+    with (
+        first.held("ns", "big"),
+        second.held("ns", "big"),
+        second.held("ns", "small"),
+        replica(first.registry) as one,
+        replica(second.registry) as two,
+    ):
+        traffic = GatewayTraffic(api=None, urls=[one, two], interval=1)
+        scrape(traffic)
+    assert traffic.held("ns", "big") == 2
+    assert traffic.held("ns", "small") == 1
+    assert traffic.held("ns", "never-asked") == 0
+    assert traffic.held("other", "big") == 0
+
+
+def test_the_held_requests_are_unknown_while_a_replica_does_not_answer() -> None:
+    metrics = GatewayMetrics()
+    with replica(CollectorRegistry()) as gone:
+        pass
+    with metrics.held("ns", "big"), replica(metrics.registry) as one:
+        traffic = GatewayTraffic(api=None, urls=[one, gone], interval=1, timeout=2)
+        scrape(traffic)
+    assert traffic.held("ns", "big") is None  # the other replica may hold some: unknown
+
+
+def test_a_held_count_that_is_not_a_count_reads_as_some_request_held() -> None:
+    page = (
+        'snooze_gateway_held_requests{namespace="ns",model="a"} NaN\n'
+        'snooze_gateway_held_requests{namespace="ns",model="b"} -3\n'
+        'snooze_gateway_held_requests{namespace="ns",model="c"} 0\n'
+    )
+    assert read_held(page) == {("ns", "a"): 1, ("ns", "b"): 1, ("ns", "c"): 0}

@@ -172,3 +172,38 @@ def test_auto_with_scale_to_zero_must_leave_room_for_the_longest_keep_alive() ->
         InferenceModelSpec.model_validate(
             {**base, "idle": {"after": "Auto", "auto": {"min": "2h", "max": "1h"}}}
         )
+
+
+def slow_next_prewake(profile: Profile, now: float, lead: float) -> float | None:
+    """The search as first written: every slot boundary of the week ahead, one at a time."""
+    if profile.due(now, lead) is not None:
+        return now
+    boundary = prewake.slot_start(now + lead, profile.zone) + prewake.SLOT_SECONDS
+    for _ in range(prewake.SLOTS + 1 + prewake.CLOCK_CHANGE_SLOTS):
+        if profile.hot(boundary):
+            return boundary - lead
+        boundary += prewake.SLOT_SECONDS
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    zone=st.sampled_from(
+        ["UTC", "America/New_York", "Europe/Paris", "Australia/Lord_Howe", "Asia/Kathmandu"]
+    ),
+    hot=st.lists(st.integers(min_value=0, max_value=prewake.SLOTS - 1), max_size=8),
+    now=st.floats(min_value=1.7e9, max_value=1.8e9),
+    lead=st.floats(min_value=0, max_value=7200),
+)
+# Around New York's and Lord Howe's (half an hour) clock changes.
+@example(zone="America/New_York", hot=[6 * 144 + 12], now=1792905000.0, lead=3600.0)
+@example(zone="Australia/Lord_Howe", hot=[6 * 144 + 12, 3], now=1775318400.0, lead=600.0)
+@example(zone="Europe/Paris", hot=[6 * 144 + 13], now=1774731000.0, lead=60.0)
+def test_the_jumping_search_finds_what_the_slot_by_slot_one_found(
+    zone: str, hot: list[int], now: float, lead: float
+) -> None:
+    strengths = [0] * prewake.SLOTS
+    for slot in hot:
+        strengths[slot] = prewake.HOT
+    profile = Profile(zone=zone, strengths=tuple(strengths))
+    assert profile.next_prewake(now, lead) == slow_next_prewake(profile, now, lead)

@@ -163,6 +163,11 @@ def test_a_window_scales_a_model_up_from_zero() -> None:
         ("timeZone", "Mars/Olympus", "not an IANA time zone"),
         ("duration", "0s", "longer than zero"),
         ("minAwake", 0, "greater than or equal to 1"),
+        # Windows that start every few seconds woke a pool member, and put a neighbour to
+        # sleep for it, again and again.
+        ("cron", "*/4 * * * * *", "starts a window every 4s: keep-awake windows must start"),
+        ("cron", "*/5 * * * *", "starts a window every 5m"),
+        ("cron", "58,2 23,0 * * FRI,SAT", "every 4m"),  # Friday 23:58, then Saturday 00:02
     ],
 )
 def test_bad_windows_are_refused_naming_the_field(field: str, value: Any, says: str) -> None:
@@ -170,6 +175,23 @@ def test_bad_windows_are_refused_naming_the_field(field: str, value: Any, says: 
     with pytest.raises(Exception) as caught:
         parse_spec({"selector": {"matchLabels": {"app": "m"}}, "schedule": [raw]})
     assert f"spec.schedule.0.{field}" in str(caught.value) and says in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "cron", ["0 8 * * MON-FRI", "*/45 * * * *", "0 */10 * * * *", "0 9 29 2 *", "0,20,40 * * * *"]
+)
+def test_windows_ten_minutes_apart_or_more_are_taken(cron: str) -> None:
+    spec_with([{"cron": cron, "duration": "5m"}])
+
+
+def test_min_awake_is_bounded_by_the_engines_the_model_can_have() -> None:
+    spec = spec_with([{"cron": "0 8 * * *", "duration": "1h", "minAwake": 10000}])
+    at_eight = datetime(2026, 3, 2, 8, 30, tzinfo=UTC).timestamp()
+    raised = schedule.with_schedule(spec, at_eight)
+    assert raised.min_awake == 10000
+    assert schedule.bounded(raised, 2).min_awake == 2
+    assert schedule.bounded(raised, 0).min_awake == 1  # a window scales a model at zero up
+    assert schedule.bounded(spec, 3) is spec  # nothing to bound: minAwake 0
 
 
 def test_at_most_sixteen_windows() -> None:

@@ -6,18 +6,30 @@ import asyncio
 import copy
 from typing import Any
 
+import pytest
+
 from snooze import crd, gpupool, models
 from snooze.gpupool import parse_pool_spec
 from snooze.kube.pods import PodInfo, pod_info
 from snooze.models import InferenceModelSpec, parse_spec
 from snooze.operator.memory import EngineMemory, Process
-from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.metrics import POOL_EVICTION_REASONS, OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
-from snooze.policy.pool import MemberState, PoolDecision
+from snooze.policy.pool import (
+    HEADROOM,
+    PRIME,
+    MemberState,
+    PoolDecision,
+    RoomFor,
+    RoomKind,
+    Waiting,
+)
 from snooze.policy.probing import Traffic
 from snooze.sandbox.validation import Check
 
 GIB = 2**30
+FOR_C = RoomFor(RoomKind.WAKE, "c-0")
+"""What a member puts to sleep for c-0's wake makes room for."""
 
 
 class Source:
@@ -26,6 +38,8 @@ class Source:
     def __init__(self, name: str, spec: InferenceModelSpec, pods: list[PodInfo]) -> None:
         self.name, self.spec, self.selected = name, spec, pods
         self.engines: dict[str, EngineMemory] = {}
+        self.min_awake_now = spec.min_awake
+        self.cycled = True
 
     @property
     def last_wake_seconds(self) -> float | None:
@@ -58,11 +72,11 @@ POOLED = parse_spec(
 )
 
 
-def loop_over(source: Source) -> PoolLoop:
+def loop_over(source: Source, status: dict[str, Any] | None = None) -> PoolLoop:
     return PoolLoop(
         namespace="ns",
         name="gpu",
-        body={"metadata": {"name": "gpu"}, "spec": {"memory": "70Gi"}},
+        body={"metadata": {"name": "gpu"}, "spec": {"memory": "70Gi"}, "status": status or {}},
         api=None,  # type: ignore[arg-type]  # _gather makes no API call
         hub=PoolHub(),
         models=lambda: [source],
@@ -81,7 +95,7 @@ def test_members_their_states_and_footprints() -> None:
     ]
     source = Source("m", POOLED, pods)
     source.engines["awake-0"] = EngineMemory(last_activity=0.0, sleeping=False)
-    source.engines["asleep-0"] = EngineMemory(last_activity=0.0, sleeping=True)
+    source.engines["asleep-0"] = EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0)
     members, needs, _ = loop_over(source)._gather(parse_pool_spec({"memory": "70Gi"}), now=100.0)
     states = {m.pod: m.state for m in members}
     assert states == {
@@ -91,6 +105,9 @@ def test_members_their_states_and_footprints() -> None:
     }  # the unscheduled pod holds nothing on the device
     assert {m.footprint for m in members} == {30 * GIB}
     assert needs["m"].min_awake == 0
+    source.min_awake_now = 1  # a keep-awake window in force: the pool keeps one awake too
+    _, needs, _ = loop_over(source)._gather(parse_pool_spec({"memory": "70Gi"}), now=100.0)
+    assert needs["m"].min_awake == 1
 
 
 def test_the_footprint_falls_back_to_the_engine_then_the_pod_args() -> None:
@@ -112,7 +129,11 @@ def test_an_eviction_counts_under_what_it_was_chosen_for() -> None:
     loop = loop_over(source)
     sources = {"old-0": source, "new-0": source}
     chosen = PoolDecision(
-        grant=frozenset(), evict={"old-0": "starting new-0"}, levels={}, waiting=(), used=0
+        grant=frozenset(),
+        evict={"old-0": RoomFor(RoomKind.START, "new-0")},
+        levels={},
+        waiting=(),
+        used=0,
     )
     loop._publish(chosen, [], sources, now=1.0)
     moved_on = PoolDecision(grant=frozenset(), evict={}, levels={}, waiting=(), used=0)
@@ -240,11 +261,15 @@ def test_the_pool_status_written_says_only_what_its_crd_declares() -> None:
     source = Source("m", POOLED, [engine_pod("m-0", 2), engine_pod("m-1", 0)])
     source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
     source.engines["m-0"].note_host_copy(Process("uid-m-0", 2))
-    source.engines["m-1"] = EngineMemory(last_activity=0.0, sleeping=True)
+    source.engines["m-1"] = EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0)
     loop = loop_over(source)
     members, _, _ = loop._gather(pool_spec, now=1.0)
     decision = PoolDecision(
-        grant=frozenset(), evict={"m-0": "wake"}, levels={}, waiting=(), used=31 * GIB
+        grant=frozenset(),
+        evict={"m-0": RoomFor(RoomKind.WAKE, "m-1")},
+        levels={},
+        waiting=(),
+        used=31 * GIB,
     )
     status = loop._status(pool_spec, members, decision, generation=1, now=1.0)
     assert {m["pod"] for m in status["members"]} == {"m-0", "m-1"}
@@ -268,8 +293,7 @@ def test_an_operator_restarted_reads_the_copies_from_the_pool_status() -> None:
     # A new operator process: no memory of the engine, only the status it finds, as the API
     # server stored it (fields its CRD does not declare pruned).
     source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
-    second = loop_over(source)
-    second._written = stored(status)
+    second = loop_over(source, status=stored(status))
     [member], _, _ = second._gather(pool_spec, now=2.0)
     assert member.host_copy
     # The same pod, its engine container restarted since that status was written: no copy.
@@ -291,22 +315,14 @@ def model_spec(app: str) -> InferenceModelSpec:
     )
 
 
-def test_a_wake_waiting_for_busy_members_reads_every_scrape_of_the_gateway() -> None:
-    """Two busy members fill the pool and a third model asks for room: the pool asks for the
-    gateway's counters more often, and takes the first scrape that shows a member idle
-    (its model's loop, reading them once per interval, still says busy)."""
+def busy_pool(hub: PoolHub) -> tuple[PoolLoop, list[Source]]:
+    """a and b awake and busy fill the pool; c sleeps."""
     sources = [Source(app, model_spec(app), [pod(f"{app}-0", **READY)]) for app in "abc"]
     for source in sources[:2]:
         source.engines[f"{source.name}-0"] = EngineMemory(
             last_activity=0.0, sleeping=False, busy=True, last_probe=5.0
         )
-    sources[2].engines["c-0"] = EngineMemory(last_activity=0.0, sleeping=True)
-    hub = PoolHub()
-    hurried: list[float] = []
-    hub.hurry = hurried.append
-    scraped = {"a-0": Traffic(sent=3, in_flight=1, last=8.0, at=10.0)}
-    scraped["b-0"] = scraped["a-0"]
-    hub.traffic = lambda namespace, pod: scraped.get(pod)
+    sources[2].engines["c-0"] = EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0)
     loop = PoolLoop(
         namespace="ns",
         name="gpu",
@@ -319,6 +335,20 @@ def test_a_wake_waiting_for_busy_members_reads_every_scrape_of_the_gateway() -> 
         interval=10.0,
     )
     hub.loops[("ns", "gpu")] = loop
+    return loop, sources
+
+
+def test_a_wake_waiting_for_busy_members_reads_every_scrape_of_the_gateway() -> None:
+    """Two busy members fill the pool and a third model asks for room: the pool asks for the
+    gateway's counters more often, and takes the first scrape that shows a member idle
+    (its model's loop, reading them once per interval, still says busy)."""
+    hub = PoolHub()
+    hurried: list[float] = []
+    hub.hurry = hurried.append
+    scraped = {"a-0": Traffic(sent=3, in_flight=1, last=8.0, at=10.0)}
+    scraped["b-0"] = scraped["a-0"]
+    hub.traffic = lambda namespace, pod: scraped.get(pod)
+    loop, sources = busy_pool(hub)
     loop.ask("c", ["c-0"], now=11.0)
     asyncio.run(loop.cycle())
     assert loop.decision is not None and not loop.decision.evict
@@ -328,7 +358,7 @@ def test_a_wake_waiting_for_busy_members_reads_every_scrape_of_the_gateway() -> 
     # A scrape newer than the loops' probes: b-0's request ended. The pool takes it at once.
     scraped["b-0"] = Traffic(sent=4, in_flight=0, last=12.0, at=12.5)
     asyncio.run(loop.cycle())
-    assert dict(loop.decision.evict) == {"b-0": "c"}
+    assert dict(loop.decision.evict) == {"b-0": FOR_C}
     assert not loop.watching
 
     # A probe newer than the scrape that saw the engine busy outranks it.
@@ -380,13 +410,13 @@ def test_a_primed_member_is_woken_back_then_forgotten() -> None:
     engines = {
         "a-0": EngineMemory(last_activity=0.0, sleeping=False),
         "b-0": EngineMemory(last_activity=0.0, sleeping=False),
-        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0),
     }
     loop, sources = three_member_pool({"memory": "70Gi", "prime": {}}, engines)
     for name in ("b-0", "c-0"):  # they slept at level 1 before: their copies are pinned
         engines[name].note_host_copy(Process.of(sources[0].selected[0], 8000))
     asyncio.run(loop.cycle())
-    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "prime"}
+    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": PRIME}
     directive = loop.directive("a-0")
     assert directive.evict and directive.headroom and directive.level == 1
     loop.made_room("a-0")  # its model's loop begins the sleep
@@ -394,6 +424,7 @@ def test_a_primed_member_is_woken_back_then_forgotten() -> None:
     assert evictions.labels("ns", "gpu", "prime")._value.get() == 1
 
     engines["a-0"].sleeping, engines["a-0"].sleep_level = True, 1
+    engines["a-0"].drain_started = 2.0  # Snooze put it to sleep
     for _ in range(2):  # the grant stands until its loop starts the wake
         asyncio.run(loop.cycle())
         assert loop.decision.grant == {"a-0"} and not loop.decision.waiting
@@ -414,7 +445,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
     engines = {
         "a-0": EngineMemory(last_activity=0.0, sleeping=False),
         "b-0": EngineMemory(last_activity=0.0, sleeping=False),
-        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0),
     }
     loop, sources = three_member_pool({"memory": "70Gi", "prime": {}}, engines)
     for name in ("b-0", "c-0"):
@@ -422,7 +453,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
 
     async def primed_then_stopped() -> dict[str, Any]:
         await loop.cycle()
-        assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "prime"}
+        assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": PRIME}
         engines["a-0"].action = "Sleep"  # a's loop starts the priming sleep
         engines["a-0"].task = asyncio.create_task(asyncio.sleep(60))
         loop.made_room("a-0")
@@ -439,6 +470,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
     # The sleep ends while no operator runs; a new one starts, with no memory but the status.
     engines["a-0"].action, engines["a-0"].task = None, None
     engines["a-0"].sleeping, engines["a-0"].sleep_level = True, 1
+    engines["a-0"].drain_started = 2.0  # Snooze put it to sleep
     again, _ = three_member_pool({"memory": "70Gi", "prime": {}}, engines, status=written)
     asyncio.run(again.cycle())
     assert again.decision is not None and again.decision.grant == {"a-0"}
@@ -456,14 +488,14 @@ def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> No
     engines = {
         "a-0": EngineMemory(last_activity=0.0, sleeping=False),
         "b-0": EngineMemory(last_activity=100.0, sleeping=False),
-        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0),
     }
     loop, _ = three_member_pool({"memory": "70Gi"}, engines)
 
     async def scenario() -> None:
         loop.ask("c", ["c-0"], now=200.0)
         await loop.cycle()
-        assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "c"}
+        assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": FOR_C}
         # a's loop starts the sleep (the action's task runs), which begins the drain.
         engines["a-0"].action = "Sleep"
         engines["a-0"].task = asyncio.create_task(asyncio.sleep(60))
@@ -474,7 +506,7 @@ def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> No
         assert directive.promised and not directive.headroom
         # The sleep ends (confirmed): the promise ends with it.
         engines["a-0"].task.cancel()
-        engines["a-0"].sleeping = True
+        engines["a-0"].sleeping, engines["a-0"].drain_started = True, 2.0
         await asyncio.sleep(0)
         await loop.cycle()
         assert not loop.directive("a-0").promised
@@ -485,9 +517,7 @@ def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> No
 def test_a_drain_for_headroom_is_not_promised() -> None:
     source = Source("m", POOLED, [pod("a-0", **READY)])
     loop = loop_over(source)
-    chosen = PoolDecision(
-        grant=frozenset(), evict={"a-0": "headroom"}, levels={}, waiting=(), used=0
-    )
+    chosen = PoolDecision(grant=frozenset(), evict={"a-0": HEADROOM}, levels={}, waiting=(), used=0)
     loop._publish(chosen, [], {"a-0": source}, now=1.0)
     loop.made_room("a-0")
     assert not loop.directive("a-0").promised
@@ -502,7 +532,7 @@ def test_a_member_spared_as_busy_is_not_chosen_again_on_an_older_scrape() -> Non
     engines = {
         "a-0": EngineMemory(last_activity=0.0, sleeping=False),
         "b-0": EngineMemory(last_activity=5.0, sleeping=False, busy=True, last_probe=11.5),
-        "c-0": EngineMemory(last_activity=0.0, sleeping=True),
+        "c-0": EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0),
     }
     loop, _ = three_member_pool({"memory": "70Gi"}, engines)
     hurried: list[float] = []
@@ -513,7 +543,7 @@ def test_a_member_spared_as_busy_is_not_chosen_again_on_an_older_scrape() -> Non
     loop.hub.traffic = lambda namespace, pod: idle.get(pod)
     loop.ask("c", ["c-0"], now=11.0)
     asyncio.run(loop.cycle())
-    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": "c"}
+    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": FOR_C}
     # a's loop checks before the sleep: busy, so a is spared, as the executor does it; the
     # action's end then clears last_probe (confirm with a probe).
     engines["a-0"].saw_busy(now=12.0)
@@ -525,4 +555,156 @@ def test_a_member_spared_as_busy_is_not_chosen_again_on_an_older_scrape() -> Non
     # A newer scrape: a's stream ended. The pool takes it.
     idle["a-0"] = Traffic(sent=2, in_flight=0, last=13.0, at=13.5)
     asyncio.run(loop.cycle())
-    assert dict(loop.decision.evict) == {"a-0": "c"}
+    assert dict(loop.decision.evict) == {"a-0": FOR_C}
+
+
+def test_a_wake_whose_requests_are_all_gone_keeps_no_place_until_they_come_back() -> None:
+    hub = PoolHub()
+    held = {"c": 0}
+    hub.held = lambda namespace, model: held.get(model) if namespace == "ns" else None
+    loop, _ = busy_pool(hub)
+    hurried: list[float] = []
+    hub.hurry = hurried.append
+    loop.ask("c", ["c-0"], now=11.0)
+
+    def waiting() -> Waiting:
+        asyncio.run(loop.cycle())
+        assert loop.decision is not None
+        [wait] = loop.decision.waiting
+        return wait
+
+    # Asked by hand (kubectl annotate): the gateway never held a request for it. It waits.
+    assert not waiting().abandoned and loop.watching
+    held["c"] = 2  # requests held for c
+    assert not waiting().abandoned
+    held["c"] = 0  # their clients gave up
+    gone = waiting()
+    assert gone.abandoned and "gone" in gone.reason
+    assert not loop.watching  # nobody waits for it: no hurried scrapes on its account
+    assert loop.asks["c-0"].at == 11.0
+    held["c"] = 1  # a new request: it asks anew, behind the wakes asked meanwhile
+    assert not waiting().abandoned
+    assert loop.asks["c-0"].at > 11.0
+
+
+def test_a_member_woken_for_a_wake_remembers_when_that_wake_was_asked() -> None:
+    hub = PoolHub()
+    loop, sources = busy_pool(hub)
+    sources[0].engines["a-0"].busy = False  # a may make room for c now
+    loop.ask("c", ["c-0"], now=11.0)
+    asyncio.run(loop.cycle())
+    assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": FOR_C}
+    sources[0].engines["a-0"].sleeping = True  # a slept for it (Snooze drained it)
+    sources[0].engines["a-0"].drain_started = 12.0
+    asyncio.run(loop.cycle())
+    assert loop.decision.grant == {"c-0"}
+    sources[2].engines["c-0"].sleeping = False  # c woke
+    loop.ask("c", [], now=13.0)
+    members, _, _ = loop._gather(parse_pool_spec({"memory": "70Gi"}), now=14.0)
+    [c] = loop._follow_wakes([m for m in members if m.pod == "c-0"])
+    assert c.woken_for == 11.0
+    sources[2].engines["c-0"].sleeping = True  # asleep again: it passed nobody any more
+    asyncio.run(loop.cycle())
+    members, _, _ = loop._gather(parse_pool_spec({"memory": "70Gi"}), now=15.0)
+    assert all(m.woken_for is None for m in loop._follow_wakes(members))
+
+
+@pytest.mark.parametrize("name", ["headroom", "prime", "starting", "start", "wake", "books"])
+def test_a_model_and_pod_named_like_a_marker_of_the_pool_change_nothing(name: str) -> None:
+    """A model (and its pod) named like a word the pool uses for itself: its wake puts a
+    member to sleep as any wake does: counted as a wake, told as one, and a request for that
+    member cannot cancel the drain that makes the promised room."""
+    sources = [Source(app, model_spec(app), [pod(f"{app}-0", **READY)]) for app in "ab"]
+    for source in sources:
+        source.engines[f"{source.name}-0"] = EngineMemory(last_activity=0.0, sleeping=False)
+    named = Source(name, model_spec(name), [pod(name, **READY)])
+    named.engines[name] = EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0)
+    told: list[str] = []
+    loop = PoolLoop(
+        namespace="ns",
+        name="gpu",
+        body={"metadata": {"name": "gpu"}, "spec": {"memory": "70Gi"}},
+        api=NoApi(),  # type: ignore[arg-type]
+        hub=PoolHub(),
+        models=lambda: [*sources, named],
+        emit=lambda kind, reason, message: told.append(message),
+        metrics=OperatorMetrics(),
+        interval=10.0,
+    )
+    loop.ask(name, [name], now=1.0)
+    asyncio.run(loop.cycle())
+    assert loop.decision is not None
+    [(evicted, room)] = loop.decision.evict.items()
+    assert room == RoomFor(RoomKind.WAKE, name)
+    loop.made_room(evicted)
+    evictions = loop.metrics.pool_evictions
+    counted = {r: evictions.labels("ns", "gpu", r)._value.get() for r in POOL_EVICTION_REASONS}
+    assert counted == {r: float(r == "wake") for r in POOL_EVICTION_REASONS}
+    assert told == [f"{evicted} ({evicted[0]}) sleeps to make room for {name}"]
+    directive = loop.directive(evicted)
+    assert directive.promised and not directive.headroom  # the drain is not cancelled
+    asyncio.run(loop.cycle())
+    assert not any(m["primed"] for m in loop._written["members"])
+
+
+class Writes:
+    """The pool's status writes, kept."""
+
+    def __init__(self) -> None:
+        self.statuses: list[dict[str, Any]] = []
+
+    async def patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.statuses.append(args[2]["status"])
+        return {}
+
+
+def test_a_restarted_operator_s_pool_waits_for_every_model_then_keeps_the_copies() -> None:
+    """After a restart of the operator, a pool's loop may cycle before a model's loop has: it
+    knew none of that model's pods, and the status it wrote then forgot their host copies (a
+    member that should have slept at level 2 slept at level 1). It decides and writes nothing
+    until every model of its namespace has cycled; and a member missing from one cycle keeps
+    its copy."""
+    spec = {"memory": "70Gi", "hostMemory": "64Gi"}
+    before = Source("m", POOLED, [engine_pod("m-0", 2)])
+    before.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
+    before.engines["m-0"].note_host_copy(Process("uid-m-0", 2))
+    first = loop_over(before)
+    members, _, _ = first._gather(parse_pool_spec(spec), now=1.0)
+    decision = PoolDecision(grant=frozenset(), evict={}, levels={}, waiting=(), used=30 * GIB)
+    written = stored(first._status(parse_pool_spec(spec), members, decision, 1, 1.0))
+
+    # The new operator: the model's loop has not cycled yet (it knows no pod, no copy).
+    source = Source("m", POOLED, [])
+    source.cycled = False
+    source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
+    writes = Writes()
+    loop = PoolLoop(
+        namespace="ns",
+        name="gpu",
+        body={"metadata": {"name": "gpu"}, "spec": spec, "status": written},
+        api=writes,  # type: ignore[arg-type]
+        hub=PoolHub(),
+        models=lambda: [source],
+        emit=lambda *_: None,
+        metrics=OperatorMetrics(),
+        interval=10.0,
+        expected=lambda: ["m", "other"],  # "other" has no loop yet either
+    )
+    asyncio.run(loop.cycle())
+    assert loop.decision is None and not writes.statuses
+    source.cycled, source.selected = True, [engine_pod("m-0", 2)]
+    asyncio.run(loop.cycle())
+    assert loop.decision is None and not writes.statuses  # "other" has not cycled yet
+    loop.expected = lambda: ["m"]  # (deleted meanwhile)
+    asyncio.run(loop.cycle())
+    [entry] = writes.statuses[-1]["members"]
+    assert entry["hostCopy"] and writes.statuses[-1]["hostUsedBytes"] == 29 * GIB
+
+    # Its pod missing from one cycle (its loop restarted): the copy is not forgotten.
+    source.selected = []
+    asyncio.run(loop.cycle())
+    assert writes.statuses[-1]["members"] == []
+    source.selected = [engine_pod("m-0", 2)]
+    asyncio.run(loop.cycle())
+    [entry] = writes.statuses[-1]["members"]
+    assert entry["hostCopy"]

@@ -140,6 +140,67 @@ def test_busy_second_address_stops_the_first_engine_too() -> None:
     assert f"cannot serve on {hosts[1]}:{port}: the address is in use" in done.stderr
 
 
+def test_engines_of_several_processes_share_a_device_file(
+    sim: Callable[..., subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """Three `snooze sim` processes (three pods of one node) on one 70 GiB device file: two
+    30 GiB engines fit, the third waits; killing one gives its memory back, as a GPU does."""
+    device = tmp_path / "gpu-0"
+    port = free_port("127.0.0.1")
+    hosts = [f"127.81.{os.getpid() % 200}.{i + 1}" for i in range(3)]
+    processes = [
+        sim(
+            *("--host", host, "--port", str(port), "--model", f"m{i}"),
+            *("--shared-gpu-gib", "70", "--shared-gpu-file", str(device)),
+            *("--gpu-memory-gib", "10", "--kv-cache-gib", "19", "--start-retry-seconds", "0.1"),
+        )
+        for i, host in enumerate(hosts)
+    ]
+    urls = [f"http://{host}:{port}" for host in hosts]
+    wait_for(lambda: all(answers(f"{url}/metrics") == 200 for url in urls))
+    wait_for(lambda: sorted(answers(f"{url}/health") for url in urls) == [200, 200, 503])
+    waiting = next(url for url in urls if answers(f"{url}/health") == 503)
+    first = next(i for i, url in enumerate(urls) if url != waiting)
+    processes[first].kill()  # SIGKILL: no chance to give anything back itself
+    wait_for(lambda: answers(f"{waiting}/health") == 200)
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (("--shared-gpu-file", "x"), "--shared-gpu-file needs --shared-gpu-gib"),
+        (("--shared-gpu-gib", "70", "--shared-gpu-file", "/proc/gpu"), "cannot use /proc/gpu"),
+    ],
+)
+def test_a_device_file_that_cannot_serve_is_refused(args: tuple[str, ...], complaint: str) -> None:
+    done = subprocess.run(
+        [*SNOOZE_SIM, "--host", "127.79.3.2", "--port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"snooze sim: {complaint}") and done.stderr.count("\n") == 1
+
+
+def test_a_device_file_of_another_size_is_refused(tmp_path: Path) -> None:
+    device = tmp_path / "gpu-0"
+    first = [*SNOOZE_SIM, "--host", "127.79.3.3", "--port", "0", "--shared-gpu-gib", "70"]
+    running = subprocess.Popen([*first, "--shared-gpu-file", str(device)])
+    try:
+        wait_for(device.exists)
+        done = subprocess.run(
+            [*SNOOZE_SIM, "--host", "127.79.3.4", "--port", "0", "--shared-gpu-gib", "80",
+             "--shared-gpu-file", str(device)],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    finally:
+        running.terminate()
+        running.wait(10)
+    assert done.returncode == 2
+    assert "holds a device of 70 GiB, not 80 GiB" in done.stderr
+
+
 def test_an_engine_larger_than_the_shared_gpu_is_refused() -> None:
     done = subprocess.run(
         [*SNOOZE_SIM, "--host", "127.79.3.1", "--port", "0", "--shared-gpu-gib", "40"],

@@ -182,3 +182,37 @@ Plain YAML only inside these blocks: no template actions, no wildcards.
 {{- define "snooze.peeringName" -}}
 {{- default (include "snooze.fullname" .) .Values.operator.peering.name }}
 {{- end }}
+
+{{/* A NetworkPolicyPeer for one component's pods of this release, in its namespace; call with
+(dict "ctx" $ "component" "operator"|"gateway"). */}}
+{{- define "snooze.releasePeer" -}}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ .ctx.Release.Namespace }}
+  podSelector:
+    matchLabels:
+      {{- include "snooze.selectorLabels" . | nindent 6 }}
+{{- end }}
+
+{{/* The NetworkPolicyPeer of the Prometheus that scrapes (networkPolicy.scraper), or nothing
+when none is named. A podSelector alone would select pods in each policy's own namespace,
+where no Prometheus runs: a namespace is required. Its pods default to prometheus-operator's
+label in the template, not in values.yaml, where Helm would merge it into a user's own
+selector. */}}
+{{- define "snooze.scraperPeer" -}}
+{{- $scraper := .Values.networkPolicy.scraper }}
+{{- if and $scraper.namespace $scraper.namespaceSelector }}
+{{- fail "networkPolicy.scraper: give namespace or namespaceSelector, not both" }}
+{{- end }}
+{{- if or $scraper.namespace $scraper.namespaceSelector }}
+- namespaceSelector:
+    {{- if $scraper.namespace }}
+    matchLabels:
+      kubernetes.io/metadata.name: {{ $scraper.namespace }}
+    {{- else }}
+    {{- toYaml $scraper.namespaceSelector | nindent 4 }}
+    {{- end }}
+  podSelector:
+    {{- toYaml ($scraper.podSelector | default (dict "matchLabels" (dict "app.kubernetes.io/name" "prometheus"))) | nindent 4 }}
+{{- end }}
+{{- end }}

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from snooze.durations import duration_flag
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--duration",
-        type=float,
+        type=duration_flag(),
         default=60.0,
-        metavar="SECONDS",
-        help="length of the scenario; its traffic is stretched to fit (default: 60)",
+        metavar="DURATION",
+        help="length of the scenario, such as 90 (seconds) or 2m; its traffic is stretched to "
+        "fit (default: 1m)",
     )
     parser.add_argument(
         "--time-scale",

@@ -136,6 +136,9 @@ class ReplicaSetStandIn:
             "sleep_seconds": 0.05,
             "wake_seconds": 0.05,
             "reload_seconds": 0.05,
+            # The weights' digests an engine's first sleep records: quick by default (the
+            # demo's scenario gives its engines their own, scaled, cost).
+            "checksum_seconds_per_gib": 0.001,
         }
         options.update(self.engine_options)
         options.update(self.per_deployment.get(deployment, {}))

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from snooze.demo import dashboard, fixed_ttl, picture, pool_summary, summary, traffic, view
+from snooze.demo import dashboard, picture, pool_summary, replayed, summary, traffic, view
 from snooze.demo import scenario as scenarios
 from snooze.demo.controller import ReplicaSetStandIn, deployment
 from snooze.demo.sampler import Sampler, metric_total, pool_total
@@ -420,13 +420,9 @@ class Demo:
             print()
             for line in pool_summary.lines(pool):
                 print(line)
-        ttl = fixed_ttl.compare(sc, self.records, self.sampler.timeline, end=self.elapsed)
+        both = replayed.compare(sc, self.records, end=self.elapsed)
         print()
-        gpus = sum(m.replicas for m in sc.models)
-        pooled = sum(m.replicas for m in sc.models if m.pool is not None)
-        for line in fixed_ttl.lines(
-            ttl, gpus_fixed=gpus, gpus_snooze=gpus - pooled + len(sc.pools)
-        ):
+        for line in replayed.lines(*both):
             print(line)
         png = o.out / "timeline.png"
         picture.render_png(
@@ -443,7 +439,7 @@ class Demo:
             "interrupted": self.interrupted,
             "models": summary.as_json(rows),
             "pools": [pool_summary.as_json(pool) for pool in pools],
-            "fixed_ttl": fixed_ttl.as_json(ttl),
+            "replayed": replayed.as_json(*both),
             "swaps": [vars(s) for s in self.sampler.timeline.swaps],
             "wake_durations": self.sampler.timeline.wakes,
             "incidents": [vars(i) for i in self.sampler.timeline.incidents],

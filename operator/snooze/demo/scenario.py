@@ -11,10 +11,10 @@ from snooze.models import NEVER
 
 # The scenario is written for a 60-second run; --duration stretches or squeezes its clock.
 BASE_DURATION = 60.0
-# VLLM.md's published figures, per GiB moved: a level-1 sleep freed 39 GiB in 5.7 s (an
-# engine's first: later ones reuse its pinned host blocks and take the simulator's
-# pinning_share less); a level-1 wake brought 73.9 GiB back in ~0.3 s (the llm-d figure, 3 s
-# for 64 GiB, is a slower path).
+# vLLM's published figures (docs/vllm-contract.md), per GiB moved: a level-1 sleep freed 39
+# GiB in 5.7 s (an engine's first: later ones reuse its pinned host blocks and take the
+# simulator's pinning_share less); a level-1 wake brought 73.9 GiB back in ~0.3 s (the llm-d
+# figure, 3 s for 64 GiB, is a slower path).
 SLEEP_SECONDS_PER_GIB = 5.7 / 39
 # A level-2 sleep copies nothing: an 8B model freed 47.4 GiB in 0.31 s (vLLM PR #48337, A100).
 LEVEL2_SLEEP_SECONDS_PER_GIB = 0.31 / 47.4
@@ -25,6 +25,10 @@ RELOAD_GIB_PER_SECOND = 10.0
 # so that a minute shows every tier, and says so.
 COLD_START_SECONDS = 2.0
 COLD_START_GIB_PER_SECOND = 16.0
+# vLLM's /weight_checker hashes the weights on the host, about a second per GiB
+# (benchmarks/README.md): each engine pays it once, at its first sleep. The demo compresses
+# it as it does a cold start, so that a minute still shows every tier.
+CHECKSUM_SECONDS_PER_GIB = 0.02
 TOKENS = 12
 ASLEEP_GIB = 1.0
 """What a sleeping engine still holds on its GPU (the simulator's default)."""
@@ -97,6 +101,7 @@ def engine_latencies(size: Size, *, scale: float) -> dict[str, float]:
         "reload_seconds": round(size.weights_gib / RELOAD_GIB_PER_SECOND * scale, 3),
         "startup_seconds": round(cold_start_seconds(size) * scale, 3),
         "token_seconds": round(size.token_seconds * scale, 4),
+        "checksum_seconds_per_gib": round(CHECKSUM_SECONDS_PER_GIB * scale, 4),
         "gpu_memory_gib": size.weights_gib,
         "kv_cache_gib": size.kv_cache_gib,
     }

@@ -6,10 +6,12 @@ import argparse
 import logging
 import math
 
+from snooze.durations import duration_flag, format_duration
 from snooze.gateway.settings import GatewaySettings
 
 _DEFAULTS = GatewaySettings()
-# Flags that take a positive number: (flag, settings field, metavar, help).
+# Flags that take a positive number, or a duration where the metavar says so: (flag, settings
+# field, metavar, help).
 _BOUNDS = (
     ("--max-held-per-model", "max_held_per_model", "N",
      "requests held per model while it wakes; more get 429"),
@@ -18,23 +20,23 @@ _BOUNDS = (
     ("--max-buffered-body-bytes", "max_buffered_body_bytes", "BYTES",
      "request body bytes held at once over all requests (held for a wake, being read or "
      "sent); over it, 503 with Retry-After"),
-    ("--keepalive-seconds", "keepalive_seconds", "SECONDS",
+    ("--keepalive-seconds", "keepalive_seconds", "DURATION",
      "interval of SSE comments to held streaming requests"),
-    ("--connect-timeout", "connect_timeout", "SECONDS",
+    ("--connect-timeout", "connect_timeout", "DURATION",
      "engine connect timeout before another pod is tried"),
-    ("--upstream-first-byte-timeout", "upstream_first_byte_timeout", "SECONDS",
+    ("--upstream-first-byte-timeout", "upstream_first_byte_timeout", "DURATION",
      "how long an engine may take to start its answer (head and first chunk; a non-streamed "
      "answer comes after the whole generation); then 504"),
-    ("--upstream-idle-timeout", "upstream_idle_timeout", "SECONDS",
+    ("--upstream-idle-timeout", "upstream_idle_timeout", "DURATION",
      "how long an engine may pause between two chunks of an answer; then 504, or a final "
      "SSE error event"),
-    ("--client-header-timeout", "client_header_timeout", "SECONDS",
+    ("--client-header-timeout", "client_header_timeout", "DURATION",
      "how long a client may take to send a request's line and headers; then 408"),
-    ("--client-body-timeout", "client_body_timeout", "SECONDS",
+    ("--client-body-timeout", "client_body_timeout", "DURATION",
      "how long a client may take to send a whole request body; then 408"),
-    ("--wake-request-timeout", "wake_request_timeout", "SECONDS",
+    ("--wake-request-timeout", "wake_request_timeout", "DURATION",
      "how long writing a wake request to the Kubernetes API may take; then 503"),
-    ("--shutdown-grace-seconds", "shutdown_grace_seconds", "SECONDS",
+    ("--shutdown-grace-seconds", "shutdown_grace_seconds", "DURATION",
      "on SIGTERM, how long streams and held requests may take to finish"),
 )  # fmt: skip
 
@@ -60,13 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for flag, field, metavar, text in _BOUNDS:
         default = getattr(_DEFAULTS, field)
-        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        duration = metavar == "DURATION"
         parser.add_argument(
             flag,
-            type=type(default),
+            type=duration_flag() if duration else type(default),
             default=default,
             metavar=metavar,
-            help=f"{text} (default: {shown})",
+            help=f"{text} (default: {format_duration(default) if duration else default})",
         )
     parser.add_argument(
         "--expose-model-status",

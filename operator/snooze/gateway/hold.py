@@ -12,7 +12,7 @@ from snooze.gateway.model import Key, Model, WakeFailure
 from snooze.gateway.registry import Registry
 from snooze.gateway.wake import WakeRequestFailed, WakeRequests
 from snooze.kube.pods import PodInfo
-from snooze.policy.sleep import HYBRID_CRASH_REASON
+from snooze.policy.sleep import NOT_RETRIED
 
 
 def known_failure(
@@ -23,8 +23,9 @@ def known_failure(
     Known when the model's `WakeFailed` condition is True, every ready pod of the model has
     failed (its label, or its entry on the status, says `failed`), and either the condition
     was set no earlier than the wake request the request waits on (`asked_at`), or every
-    pod failed with the hybrid KV-cache crash, which the operator never retries. Never under
-    `wake.onFailure: Restart`: the restarted pod may yet serve.
+    pod failed in a way the operator never retries (the hybrid KV-cache crash, a wake that
+    answered differently). Never under `wake.onFailure: Restart`: the restarted pod may yet
+    serve.
     """
     failure = model.wake_failure
     if model.spec is None or model.spec.wake.on_failure == "Restart" or failure is None:
@@ -40,7 +41,7 @@ def known_failure(
         and failure.since >= math.floor(asked_at * 1000) / 1000
     ):
         return failure
-    if all(entry and entry.failure_reason == HYBRID_CRASH_REASON for entry in entries):
+    if all(entry and entry.failure_reason in NOT_RETRIED for entry in entries):
         return failure
     return None
 

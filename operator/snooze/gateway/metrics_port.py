@@ -1,25 +1,25 @@
 """The gateway's metrics port: the Prometheus page, and `/idle`, where the operator waits for
 the next moment an engine's last request ends instead of scraping the page over and over
-while a GPU pool waits for a busy member (operator/gateways.py)."""
+while a GPU pool waits for a busy member (operator/gateways.py). Served by the bounded server
+of snooze/metricsport."""
 
 from __future__ import annotations
 
-import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qs
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
+
+from snooze.metricsport import server
+from snooze.metricsport.server import App, StartResponse
 
 # A wait is short (the operator asks for a tenth of its probe interval) and every waiter holds
 # a thread: whoever can reach the port may ask, so both are bounded.
 LONGEST_WAIT = 30.0
 MOST_WAITERS = 16
-
-StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
 class IdleSignal:
@@ -52,7 +52,7 @@ class IdleSignal:
                 self.waiters -= 1
 
 
-def idle_app(signal: IdleSignal) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
+def idle_app(signal: IdleSignal) -> App:
     """`GET /idle?after=N&timeout=S`: answers with the count of engines gone idle once it is
     not N, or after S seconds (at most LONGEST_WAIT) with the count as it is."""
 
@@ -77,28 +77,15 @@ def idle_app(signal: IdleSignal) -> Callable[[dict[str, Any], StartResponse], It
     return app
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """Every scrape would be a line on stderr."""
-
-
 def serve(
     port: int, registry: CollectorRegistry, signal: IdleSignal, addr: str = "0.0.0.0"
 ) -> tuple[WSGIServer, threading.Thread]:
     """Serve the page (any path but /idle, as Prometheus' own server does) and /idle from a
-    daemon thread, a thread per request; the server's `shutdown()` stops it."""
+    daemon thread, a thread per connection (bounded); the server's `shutdown()` stops it."""
     page, idle = make_wsgi_app(registry), idle_app(signal)
 
     def routed(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         chosen = idle if environ.get("PATH_INFO") == "/idle" else page
         return chosen(environ, start_response)
 
-    family, _, _, _, address = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
-
-    class Server(ThreadingWSGIServer):
-        address_family = family
-
-    server = make_server(str(address[0]), port, routed, Server, handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True, name="metrics-port")
-    thread.start()
-    return server, thread
+    return server.serve(port, routed, name="metrics port", longest_wait=LONGEST_WAIT, addr=addr)

@@ -198,12 +198,14 @@ class KubeApi:
         body: Any = None,
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+        retry: bool = True,
     ) -> JSON:
-        """One call, retried on transient failures; the decoded answer."""
+        """One call, retried on transient failures (unless not `retry`); the decoded answer."""
         content = None if body is None else json.dumps(body).encode()
-        last = ""
+        last, last_status = "", None
         renewed = False
-        for delay in (*BACKOFF, None):
+        pauses = iter(BACKOFF if retry else ())
+        while True:
             login = self._login
             if login.expired():
                 await self._renew(login, why=EXPIRED)
@@ -225,33 +227,40 @@ class KubeApi:
                     f"certificate-authority in {self.source.describe()}"
                 ) from None
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                why = str(exc) or (
+                    f"no answer within {self.timeout:g}s" if isinstance(exc, TimeoutError) else ""
+                )
+                last = f"{type(exc).__name__}: {why}" if why else type(exc).__name__
+                last_status = None
             else:
                 if status < 300:
                     return json.loads(answer) if answer else {}
                 message = _status_message(status, answer)
-                if status == 401 and not renewed:
+                if status == 401 and retry and not renewed:
                     # Expired or revoked: log in once more (an exec plugin gives a fresh
                     # token), then try again at once.
                     renewed = True
                     await self._renew(login)
                     continue
                 if status == 401:
+                    after = ", even after a fresh login" if renewed else ""
                     raise KubeError(
                         f"{method} {path}: {message}: the API refuses the credentials of "
-                        f"{self.source.describe()}, even after a fresh login",
+                        f"{self.source.describe()}{after}",
                         status=401,
                     )
                 if status == 404:
                     raise NotFound(f"{method} {path}: {message}", status=404)
                 if status not in RETRIABLE:
                     raise KubeError(f"{method} {path}: {message}", status=status)
-                last = f"HTTP {status}: {message}"
+                last, last_status = f"HTTP {status}: {message}", status
+            delay = next(pauses, None)
             if delay is None:
                 break
             log.debug("%s %s failed (%s); retrying in %ss", method, path, last, delay)
             await asyncio.sleep(delay)
-        raise KubeError(f"{method} {path} kept failing: {last}")
+        failed = "kept failing" if retry else "failed"
+        raise KubeError(f"{method} {path} {failed}: {last}", status=last_status)
 
     async def _call(
         self,

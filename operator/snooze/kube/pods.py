@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from snooze.kube.serveargs import ServeArgs, serve_args
 from snooze.models import STATE_LABEL, EngineState
 
 # Progress marks on the pod, so that an operator restarted in the middle of a step resumes
@@ -62,6 +63,8 @@ class PodInfo:
     deleting: bool = False
     """Being deleted: it holds its memory until it is gone."""
     containers: tuple[Container, ...] = ()
+    serve: ServeArgs = field(default_factory=ServeArgs)
+    """What its containers' `vllm serve` arguments say (LoRA, tensor and pipeline parallel)."""
     resource_version: str = field(default="", compare=False)
     """The version of the pod this was read from: tells a stale copy from a fresh one."""
 
@@ -138,6 +141,7 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         scheduled=bool((body.get("spec") or {}).get("nodeName")) or bool(status.get("podIP")),
         deleting=bool(meta.get("deletionTimestamp")),
         containers=_containers(body.get("spec") or {}, status),
+        serve=serve_args(body.get("spec") or {}),
         resource_version=str(meta.get("resourceVersion") or ""),
         claims=frozenset(
             str(claim.get("resourceClaimName"))

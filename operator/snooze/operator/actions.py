@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
-from snooze.engine.errors import EngineError, SleepModeDisabledError
+from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
 from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import (
     SLEEP_LEVEL_ANNOTATION,
@@ -27,7 +27,9 @@ from snooze.kube.pods import (
 from snooze.models import STATE_LABEL, EngineState, InferenceModelSpec
 from snooze.operator.memory import EngineMemory, ModelMemory, Process
 from snooze.operator.metrics import OperatorMetrics
-from snooze.policy.sleep import Action, ActionKind, retry_delay
+from snooze.operator.verification import Verifier
+from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH, Verdict
+from snooze.policy.sleep import MEMORY_NOT_FREED, Action, ActionKind, retry_delay
 
 log = logging.getLogger(__name__)
 # What the operator did, one line each (events.teller logs the actions that post an Event).
@@ -117,6 +119,7 @@ class Executor:
         """The GPU pool a pod is a member of (set by the model's loop)."""
         self.made_room: Callable[[PodInfo], None] = lambda _: None
         """Told when a member's sleep to make room on its pool begins (set by the loop)."""
+        self.verifier = Verifier(http=http, metrics=metrics, namespace=namespace, model=model)
 
     def start(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec
@@ -210,6 +213,12 @@ class Executor:
         # The pod's label as this process saw it; the label it wrote itself, if the pod index
         # still shows an older one (then this is no leftover, only a late echo).
         before = pod.state if engine.published is None else engine.published
+        if (
+            before is EngineState.WAKING
+            and action.label is EngineState.AWAKE
+            and not await self._checked(pod, spec, engine)
+        ):
+            return  # a wake cut off by a restart of the operator is checked before it serves
         await self.label(pod, action.label, engine)
         # The pod index lags behind this process's own writes: a label written again is an
         # echo, not news.
@@ -252,13 +261,20 @@ class Executor:
     ) -> None:
         await self.api.delete(pods_ref(self.namespace), pod.name)
         engine.deleted = True
-        reason = engine.last_failure_reason or "WakeFailed"
+        if action.reason == MEMORY_NOT_FREED:
+            reason = action.reason
+            why = "its sleep did not give its GPU pool's device its memory back"
+        else:
+            reason = engine.last_failure_reason or "WakeFailed"
+            why = (
+                f"its engine failed to wake {engine.wake_failures} time(s) "
+                f"({engine.last_failure_reason})"
+            )
         self.metrics.restarts.labels(self.namespace, self.model, reason).inc()
         self.emit(
             "Warning",
             "PodRestarted",
-            f"deleted {pod.name} so that its controller recreates it: its engine failed to "
-            f"wake {engine.wake_failures} time(s) ({engine.last_failure_reason})",
+            f"deleted {pod.name} so that its controller recreates it: {why}",
         )
 
     async def _sleep(
@@ -292,15 +308,32 @@ class Executor:
         engine.drain_started = started
         self.emit("Normal", "Draining", f"{pod.name}: {_why(action)}; draining before sleep")
         deadline = started + self.settings.drain_timeout
+        drained = False
         while time.time() < deadline and not engine.cancel.is_set():
             try:
                 if (await client.activity()).in_flight == 0:
+                    drained = True
                     break
             except EngineError:
-                break  # the sleep call below says what is wrong
+                drained = True  # nothing is known to be in flight: the sleep says what is wrong
+                break
             with contextlib.suppress(TimeoutError):  # not wait_for: see ModelLoop.run
                 async with asyncio.timeout(self.settings.drain_poll):
                     await engine.cancel.wait()
+        if not engine.cancel.is_set() and action.drained_only and not drained:
+            await self._give_up_drain(pod, engine)
+            return
+        if not engine.cancel.is_set() and spec.wake.verify:
+            # Before the engine's first sleep (once per run): what its wakes are checked against.
+            model_name = spec.model_name or self.model
+            await self.verifier.record(
+                client.base_url,
+                model_name,
+                engine,
+                Process.of(pod, spec.engine.port),
+                # The weights' digests take seconds: never while a wake waits for this room.
+                weights=action.reason != "MakeRoom",
+            )
         if engine.cancel.is_set():
             await self.label(pod, EngineState.AWAKE, engine)
             self.emit(
@@ -402,16 +435,26 @@ class Executor:
                 raise EngineError(
                     "the engine answered /wake_up but still says it sleeps", url=client.base_url
                 )
+            checked = await self._checked(pod, spec, engine)
         except EngineError as exc:
+            pool = self.pool_of(pod)
+            said = str(exc)
+            if isinstance(exc, OutOfMemoryError) and pool is not None:
+                self.metrics.pool_oom.labels(self.namespace, pool).inc()
+                # Its pool had counted room for it: another member holds more than it says,
+                # not an engine outside the pool.
+                said = (
+                    f"{exc.url} ran out of device memory waking up, where GPUPool {pool} had "
+                    "counted room for it: a member of the pool holds memory its sleep should "
+                    "have given back (the pool's MemoryNotFreed Event names it, and the pool "
+                    f"makes room without it). vLLM said: {exc.message!r}"
+                )
             engine.wake_failures += 1
             engine.last_failure = time.time()
             engine.last_failure_reason = exc.reason
-            engine.last_failure_message = str(exc)
-            self.memory.failure = (pod.name, exc.reason, str(exc))
+            engine.last_failure_message = said
+            self.memory.failure = (pod.name, exc.reason, said)
             self.metrics.wake_failures.labels(self.namespace, self.model, exc.reason).inc()
-            pool = self.pool_of(pod)
-            if exc.reason == "OutOfMemory" and pool is not None:
-                self.metrics.pool_oom.labels(self.namespace, pool).inc()
             sleeping = await _sleeping_or_none(client)
             await self.label(
                 pod, EngineState.AWAKE if sleeping is False else EngineState.ASLEEP, engine
@@ -420,9 +463,11 @@ class Executor:
                 "Warning",
                 "WakeFailed",
                 f"{pod.name}: wake failed ({exc.reason}, failure {engine.wake_failures} of "
-                f"{spec.wake.failure_threshold}): {exc}",
+                f"{spec.wake.failure_threshold}): {said}",
             )
             return
+        if not checked:
+            return  # it woke answering differently: failed, never published awake
         seconds = time.monotonic() - started
         now = time.time()
         engine.wake_failures = 0
@@ -442,6 +487,88 @@ class Executor:
         engine.sleeping = False  # its pool counts its footprint from now, not from a probe
         self.metrics.observe_wake(self.namespace, self.model, str(level), seconds)
         self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({_why(action)})")
+        if level == 2 and spec.wake.verify:
+            # A level-2 wake reloaded the weights: their digests are compared once the engine
+            # serves (the check takes seconds; no request waits for it).
+            weights = await self.verifier.weights_after_wake(
+                client.base_url, engine, Process.of(pod, spec.engine.port)
+            )
+            if weights is not None and weights.failed:
+                await self._failed_check(pod, spec, engine, WEIGHTS_MISMATCH, weights.message)
+
+    async def _checked(self, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory) -> bool:
+        """Check a woken engine's answer against its record before it is published: False
+        (and the engine failed, never routed to) when it answers differently. Where it does,
+        its weights are checked too, to say whether they are what changed."""
+        if not spec.wake.verify:
+            return True
+        url = engine_url(spec, pod)
+        process = Process.of(pod, spec.engine.port)
+        verdict = await self.verifier.output_after_wake(
+            url, spec.model_name or self.model, engine, process
+        )
+        if verdict is None or not verdict.failed:
+            return True
+        weights = await self.verifier.weights_after_wake(url, engine, process)
+        await self._failed_check(
+            pod, spec, engine, OUTPUT_MISMATCH, _with_weights(verdict, weights)
+        )
+        return False
+
+    async def _failed_check(
+        self,
+        pod: PodInfo,
+        spec: InferenceModelSpec,
+        engine: EngineMemory,
+        reason: str,
+        what: str,
+    ) -> None:
+        """A wake that left the engine answering (or weighing) differently: failed, the
+        engine labelled `failed` (never routed to), and remedied by wake.onFailure."""
+        engine.wake_failures += 1
+        engine.last_failure = time.time()
+        engine.last_failure_reason = reason
+        engine.last_failure_message = f"woke but {what}"
+        self.memory.failure = (pod.name, reason, engine.last_failure_message)
+        self.metrics.wake_failures.labels(self.namespace, self.model, reason).inc()
+        engine.sleeping, engine.sleep_level = False, 0
+        await self.label(
+            pod, EngineState.FAILED, engine, annotations={WAKE_PROGRESS_ANNOTATION: None}
+        )
+        remedy = (
+            "wake.onFailure is Restart: the pod is deleted so that its controller recreates it"
+            if spec.wake.on_failure == "Restart"
+            else "wake.onFailure is Report: it stays unrouted until its pod or container restarts"
+        )
+        self.emit(
+            "Warning",
+            "WakeFailed",
+            f"{pod.name}: wake failed ({reason}): it woke but {what}; it gets no requests; "
+            f"{remedy}",
+        )
+
+    async def _give_up_drain(self, pod: PodInfo, engine: EngineMemory) -> None:
+        """A drain that timed out on an engine that a /sleep with requests in flight would
+        kill (a known vLLM bug): it stays awake and serves; the next try backs off."""
+        engine.busy = False
+        engine.sleep_failures += 1
+        engine.last_sleep_failure = time.time()
+        engine.sleep_failure_reason = "KnownBug"
+        engine.sleep_failure_message = (
+            f"requests were still in flight after {self.settings.drain_timeout:g}s of "
+            "draining, and this vLLM release and configuration crash on a /sleep with "
+            "requests in flight (see the KnownBug condition): not sent"
+        )
+        self.metrics.sleep_failures.labels(self.namespace, self.model, "KnownBug").inc()
+        engine.drain_started = None
+        await self.label(pod, EngineState.AWAKE, engine, annotations=UNMARKED)
+        delay = retry_delay(engine.sleep_failures)
+        self.emit(
+            "Warning",
+            "SleepFailed",
+            f"{pod.name}: {engine.sleep_failure_message}; it stays awake and serves, next try "
+            f"in {delay:.0f}s at the earliest",
+        )
 
 
 async def _busy(client: EngineClient) -> bool:
@@ -456,6 +583,15 @@ async def _sleeping_or_none(client: EngineClient) -> bool | None:
         return await client.is_sleeping()
     except EngineError:
         return None
+
+
+def _with_weights(output: Verdict, weights: Verdict | None) -> str:
+    """An output check's failure, with what the weights' check said of it."""
+    if weights is None:
+        return f"{output.message} (its weights were not checked)"
+    if weights.failed:
+        return f"{output.message}: {weights.message}"
+    return f"{output.message}, while {weights.message}"
 
 
 def _why(action: Action) -> str:

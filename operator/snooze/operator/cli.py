@@ -7,6 +7,8 @@ import math
 import urllib.parse
 from typing import TYPE_CHECKING
 
+from snooze.durations import duration_flag
+
 if TYPE_CHECKING:
     from snooze.operator.actions import Settings
 
@@ -30,19 +32,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--probe-interval",
-        type=float,
+        type=duration_flag(),
         default=10.0,
-        metavar="SECONDS",
+        metavar="DURATION",
         help="the longest an engine goes unobserved while a decision could depend on it: "
         "near its idle deadline, serving traffic that bypasses the gateway, or with a step "
-        "to confirm (default: 10)",
+        "to confirm: seconds, or a duration such as 10s or 1m (default: 10s)",
     )
     parser.add_argument(
         "--drain-timeout",
-        type=float,
+        type=duration_flag(),
         default=60.0,
-        metavar="SECONDS",
-        help="longest wait for in-flight requests before sleeping (default: 60)",
+        metavar="DURATION",
+        help="longest wait for in-flight requests before sleeping (default: 60s)",
     )
     parser.add_argument(
         "--gateway-service",
@@ -61,27 +63,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--drift-interval",
-        type=float,
+        type=duration_flag(),
         default=60.0,
-        metavar="SECONDS",
+        metavar="DURATION",
         help="the longest an engine goes unprobed when nothing depends on it: asleep, or "
-        "known active from the gateway (default: 60)",
+        "known active from the gateway (default: 1m)",
     )
     parser.add_argument(
         "--status-interval",
-        type=float,
+        type=duration_flag(),
         default=600.0,
-        metavar="SECONDS",
+        metavar="DURATION",
         help="write a model's status at most this often when only its activity times moved; "
         "phases, counts and conditions are written at once; a restarted operator counts "
-        "activity as up to this much newer than the status says (default: 600)",
+        "activity as up to this much newer than the status says (default: 10m)",
     )
     parser.add_argument(
         "--liveness-port",
         type=int,
         default=None,
         metavar="PORT",
-        help="serve kopf's liveness probe at http://0.0.0.0:PORT/healthz",
+        help="serve the liveness probe at http://0.0.0.0:PORT/healthz: 200 while the operator's "
+        "event loop answers",
     )
     parser.add_argument(
         "--metrics-port",
@@ -107,11 +110,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--peering-lifetime",
-        type=int,
+        type=duration_flag(),
         default=60,
-        metavar="SECONDS",
+        metavar="DURATION",
         help="with --peering: how long a replica's keep-alive counts, so how soon a standby "
-        "takes over from a replica that died (default: 60; kopf renews it 5 to 10 s before "
+        "takes over from a replica that died (default: 1m; kopf renews it 5 to 10 s before "
         "it expires, or every second when it is shorter)",
     )
 
@@ -133,48 +136,52 @@ def run(args: argparse.Namespace) -> int:
         priority = random.randint(1, 2**31 - 1)
     runtime = Runtime(settings=settings, namespaces=tuple(args.namespace or ()))
     if args.metrics_port is not None:
-        from prometheus_client import ProcessCollector, start_http_server
+        from prometheus_client import ProcessCollector, make_wsgi_app
+
+        from snooze.metricsport import server
 
         # The standard process_* series (CPU, memory, open files, start time), as every
         # Prometheus client exports them on its default registry.
         ProcessCollector(registry=runtime.metrics.registry)
+        page = make_wsgi_app(runtime.metrics.registry)
         try:
-            start_http_server(args.metrics_port, registry=runtime.metrics.registry)
+            server.serve(args.metrics_port, page, name="metrics port")
         except OSError as exc:
-            raise SystemExit(
-                f"snooze operator: cannot serve metrics on port {args.metrics_port}: {exc}"
-            ) from None
-    liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
-    asyncio.run(
-        serve(
-            runtime,
-            clusterwide=not args.namespace,
-            namespaces=args.namespace,
-            standalone=args.peering is None,
-            peering_name=args.peering,
-            priority=priority,
-            liveness_endpoint=liveness,
+            raise _cannot_serve("metrics", "--metrics-port", args.metrics_port, exc) from None
+    with asyncio.Runner() as runner:
+        if args.liveness_port:
+            from snooze.operator import liveness
+
+            try:
+                liveness.serve(args.liveness_port, runner.get_loop())
+            except OSError as exc:
+                raise _cannot_serve(
+                    "the liveness probe", "--liveness-port", args.liveness_port, exc
+                ) from None
+        runner.run(
+            serve(
+                runtime,
+                clusterwide=not args.namespace,
+                namespaces=args.namespace,
+                standalone=args.peering is None,
+                peering_name=args.peering,
+                priority=priority,
+            )
         )
-    )
     return 0
+
+
+def _cannot_serve(what: str, flag: str, port: int, error: OSError) -> SystemExit:
+    return SystemExit(
+        f"snooze operator: cannot serve {what} on port {port} ({error.strerror or error}): "
+        f"stop what holds it, or give another {flag}"
+    )
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     """The operator's settings from its flags; SystemExit naming the flag that is wrong."""
     from snooze.operator.actions import Settings
 
-    for flag, value in (
-        ("--probe-interval", args.probe_interval),
-        ("--drain-timeout", args.drain_timeout),
-        ("--drift-interval", args.drift_interval),
-        ("--status-interval", args.status_interval),
-    ):
-        # argparse's float takes "1e400" (infinity) and "nan", which no timer can wait for.
-        if not (math.isfinite(value) and value > 0):
-            raise SystemExit(
-                f"snooze operator: {flag} must be a finite number of seconds greater than zero "
-                f"(got {value})"
-            )
     if args.gateway_service is not None and args.gateway_service.count("/") != 1:
         raise SystemExit(
             "snooze operator: --gateway-service is NAMESPACE/NAME, such as "
@@ -189,10 +196,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
             )
     if args.peering_lifetime < 2:
         raise SystemExit("snooze operator: --peering-lifetime must be at least 2 seconds")
+    # kopf counts a peer's lifetime in whole seconds.
+    peering_lifetime = math.ceil(args.peering_lifetime)
     return Settings(
         probe_interval=args.probe_interval,
         drain_timeout=args.drain_timeout,
-        peering_lifetime=args.peering_lifetime,
+        peering_lifetime=peering_lifetime,
         status_interval=args.status_interval,
         drift_interval=args.drift_interval,
         crd_poll_interval=min(5.0, args.probe_interval),

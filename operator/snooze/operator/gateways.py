@@ -30,6 +30,7 @@ IN_FLIGHT = "snooze_gateway_pod_requests_in_flight"
 LAST = "snooze_gateway_pod_last_request_timestamp_seconds"
 FAMILIES = frozenset({SENT, IN_FLIGHT, LAST})
 WENT_IDLE = "snooze_gateway_pods_went_idle_total"
+HELD = "snooze_gateway_held_requests"
 # While a GPU pool waits for a busy member to finish, the replicas are scraped this many times
 # per interval, and also as soon as one says an engine went idle: a burst's idle gaps last
 # seconds, and the pool must see one to use it...
@@ -55,14 +56,15 @@ class ReplicaPage:
 
     def __init__(self, at: float = 0.0) -> None:
         self.at = at
-        self._page = Page(FAMILIES | {WENT_IDLE}, self._sample, series_limit=SERIES_LIMIT)
+        self._page = Page(FAMILIES | {WENT_IDLE, HELD}, self._sample, series_limit=SERIES_LIMIT)
         self._values: dict[str, dict[Key, float]] = {SENT: {}, IN_FLIGHT: {}, LAST: {}}
         self._went_idle: int | None = None
+        self._held: dict[Key, int] = {}
 
     def feed(self, chunk: bytes) -> None:
         self._page.feed(chunk)
 
-    def result(self) -> tuple[dict[Key, Traffic], int | None]:
+    def result(self) -> tuple[dict[Key, Traffic], int | None, dict[Key, int]]:
         self._page.close()
         sent, flight, last = (self._values[name] for name in (SENT, IN_FLIGHT, LAST))
         traffic = {
@@ -74,9 +76,16 @@ class ReplicaPage:
             )
             for key in sent.keys() | flight.keys() | last.keys()
         }
-        return traffic, self._went_idle
+        return traffic, self._went_idle, self._held
 
     def _sample(self, name: str, labels: Labels, value: float) -> None:
+        if name == HELD:
+            # Requests held for a (namespace, model)'s wake; a value that is not a count reads
+            # as one: some request is held.
+            model = (labels.get("namespace") or "", labels.get("model") or "")
+            count = min(int(value), REQUESTS_LIMIT) if math.isfinite(value) and value >= 0 else 1
+            self._held[model] = self._held.get(model, 0) + count
+            return
         if name == WENT_IDLE:
             # A count that is no number of times only makes the replica one not waited on.
             self._went_idle = int(value) if math.isfinite(value) and value >= 0 else None
@@ -96,6 +105,14 @@ def read_page(text: str, at: float = 0.0) -> dict[Key, Traffic]:
     page = ReplicaPage(at)
     page.feed(text.encode())
     return page.result()[0]
+
+
+def read_held(text: str) -> dict[Key, int]:
+    """Pure: the requests one replica holds for each model's wake, as (namespace, model) ->
+    count; ValueError as ReplicaPage says."""
+    page = ReplicaPage()
+    page.feed(text.encode())
+    return page.result()[2]
 
 
 def went_idle(text: str) -> int | None:
@@ -165,6 +182,8 @@ class GatewayTraffic:
         """Called after each scrape (the pools that wait for a busy member look again)."""
         self.idled: dict[str, int] = {}
         """Replica URL -> its count of engines gone idle, as its last page said."""
+        self.holding: dict[tuple[str, str], int] = {}
+        """(namespace, model) -> requests held for its wake, by every replica together."""
 
     @property
     def enabled(self) -> bool:
@@ -177,6 +196,13 @@ class GatewayTraffic:
             return None
         quiet = Traffic(sent=0.0, in_flight=0, last=None, at=self.at)
         return self.pods.get((namespace, pod), quiet)
+
+    def held(self, namespace: str, model: str) -> int | None:
+        """Requests the gateway holds for a model's wake now; None when it cannot be known (no
+        gateway given, or a replica did not answer)."""
+        if not self.complete:
+            return None
+        return self.holding.get((namespace, model), 0)
 
     def hurry(self, seconds: float) -> None:
         """Scrape HURRIED times per interval for the next `seconds` (now, if not already)."""
@@ -211,8 +237,13 @@ class GatewayTraffic:
         urls = list(self.urls) + await self._discovered()
         began = time.time()
         pages = await asyncio.gather(*(self._page(session, url, began) for url in urls))
-        answered = [page for page, _ in filter(None, pages)]
+        answered = [page for page, _, _ in filter(None, pages)]
         self.pods = merge(answered)
+        holding: dict[tuple[str, str], int] = {}
+        for _, _, held in filter(None, pages):
+            for key, count in held.items():
+                holding[key] = holding.get(key, 0) + count
+        self.holding = holding
         self.at = began
         self.complete = bool(urls) and len(answered) == len(urls)
         counts = zip(urls, pages, strict=True)
@@ -220,10 +251,11 @@ class GatewayTraffic:
 
     async def _page(
         self, session: aiohttp.ClientSession, url: str, began: float
-    ) -> tuple[dict[Key, Traffic], int | None] | None:
-        """A replica's page and its count of engines gone idle; None if it did not answer, or
-        answered what cannot be used (too long, too slow, a value no gateway writes)."""
-        query = [("name[]", name) for name in sorted(FAMILIES | {WENT_IDLE})]
+    ) -> tuple[dict[Key, Traffic], int | None, dict[Key, int]] | None:
+        """A replica's page, its count of engines gone idle and the requests it holds per
+        model; None if it did not answer, or answered what cannot be used (too long, too
+        slow, a value no gateway writes)."""
+        query = [("name[]", name) for name in sorted(FAMILIES | {WENT_IDLE, HELD})]
         page = ReplicaPage(began)
         try:
             # The whole page within the timeout, a chunk at a time, nothing kept but counts.

@@ -18,7 +18,7 @@ from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo
 from snooze.operator.actions import Settings
-from snooze.operator.discovery import missing_crds, restart_when_served
+from snooze.operator.discovery import restart_when_served
 from snooze.operator.events import teller
 from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.gateways import stop as stop_task
@@ -27,6 +27,7 @@ from snooze.operator.loop import ModelLoop, Neighbours
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
 from snooze.operator.release import release
+from snooze.operator.startup import first_reads
 
 PREFIX = models.GROUP
 log = logging.getLogger(__name__)
@@ -136,14 +137,15 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         if runtime.gateways.enabled:
             runtime.pools.traffic = runtime.gateways.traffic
             runtime.pools.hurry = runtime.gateways.hurry
+            runtime.pools.held = runtime.gateways.held
             runtime.gateways.scraped.append(runtime.pools.scraped)
-        runtime.gateway_task = asyncio.create_task(runtime.gateways.run(), name="gateway-traffic")
         runtime.closing = False
         # Before kopf watches anything: no model's loop starts on a partial view of the pods
         # and of the other models' claims. kopf's events keep them from here on.
-        runtime.indexes = Indexes()
-        await runtime.indexes.load(runtime.api, runtime.namespaces)
-        missing = await missing_crds(runtime.api)
+        runtime.indexes, missing = await first_reads(runtime.api, runtime.namespaces)
+        # Once the API answers: until then, its reads of the gateway's endpoints would only
+        # add failures to the start-up's one line per attempt.
+        runtime.gateway_task = asyncio.create_task(runtime.gateways.run(), name="gateway-traffic")
         if missing:
             runtime.crd_watch = asyncio.create_task(
                 restart_when_served(
@@ -358,6 +360,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             emit=emit,
             metrics=runtime.metrics,
             interval=runtime.settings.probe_interval,
+            expected=lambda: runtime.indexes.models_in(namespace) if runtime.indexes else (),
         )
         runtime.pools.loops[(namespace, name)] = loop
 

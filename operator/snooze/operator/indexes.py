@@ -105,6 +105,10 @@ class Indexes:
         )
         return claim, selector
 
+    def models_in(self, namespace: str) -> list[str]:
+        """The names of every model of a namespace, as the watches show them now."""
+        return sorted(name for ns, name in self._specs if ns == namespace)
+
     def spec_memo(self, obj: tuple[str, str]) -> models.SpecMemo:
         """The model's validated spec, shared by this index and the model's loop."""
         return self._specs.setdefault(obj, models.SpecMemo())

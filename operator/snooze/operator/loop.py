@@ -26,9 +26,12 @@ from snooze.models import (
 from snooze.operator import status
 from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
 from snooze.operator.foresight import Foresight
+from snooze.operator.knownbugs import conduct_of, facts_of, learn_versions
 from snooze.operator.memory import (
     EngineMemory,
+    Integrity,
     ModelMemory,
+    Process,
     rebuild,
 )
 from snooze.operator.metrics import OperatorMetrics
@@ -45,8 +48,10 @@ from snooze.operator.reporter import StatusReporter
 from snooze.operator.scaling import Scaler
 from snooze.policy import claims, probing
 from snooze.policy import scale as scale_policy
+from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
+from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
 from snooze.quantities import format_gib
 
 log = logging.getLogger(__name__)
@@ -104,6 +109,11 @@ class ModelLoop:
         """The pods this loop acts on, as of its last cycle."""
         self._asked: set[str] = set()
         """The pools this model asked room of at its last cycle."""
+        self.cycled = False
+        """Its first cycle has run: its pods are known (a GPU pool waits for every model's)."""
+        self.min_awake_now = 0
+        """The engines it keeps awake now (minAwake, or a keep-awake window's, bounded by the
+        engines it can have): its GPU pool puts none of them to sleep for a neighbour."""
         self._idle_deadline: float | None = None
         """When an awake engine's idle.after ends, if before the next regular cycle could see
         it (policy/sleep.py next_idle_deadline): the loop's next cycle comes then."""
@@ -181,6 +191,7 @@ class ModelLoop:
                 log.exception("cycle of %s/%s failed", self.namespace, self.name)
                 self.metrics.reconcile_errors.labels(self.namespace, self.name).inc()
             self.metrics.cycle_duration.observe(time.monotonic() - began)
+            self.cycled = True
             # Loops started together (an operator restart) would probe in lockstep, thousands
             # of requests at once; a random first wait spreads them over the interval for good.
             wait = self.settings.probe_interval * (random.random() if first else 1.0)
@@ -268,6 +279,11 @@ class ModelLoop:
         decided, wake_requested = self.foresight.decide(
             spec, memory=self.memory, wake_requested=wake_requested, asleep=asleep, now=now
         )
+        # The engines it can have: its pods, or the replicas it has or will get back.
+        kept = 0 if workload is None or workload.replicas is None else workload.replicas
+        can_have = max(len(pods), kept, self.memory.scaled_from or 0)
+        decided = schedule_policy.bounded(decided, can_have)
+        self.min_awake_now = decided.min_awake
         model = sleep_policy.ModelView(
             spec=decided,
             wake_requested=wake_requested,
@@ -316,9 +332,11 @@ class ModelLoop:
         now: float,
     ) -> str | None:
         """Tell each GPU pool which of this model's members ask for room (withdrawing the
-        rest), poke it when its members changed, and say why a wake waits, if one does."""
+        rest), poke it when its members changed, and say why a wake (or a start) waits, if
+        one does."""
         asking = {a.pod for a in actions if a.kind is sleep_policy.ActionKind.ASK_ROOM}
         by_pool: dict[str, set[str]] = {}
+        members: dict[str, set[str]] = {}  # a member that starts waits for room too
         missing: set[str] = set()
         for pod in pods:
             name, loop = self.pools.pool_of(self.namespace, pod, self.spec)
@@ -339,6 +357,7 @@ class ModelLoop:
                     missing.add(name)
                 continue
             by_pool.setdefault(name, set())
+            members.setdefault(name, set()).add(pod.name)
             if pod.name in asking:
                 by_pool[name].add(pod.name)
         for name in self._asked - set(by_pool):
@@ -360,8 +379,8 @@ class ModelLoop:
                 f"GPUPool {', '.join(sorted(missing))} not found in namespace "
                 f"{self.namespace}: its members wake only once it exists"
             )
-        for name, asks in by_pool.items():
-            wait = self.pools.loops[(self.namespace, name)].waiting_for(asks)
+        for name, pods_in_pool in members.items():
+            wait = self.pools.loops[(self.namespace, name)].waiting_for(pods_in_pool)
             if wait is not None:
                 return f"waiting for {format_gib(wait.need)} on GPUPool {name}: {wait.reason}"
         return None
@@ -443,9 +462,23 @@ class ModelLoop:
         )
         results = {p.pod: p for p in probes}
         probed_at = time.time()  # the answers are no older than this
+        port = spec.engine.port
+        await learn_versions(
+            self.executor.http,
+            [
+                (engine_url(spec, p), engine, process, facts_of(p, engine, process))
+                for p in pods
+                if p.ready
+                and p.name not in acting
+                and (engine := self.memory.engine(p.name, now=now)).answered
+                and (process := Process.of(p, port)) is not None
+            ],
+        )
         views = []
         for pod in pods:
             engine = self.memory.engine(pod.name, now=now)
+            process = Process.of(pod, port)
+            _new_run(self.memory, pod.name, engine, process)
             if engine.sleep_blocked and engine.sleep_blocked != (pod.uid, self.memory.generation):
                 # A new pod under this name, or a new spec: worth one more try.
                 engine.sleep_blocked, engine.sleep_failures = None, 0
@@ -466,6 +499,8 @@ class ModelLoop:
             )
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
+            conduct = conduct_of(spec, facts_of(pod, engine, process), directive.level)
+            engine.conduct = conduct
             views.append(
                 sleep_policy.EngineView(
                     pod=pod.name,
@@ -492,10 +527,14 @@ class ModelLoop:
                     pool_rewake=directive.rewake,
                     pool_promised=directive.promised,
                     pool_level=directive.level,
+                    pool_restart=directive.restart,
                     sleep_level=(engine.sleep_level or pod.sleep_level) or None,
                     sleep_failures=engine.sleep_failures,
                     last_sleep_failure=engine.last_sleep_failure,
-                    sleep_blocked=engine.sleep_blocked is not None,
+                    sleep_blocked=engine.sleep_blocked is not None or conduct.level is None,
+                    fallback_level=conduct.level,
+                    drained_only=conduct.drained_only,
+                    quarantined=engine.integrity.quarantined and engine.integrity.of(process),
                 )
             )
         return views
@@ -516,3 +555,16 @@ class ModelLoop:
         if result.reason:
             self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
         return result
+
+
+def _new_run(memory: ModelMemory, pod: str, engine: EngineMemory, process: Process) -> None:
+    """A new run of an engine (its container restarted) is checked afresh: its records were
+    of the run before, and so was a quarantine for answering differently."""
+    if engine.integrity.process is None or engine.integrity.of(process):
+        return
+    engine.integrity = Integrity(process=process)
+    if engine.last_failure_reason in (OUTPUT_MISMATCH, WEIGHTS_MISMATCH):
+        engine.wake_failures, engine.last_failure = 0, None
+        engine.last_failure_reason = engine.last_failure_message = ""
+        if memory.failure is not None and memory.failure[0] == pod:
+            memory.failure = None

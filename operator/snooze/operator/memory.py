@@ -14,6 +14,8 @@ from typing import Any
 
 from snooze.kube.pods import PodInfo, parse_time
 from snooze.models import EngineState
+from snooze.policy.integrity import Answer, Check
+from snooze.policy.knownbugs import Conduct
 from snooze.policy.pool import RECENT_WINDOW_SECONDS
 from snooze.policy.probing import Ledger
 
@@ -44,6 +46,36 @@ class Process:
         return self.pod_uid == other.pod_uid and (
             self.restarts is None or other.restarts is None or self.restarts == other.restarts
         )
+
+
+@dataclass(kw_only=True)
+class Integrity:
+    """What one engine process was recorded as before its first sleep, and where its checks
+    stand (operator/verification.py). Kept on the model's status, which only the operator
+    writes, so that a restarted operator still checks the next wake."""
+
+    process: Process | None = None
+    """The engine run these records are of; another run starts over."""
+    output: Check = Check.PENDING
+    weights: Check = Check.PENDING
+    baseline: Answer | None = None
+    """Its greedy answer before its first sleep."""
+    weights_digest: str | None = None
+    """The digest of all its weights' digests (policy/integrity.py's weights_verdict)."""
+    weights_count: int = 0
+    weights_full: dict[str, str] | None = None
+    """Every tensor's digest: in this process's memory only (too large for the status); it
+    names the tensors that differ."""
+    route: str | None = None
+    """The route its greedy answer came on (the chat route for a model without completions)."""
+    message: str = ""
+    """Why a check is not Recorded or Verified, when that is worth saying."""
+    quarantined: bool = False
+    """It woke answering, or weighing, differently: never routed to again in this process."""
+
+    def of(self, process: Process) -> bool:
+        """These records are of that run."""
+        return self.process is not None and self.process.same_as(process)
 
 
 @dataclass(kw_only=True)
@@ -122,6 +154,13 @@ class EngineMemory:
     served: deque[tuple[float, float]] = field(default_factory=deque)
     """(probe time, requests finished since the previous probe) over the last RECENT_WINDOW
     seconds: how often it is asked for, which a GPU pool's Cheapest order weighs."""
+    integrity: Integrity = field(default_factory=Integrity)
+    conduct: Conduct | None = None
+    """How it sleeps given the known vLLM bugs its release and arguments are in (its last
+    cycle's reading: the KnownBug condition says it)."""
+    version: tuple[Process, str] | None = None
+    """(engine run, its vLLM version from /version), asked once per run where a known bug
+    could apply."""
 
     def note_host_copy(self, process: Process) -> None:
         """It is asleep at level 1: its process holds a pinned copy of its weights from now
@@ -299,5 +338,46 @@ def rebuild(
         state = pod.get("state")
         if since is not None and state in {s.value for s in EngineState}:
             engine.state_since[state] = since
+        engine.integrity = integrity_of(pod)
         memory.engines[name] = engine
     return memory
+
+
+def integrity_of(entry: dict[str, Any]) -> Integrity:
+    """An engine's records as the status kept them (an entry the operator did not write, or
+    an older release's, gives none: they are taken again at its next sleep)."""
+    found = entry.get("verification")
+    uid = entry.get("uid")
+    if not isinstance(found, dict) or not uid:
+        return Integrity()
+    restarts = found.get("restarts")
+    integrity = Integrity(
+        process=Process(str(uid), restarts if isinstance(restarts, int) else None),
+        output=_check(found.get("output")),
+        weights=_check(found.get("weights")),
+        weights_digest=found.get("weightsDigest")
+        if isinstance(found.get("weightsDigest"), str)
+        else None,
+        weights_count=int(found.get("weightTensors") or 0),
+        message=str(found.get("message") or ""),
+    )
+    baseline = found.get("baseline")
+    if isinstance(baseline, dict):
+        tokens = baseline.get("tokens")
+        text = baseline.get("textSha256")
+        route = baseline.get("route")
+        if isinstance(route, str) and isinstance(text, str):
+            ids = (
+                tuple(t for t in tokens if isinstance(t, int)) if isinstance(tokens, list) else None
+            )
+            integrity.baseline = Answer(route=route, tokens=ids, text_sha256=text)
+            integrity.route = route
+    integrity.quarantined = Check.MISMATCH in (integrity.output, integrity.weights)
+    return integrity
+
+
+def _check(value: object) -> Check:
+    try:
+        return Check(str(value))
+    except ValueError:
+        return Check.PENDING

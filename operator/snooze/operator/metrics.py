@@ -25,7 +25,11 @@ from prometheus_client.registry import Collector
 
 from snooze import __version__
 from snooze.models import EngineState, Phase
+from snooze.policy.pooltypes import RoomKind
 
+# From one short greedy request (tens of milliseconds) to the weights of a large model hashed
+# on the host (minutes).
+VERIFICATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0, 600.0)
 # From a fast level-1 wake (0.1 s) to a cold reload (minutes).
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # A cycle is a few probes on a quiet operator (milliseconds), seconds on a saturated one.
@@ -35,10 +39,11 @@ STATES = [state.value for state in EngineState]
 # reason: at a thousand models the zeros were megabytes of page (benchmarks/README.md, scrape
 # cost). The first event of a series is then invisible to rate() and increase(); the alert
 # rules that must see it (SnoozeWakeFailures) also match series that did not exist earlier.
-# Why a pool put a member to sleep: room for another member's wake, for one starting, room
-# kept ahead of wakes (a pool's headroom), or its first level-1 sleep done ahead of need
-# (a pool's prime: it is woken back at once).
-POOL_EVICTION_REASONS = ("wake", "start", "headroom", "prime")
+# Why a pool put a member to sleep (policy.pooltypes.RoomKind): room for another member's
+# wake, for one starting, to make its books good (a member whose sleep frees nothing counts
+# whole), room kept ahead of wakes (a pool's headroom), or its first level-1 sleep done ahead
+# of need (a pool's prime: it is woken back at once).
+POOL_EVICTION_REASONS = tuple(kind.value for kind in RoomKind)
 
 # `_created` samples double every counter's and histogram's series and no panel or rule
 # reads them: at a thousand models the page is megabytes, scraped every few seconds.
@@ -101,8 +106,25 @@ class OperatorMetrics:
         )
         self.wake_failures = Counter(
             "snooze_wake_failures_total",
-            "Failed wakes, by reason (HybridKVCacheReinit, Timeout, Unreachable, EngineError).",
+            "Failed wakes, by reason (HybridKVCacheReinit, Timeout, Unreachable, EngineError, "
+            "OutputMismatch, WeightsMismatch...).",
             ["namespace", "model", "reason"],
+            registry=r,
+        )
+        self.verifications = Counter(
+            "snooze_wake_verifications_total",
+            "Checks of woken engines: check is output (the greedy answer) or weights (their "
+            "digests); result is passed, failed (the engine is not routed to) or unverifiable "
+            "(nothing to compare, or the engine could not be asked).",
+            ["namespace", "model", "check", "result"],
+            registry=r,
+        )
+        # Per namespace and check, as sleeps: the cost of a check, not one series per model.
+        self.verification_duration = Histogram(
+            "snooze_wake_verification_seconds",
+            "Time one check took: recording before a sleep, or checking after a wake.",
+            ["namespace", "check"],
+            buckets=VERIFICATION_BUCKETS,
             registry=r,
         )
         self.sleep_failures = Counter(
@@ -194,8 +216,9 @@ class OperatorMetrics:
         )
         self.pool_evictions = Counter(
             "snooze_pool_evictions_total",
-            "Pool members put to sleep to make room: for a wake, for a member starting, "
-            "ahead of wakes (headroom), or to pin a host copy ahead of need (prime).",
+            "Pool members put to sleep to make room: for a wake, for a member starting, to "
+            "make the pool's books good (books), ahead of wakes (headroom), or to pin a host "
+            "copy ahead of need (prime).",
             ["namespace", "pool", "reason"],
             registry=r,
         )

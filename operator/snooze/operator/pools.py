@@ -10,19 +10,19 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any
 
-from snooze.gpupool import POOL_LABEL, GPUPoolSpec, parse_pool_spec
+from snooze.gpupool import GPUPoolSpec, parse_pool_spec
 from snooze.kube.api import KubeApi, Ref
 from snooze.kube.pods import PodInfo
-from snooze.models import GROUP, VERSION, EngineState, InferenceModelSpec, SpecError
-from snooze.operator.memory import EngineMemory, Process
+from snooze.models import GROUP, VERSION, InferenceModelSpec, SpecError
+from snooze.operator.memory import Process
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.poolmembers import MemberSource, pool_name_of, read_member, restart_count
 from snooze.operator.poolstatus import invalid_pool_status, pool_status
+from snooze.operator.pooltrust import OUT_OF_MEMORY, Disagreement, Trust
 from snooze.policy.pool import (
-    CANCELLABLE,
-    HEADROOM,
     PRIME,
     Headroom,
     Member,
@@ -31,6 +31,8 @@ from snooze.policy.pool import (
     PoolDecision,
     PoolView,
     Prime,
+    RoomFor,
+    RoomKind,
     Waiting,
     WakeAsk,
     decide_pool,
@@ -41,15 +43,35 @@ from snooze.policy.probing import Traffic
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 Emit = Callable[[str, str, str], None]
-# vLLM's --gpu-memory-utilization when none is given (0.9 before 0.33, 0.92 since): what an
-# engine takes on its device when nothing says otherwise.
-DEFAULT_SHARE = 0.92
-# What a wake costs by level when the model has no measured one yet (VLLM.md's figures).
-WAKE_SECONDS = {1: 1.0, 2: 20.0}
 
 
 def pools_ref(namespace: str) -> Ref:
     return Ref(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/gpupools")
+
+
+@dataclass(kw_only=True)
+class Asked:
+    """One member's ask for room, as the pool follows it."""
+
+    model: str
+    at: float
+    """When it asked, or when requests came back for it after all had gone: its place."""
+    clients: bool = False
+    """The gateway was seen holding requests for its model while it asked."""
+    gone: bool = False
+    """...and holds none any more: the requests it was asked for all ended (their clients
+    gave up, or another pod of the model served them). It keeps no place in the queue."""
+
+    def follow(self, held: int | None, now: float) -> None:
+        """What the gateway holds for its model now (None: unknown, nothing changes)."""
+        if held is None:
+            return
+        if held > 0:
+            if self.gone:
+                self.at, self.gone = now, False  # asked anew: behind those who waited
+            self.clients = True
+        elif self.clients:
+            self.gone = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,35 +90,9 @@ class Directive:
     member already draining)."""
     level: int | None = None
     """The level to sleep at if it sleeps now (None: the model's own)."""
-
-
-class MemberSource(Protocol):
-    """What a model's loop shows a pool of its engines (operator/loop.py's ModelLoop)."""
-
-    name: str
-    spec: InferenceModelSpec | None
-    selected: list[PodInfo]
-
-    @property
-    def last_wake_seconds(self) -> float | None: ...
-
-    def engine_memory(self, pod: str) -> EngineMemory | None: ...
-
-    def poke(self) -> None: ...
-
-
-def pool_name_of(
-    pod: PodInfo, spec: InferenceModelSpec | None, claims: Mapping[str, str]
-) -> str | None:
-    """The pool a pod is a member of: its snooze.dev/pool label, else the pool whose
-    ResourceClaim it references (`claims`: claim name -> pool), else its model's spec.pool."""
-    label = pod.labels.get(POOL_LABEL)
-    if label:
-        return label
-    for claim in sorted(pod.claims):
-        if claim in claims:
-            return claims[claim]
-    return None if spec is None or spec.pool is None else spec.pool.name
+    restart: bool = False
+    """Its sleep did not give the device its memory back, and its model's remedy for a failed
+    engine is a restart (wake.onFailure: Restart): its pod is deleted."""
 
 
 class PoolHub:
@@ -108,6 +104,8 @@ class PoolHub:
         """An engine's requests through the gateway, as last scraped (None: unknown)."""
         self.hurry: Callable[[float], None] = lambda seconds: None
         """Ask for the gateway's counters more often for a while."""
+        self.held: Callable[[str, str], int | None] = lambda namespace, model: None
+        """Requests the gateway holds for a model's wake now (None: unknown)."""
 
     def scraped(self) -> None:
         """The gateway's counters are fresh: pools that wait for a busy member look again."""
@@ -148,8 +146,12 @@ class PoolLoop:
         emit: Emit,
         metrics: OperatorMetrics,
         interval: float,
+        expected: Callable[[], Iterable[str]] = lambda: (),
     ) -> None:
         self.namespace = namespace
+        self.expected = expected
+        """The models of its namespace (as the operator's watches show them): the pool decides
+        and writes its status only once each of their loops has cycled."""
         self.name = name
         self.body = body
         self.api = api
@@ -160,12 +162,15 @@ class PoolLoop:
         self.interval = interval
         self.spec: GPUPoolSpec | None = None
         self.poke_event = asyncio.Event()
-        self.asks: dict[str, tuple[str, float]] = {}
-        """Pod -> (its model, when it first asked for room)."""
+        self.asks: dict[str, Asked] = {}
+        """Pod -> its ask for room."""
+        self._woken_for: dict[str, float] = {}
+        """Member -> when the ask it was granted was made, until it sleeps again: the members
+        it passed while they waited may take its room back (policy/pool.py)."""
         self.decision: PoolDecision | None = None
         self._evicted: set[str] = set()
         """Members told (by Event) to make room, while the decision stands."""
-        self._room_for: dict[str, str] = {}
+        self._room_for: dict[str, RoomFor] = {}
         """Member -> what it was last chosen to make room for: its sleep may begin after the
         decision has moved on (a starting member it made room for is loading by then)."""
         self._granted: set[str] = set()
@@ -178,7 +183,18 @@ class PoolLoop:
         counters makes the pool look again, so that it takes the first idle moment."""
         self._processes: dict[str, Process] = {}
         """Member -> its engine's process: which one the status's hostCopy speaks of."""
-        self._sleeping_for: dict[str, str] = {
+        self._copies: dict[str, Process] = {
+            str(entry.get("pod")): Process(
+                str(entry.get("podUid")), restart_count(entry.get("restarts"))
+            )
+            for entry in self._written.get("members") or []
+            if isinstance(entry, Mapping) and entry.get("hostCopy") is True
+        }
+        """Member -> the engine process known to keep a host copy: read from the status once,
+        then as the members are seen. A member missing from one cycle (its loop restarted,
+        its pod not seen for a moment) keeps its entry: the copy is forgotten only when its
+        engine is seen without it."""
+        self._sleeping_for: dict[str, RoomFor] = {
             str(entry.get("pod")): PRIME
             for entry in self._written.get("members") or []
             if isinstance(entry, Mapping) and entry.get("primed") is True
@@ -190,6 +206,14 @@ class PoolLoop:
         self._priming: set[str] = set()
         """Members whose priming sleep ended asleep: each is woken back into its own room if
         that is still free (a lazy ask)."""
+        self.trust = Trust(since=time.time())
+        """Whose sleeps the pool no longer trusts to free their memory (operator/pooltrust.py)."""
+        self._restart: set[str] = set()
+        """Untrusted members whose model's remedy is a restart: their pods are deleted."""
+        self._unasked: set[str] = set()
+        """Members that say they sleep though Snooze never put them to sleep (their pod has no
+        mark of a sleep of Snooze's): counted at their whole footprint until seen awake."""
+        self._told_unasked: set[str] = set()
 
     # -- what the model loops call ------------------------------------------------------------
 
@@ -200,20 +224,21 @@ class PoolLoop:
         return Directive(
             grant=pod in decision.grant,
             evict=pod in decision.evict,
-            headroom=decision.evict.get(pod) in CANCELLABLE,
-            promised=pod in self._sleeping_for and self._sleeping_for[pod] not in CANCELLABLE,
+            headroom=pod in decision.evict and not decision.evict[pod].promised,
+            promised=pod in self._sleeping_for and self._sleeping_for[pod].promised,
             rewake=pod in decision.grant and pod in self._priming,
             level=decision.levels.get(pod),
+            restart=pod in self._restart and pod in self.trust.untrusted,
         )
 
     def ask(self, model: str, pods: Iterable[str], now: float) -> None:
         """The model's members that want room now (the others of the model withdraw)."""
         wanted = set(pods)
-        before = {p for p, (m, _) in self.asks.items() if m == model}
+        before = {p for p, a in self.asks.items() if a.model == model}
         for pod in before - wanted:
             del self.asks[pod]
         for pod in wanted - before:
-            self.asks[pod] = (model, now)
+            self.asks[pod] = Asked(model=model, at=now)
         if wanted != before:
             self.poke()
 
@@ -221,22 +246,29 @@ class PoolLoop:
         """A member's sleep to make room has begun: counted as an eviction, and told in a
         MakingRoom Event, now (one chosen on an old probe and found busy is spared, and is
         neither)."""
-        for_what = self._room_for.pop(pod, "")
-        self._sleeping_for[pod] = for_what
-        if for_what == HEADROOM:
-            reason, why = "headroom", "keep room free for the next wake (headroom)"
-        elif for_what == PRIME:
-            reason = "prime"
-            why = "pin its host copy ahead of need, and wakes again at once (prime)"
-        elif for_what.startswith("starting "):
-            reason, why = "start", f"make room for {for_what}"
-        else:
-            reason, why = "wake", f"make room for {for_what or 'another member'}"
+        room = self._room_for.pop(pod, None) or RoomFor(RoomKind.WAKE)
+        self._sleeping_for[pod] = room
         self._evictions += 1
-        self.metrics.pool_evictions.labels(self.namespace, self.name, reason).inc()
+        self.metrics.pool_evictions.labels(self.namespace, self.name, room.kind.value).inc()
         source = self._sources.get(pod)
         owner = source.name if source is not None else "?"
-        self.emit("Normal", "MakingRoom", f"{pod} ({owner}) sleeps to {why}")
+        self.emit("Normal", "MakingRoom", f"{pod} ({owner}) sleeps to {self._making(room)}")
+
+    def _making(self, room: RoomFor) -> str:
+        """What a sleep makes room for, for people."""
+        if room.kind is RoomKind.HEADROOM:
+            return "keep room free for the next wake (headroom)"
+        if room.kind is RoomKind.PRIME:
+            return "pin its host copy ahead of need, and wakes again at once (prime)"
+        if room.kind is RoomKind.START:
+            return f"make room for starting {room.subject}"
+        if room.kind is RoomKind.BOOKS:
+            return (
+                "make the pool's books good: they count more than its device holds (a member "
+                "whose sleep frees nothing counts whole)"
+            )
+        source = self._sources.get(room.subject)
+        return f"make room for {source.name if source is not None else 'another member'}"
 
     def waiting_for(self, pods: Iterable[str]) -> Waiting | None:
         decision = self.decision
@@ -284,12 +316,27 @@ class PoolLoop:
             await self._write_status(self._invalid_status(str(exc), generation, now))
             return
         self.spec = spec
+        if not self._heard_from_all():
+            # A partial view undercounts the device (a member not yet known holds its memory)
+            # and, written, the status would forget the host copies of the members missing
+            # from it: after a restart of the operator, a copy was lost so, and a member that
+            # should have slept at level 2 slept at level 1.
+            return
         members, needs, sources = self._gather(spec, now)
         self._sources = sources
         self._processes = {p: v for p, v in self._processes.items() if p in sources}
+        for m in members:
+            if m.host_copy:
+                self._copies[m.pod] = self._processes[m.pod]
+            else:
+                self._copies.pop(m.pod, None)  # seen without one: a new engine process
         # Asks of pods that left the pool, or that woke meanwhile, lapse.
         for pod in [p for p in self.asks if p not in sources]:
             del self.asks[pod]
+        for ask in self.asks.values():
+            ask.follow(self.hub.held(self.namespace, ask.model), now)
+        self.trust.follow(members, self._sleeping_for)
+        members = self._follow_trust(self._follow_wakes(members), sources)
         lazy = self._follow_sleeps(members)
         view = PoolView(
             memory=spec.memory_bytes,
@@ -297,7 +344,8 @@ class PoolLoop:
             eviction=spec.eviction,
             min_residency=spec.min_residency_seconds,
             members=members,
-            asks=[WakeAsk(pod=p, asked_at=t) for p, (_, t) in self.asks.items()] + lazy,
+            asks=[WakeAsk(pod=p, asked_at=a.at, abandoned=a.gone) for p, a in self.asks.items()]
+            + lazy,
             models=needs,
             now=now,
             headroom=None
@@ -310,13 +358,117 @@ class PoolLoop:
         # sleeps on, with its copy pinned, as any sleeping member, until it is asked for.
         self._priming &= decision.grant
         # Watch only while a wake waits with nothing being put to sleep for it.
-        self.watching = any(not w.making_room for w in decision.waiting) and any(
-            m.busy and m.state is MemberState.AWAKE for m in members
-        )
+        self.watching = any(
+            not w.making_room and not w.abandoned for w in decision.waiting
+        ) and any(m.busy and m.state is MemberState.AWAKE for m in members)
         if self.watching:
             self.hub.hurry(self.interval)
         self._publish(decision, members, sources, now)
         await self._write_status(self._status(spec, members, decision, generation, now))
+
+    def _heard_from_all(self) -> bool:
+        """Every model's loop (of those the pool knows of, and those the watches show) has
+        cycled at least once."""
+        sources = list(self.models())
+        heard = {s.name for s in sources if s.cycled}
+        waiting = {s.name for s in sources if not s.cycled} | (set(self.expected()) - heard)
+        if waiting:
+            log.debug(
+                "pool %s/%s waits for the first cycle of %s",
+                *(self.namespace, self.name, ", ".join(sorted(waiting))),
+            )
+        return not waiting
+
+    def _follow_trust(
+        self, members: list[Member], sources: Mapping[str, MemberSource]
+    ) -> list[Member]:
+        """Each member as far as the pool trusts it: one whose sleep did not give its memory
+        back (a wake counting on that memory ran out of memory), or that says it sleeps though
+        Snooze never put it to sleep, counts at its whole footprint while asleep."""
+        failures: dict[str, float] = {}
+        for m in members:
+            engine = sources[m.pod].engine_memory(m.pod)
+            if engine is not None and engine.last_failure_reason == OUT_OF_MEMORY:
+                failures[m.pod] = engine.last_failure or 0.0
+        for found in self.trust.judge(members, failures):
+            self._disagree(found, sources)
+        self._restart &= set(self.trust.untrusted)
+        untrusted = {
+            m.pod for m in members if not self.trust.trusts(m.pod, self._processes.get(m.pod))
+        }
+        for pod in sorted(self._unasked - self._told_unasked):
+            self.emit(
+                "Warning",
+                "SleepUnasked",
+                f"{pod} ({sources[pod].name}) says it sleeps, but Snooze never put it to sleep "
+                "(its pod has no mark of a sleep of Snooze's): the pool counts it at its whole "
+                "footprint until it is seen awake",
+            )
+        self._told_unasked = set(self._unasked)
+        whole = untrusted | self._unasked
+        return [replace(m, residue=m.footprint) if m.pod in whole else m for m in members]
+
+    def _disagree(self, found: Disagreement, sources: Mapping[str, MemberSource]) -> None:
+        """A wake ran out of memory where the books had room: stop trusting whom it is blamed
+        on, and say so (and restart them where their model's remedy is a restart, when their
+        sleeps made that very room)."""
+        failed = sources[found.pod].name if found.pod in sources else "?"
+        if not found.suspects:
+            self.emit(
+                "Warning",
+                "MemoryNotFreed",
+                f"{found.pod} ({failed}): its wake ran out of memory where the pool's books had "
+                "room, and no member asleep can be blamed: something outside the pool holds "
+                "memory on its device",
+            )
+            return
+        for pod in found.suspects:
+            process = self._processes.get(pod)
+            if process is None:
+                continue
+            self.trust.distrust(pod, process)
+            source = sources[pod]
+            restart = (
+                found.made_room
+                and source.spec is not None
+                and source.spec.wake.on_failure == "Restart"
+            )
+            if restart:
+                self._restart.add(pod)
+            how = (
+                "its sleep made the room for that wake"
+                if found.made_room
+                else "it is the likeliest to hold memory its sleep should have freed"
+            )
+            then = (
+                "; its pod is restarted (wake.onFailure: Restart)"
+                if restart
+                else "; restart its pod to give the memory back"
+            )
+            log.warning("pool %s/%s: %s did not free its memory", self.namespace, self.name, pod)
+            self.emit(
+                "Warning",
+                "MemoryNotFreed",
+                f"{pod} ({source.name}) said it slept, but the device did not get its memory "
+                f"back: {found.pod} ({failed}) ran out of memory waking where the pool's books "
+                f"had room, and {how}. The pool counts {pod} at its whole footprint, asleep "
+                f"too, until its engine restarts{then}",
+            )
+
+    def _follow_wakes(self, members: list[Member]) -> list[Member]:
+        """Each member woken for an ask, with when that ask was made (forgotten once it
+        sleeps again, and not granted)."""
+        asleep = {m.pod for m in members if m.state is MemberState.ASLEEP}
+        present = {m.pod for m in members}
+        self._woken_for = {
+            p: t
+            for p, t in self._woken_for.items()
+            if p in present and (p not in asleep or p in self._granted)
+        }
+        return [
+            replace(m, woken_for=self._woken_for[m.pod]) if m.pod in self._woken_for else m
+            for m in members
+        ]
 
     def _follow_sleeps(self, members: Iterable[Member]) -> list[WakeAsk]:
         """The wakes back of primed members. A sleep to make room runs in its model's loop
@@ -341,15 +493,9 @@ class PoolLoop:
         members: list[Member] = []
         needs: dict[str, ModelNeeds] = {}
         sources: dict[str, MemberSource] = {}
+        unasked: set[str] = set()
         claims = self.hub.claims(self.namespace)
-        # What the pool's status says of each member's copy, read once for the whole cycle.
-        copies = {
-            str(entry.get("pod")): Process(
-                str(entry.get("podUid")), _restart_count(entry.get("restarts"))
-            )
-            for entry in self._written.get("members") or []
-            if isinstance(entry, Mapping) and entry.get("hostCopy") is True
-        }
+        copies = self._copies
         for source in self.models():
             model_spec = source.spec
             for pod in source.selected:
@@ -358,83 +504,29 @@ class PoolLoop:
                 if not pod.scheduled:
                     continue  # not on any node yet (Pending): it holds nothing on this device
                 sources[pod.name] = source
-                members.append(self._member(spec, source, pod, copies, now))
+                traffic = self.hub.traffic(self.namespace, pod.name)
+                member, process = read_member(
+                    spec, source, pod, copies=copies, traffic=traffic, now=now
+                )
+                self._processes[pod.name] = process
+                members.append(member)
+                engine = source.engine_memory(pod.name)
+                if (
+                    member.state is MemberState.ASLEEP
+                    and engine is not None
+                    and engine.sleep_started_of(pod) is None
+                ):
+                    unasked.add(pod.name)
             if model_spec is not None and any(s is source for s in sources.values()):
                 needs[source.name] = ModelNeeds(
-                    min_awake=model_spec.min_awake,
+                    # A keep-awake window's minAwake too: a member kept awake by its model's
+                    # loop and put to sleep by the pool was woken again at once, putting a
+                    # neighbour to sleep each time (round after round, minResidency apart).
+                    min_awake=max(model_spec.min_awake, source.min_awake_now),
                     keep_awake=model_spec.desired_state.value == "Awake",
                 )
+        self._unasked = unasked
         return members, needs, sources
-
-    def _member(
-        self,
-        spec: GPUPoolSpec,
-        source: MemberSource,
-        pod: PodInfo,
-        copies: Mapping[str, Process],
-        now: float,
-    ) -> Member:
-        model_spec = source.spec
-        engine = source.engine_memory(pod.name)
-        pool_spec = None if model_spec is None else model_spec.pool
-        footprint = pool_spec.memory_bytes if pool_spec is not None else None
-        if footprint is None:
-            share = (engine.gpu_share if engine is not None else None) or pod.gpu_memory_utilization
-            footprint = int((share or DEFAULT_SHARE) * spec.memory_bytes)
-        residue = pool_spec.asleep_bytes if pool_spec is not None else 2**30
-        weights = (pool_spec.weights_bytes if pool_spec is not None else None) or max(
-            footprint - residue, 0
-        )
-        level: int = model_spec.sleep.level if model_spec is not None else 1
-        state = _state(pod, engine)
-        if (
-            state is MemberState.UNKNOWN
-            and engine is not None
-            and engine.last_failure_reason == "OutOfMemory"
-            and engine.sleeping
-            and not engine.acting
-        ):
-            # Its wake ran out of memory and it sleeps: part of it may still be mapped, so it
-            # counts at its whole footprint; its next wake then needs no more room than that.
-            state, residue = MemberState.ASLEEP, footprint
-        if state is MemberState.ASLEEP and engine is not None and engine.sleep_level:
-            level = engine.sleep_level
-        process = Process.of(pod, model_spec.engine.port if model_spec is not None else None)
-        self._processes[pod.name] = process
-        written = copies.get(pod.name)
-        awake_since = None if engine is None else engine.state_since.get(EngineState.AWAKE.value)
-        return Member(
-            pod=pod.name,
-            model=source.name,
-            state=state,
-            footprint=footprint,
-            residue=residue,
-            priority=0 if pool_spec is None else pool_spec.priority,
-            busy=self._busy(pod, engine),
-            last_used=engine.last_activity if engine is not None else now,
-            recent_requests=engine.recent_requests(now) if engine is not None else 0,
-            awake_since=awake_since,
-            level=level,
-            wake_seconds=source.last_wake_seconds or WAKE_SECONDS.get(level, 1.0),
-            weights=weights,
-            # Its engine process keeps a pinned copy of its weights: seen asleep at level 1
-            # by this operator, or by the one before it (the status's copy of the same run).
-            host_copy=(engine is not None and engine.holds_host_copy(process))
-            or (written is not None and written.same_as(process)),
-        )
-
-    def _busy(self, pod: PodInfo, engine: EngineMemory | None) -> bool:
-        """Whether its engine serves requests now: as its model's loop last saw it, or, when
-        the gateway's counters are fresher than that loop's last probe (or its check before a
-        sleep) and carry all of its traffic, as they say (the loop reads them once per
-        interval; a pool waiting for a busy member reads every scrape)."""
-        if engine is None:
-            return False
-        traffic = self.hub.traffic(self.namespace, pod.name)
-        if traffic is None or engine.direct_activity:
-            return engine.busy
-        seen = max(engine.last_probe or 0.0, engine.busy_at or 0.0)
-        return traffic.in_flight > 0 or (engine.busy and seen > traffic.at)
 
     def _publish(
         self,
@@ -447,7 +539,7 @@ class PoolLoop:
         self.decision = decision
         self._room_for = {p: f for p, f in self._room_for.items() if p in sources}
         self._room_for.update(decision.evict)
-        for pod, model in decision.evict.items():
+        for pod, room in decision.evict.items():
             if pod in self._evicted:
                 continue
             self._evicted.add(pod)
@@ -455,16 +547,20 @@ class PoolLoop:
             # The Event waits for the sleep to begin (made_room): a member chosen on an old
             # probe may turn out busy and be spared.
             log.info(
-                "pool %s/%s: %s (%s) chosen to sleep to make room for %s",
-                *(self.namespace, self.name, pod, owner, model),
+                "pool %s/%s: %s (%s) chosen to sleep to %s",
+                *(self.namespace, self.name, pod, owner, self._making(room)),
             )
         self._evicted &= set(decision.evict)
         # A grant stands, and its ask keeps its place in the queue, until the member's own loop
         # starts the wake and withdraws the ask: a later ask must not take its room meanwhile.
         for pod in decision.grant - self._granted:
             asked = self.asks.get(pod)
+            self.trust.granted(pod)
             if asked is not None:
-                self.metrics.observe_pool_wait(self.namespace, self.name, asked[0], now - asked[1])
+                self._woken_for[pod] = asked.at
+                self.metrics.observe_pool_wait(
+                    self.namespace, self.name, asked.model, now - asked.at
+                )
         self._granted = set(decision.grant)
         changed = {
             pod
@@ -522,6 +618,7 @@ class PoolLoop:
             claim_holder=None if holder == self.name else holder,
             processes=self._processes,
             primed=self._priming | {p for p, f in self._sleeping_for.items() if f == PRIME},
+            untrusted={m.pod for m in members if m.pod in self.trust.untrusted} | self._unasked,
             evictions=self._evictions,
             previous=self._written,
             generation=generation,
@@ -539,30 +636,3 @@ class PoolLoop:
             return
         await self.api.patch(pools_ref(self.namespace), self.name, {"status": new}, sub="status")
         self._written = new
-
-
-def _restart_count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _state(pod: PodInfo, engine: EngineMemory | None) -> MemberState:
-    """A member's state from what its model's loop knows now (its actions first: they run
-    ahead of the labels they write)."""
-    if not pod.ready:
-        return MemberState.STARTING
-    if engine is None:
-        return MemberState.UNKNOWN
-    if engine.acting_kind == "Wake":
-        return MemberState.WAKING
-    if engine.acting_kind == "Sleep":
-        return MemberState.DRAINING
-    if engine.last_failure_reason == "OutOfMemory":
-        # A wake that ran out of memory may leave part of the engine mapped on the device.
-        return MemberState.UNKNOWN
-    if engine.sleeping is None:
-        return MemberState.UNKNOWN
-    if engine.sleeping:
-        return MemberState.ASLEEP
-    if pod.state is EngineState.DRAINING:
-        return MemberState.DRAINING
-    return MemberState.AWAKE

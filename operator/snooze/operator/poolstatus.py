@@ -31,6 +31,7 @@ def pool_status(
     claim_holder: str | None,
     processes: Mapping[str, Process],
     primed: Collection[str],
+    untrusted: Collection[str] = (),
     evictions: int,
     previous: Mapping[str, Any],
     generation: int | None,
@@ -39,7 +40,8 @@ def pool_status(
     """The status of a valid pool. `awake` and `asleep` are the bytes held by members awake
     and asleep, `problem` the Overcommitted message, `claim_holder` another pool that names
     this one's ResourceClaim, `processes` each member's engine run, `primed` the members
-    asleep or going to sleep for the pool's prime."""
+    asleep or going to sleep for the pool's prime, `untrusted` those counted at their whole
+    footprint because the pool does not trust their sleep to free their memory."""
     memory = spec.memory_bytes
     claim = spec.resource_claim_name
     values = [
@@ -54,6 +56,17 @@ def pool_status(
             )
             if claim_holder is not None
             else "no other pool names this pool's ResourceClaim",
+        ),
+        ConditionValue(
+            type="MemoryNotFreed",
+            status=bool(untrusted),
+            reason="SleepKeepsMemory" if untrusted else "Trusted",
+            message=(
+                f"not trusted to free their memory asleep, so counted at their whole footprint: "
+                f"{', '.join(sorted(untrusted))} (the pool's Events say why)"
+            )
+            if untrusted
+            else "every member's sleep is trusted to give its memory back",
         ),
         ConditionValue(
             type="Overcommitted",
@@ -84,6 +97,7 @@ def pool_status(
                 **_process_fields(processes.get(m.pod)),
                 "priority": m.priority,
                 "primed": m.pod in primed,
+                "untrusted": m.pod in untrusted,
             }
             for m in sorted(members, key=lambda m: m.pod)
         ],

@@ -92,6 +92,7 @@ class StatusReporter:
             namespace=self.namespace,
             can_wake=spec.desired_state is DesiredState.AWAKE
             or (spec.desired_state is DesiredState.AUTO and spec.wake.on_request),
+            verify=spec.wake.verify,
         )
         new.update(self.foresight.status(spec, now))
         self._count(pods, str(new["phase"]), now)

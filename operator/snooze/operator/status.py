@@ -8,6 +8,11 @@ from typing import Any
 
 from snooze.kube.pods import PodInfo, format_time
 from snooze.models import EngineState, Phase
+
+# Re-exported: the GPU pools' status (poolstatus.py) builds its conditions from here too.
+from snooze.operator.conditions import ConditionValue as ConditionValue
+from snooze.operator.conditions import conditions as conditions
+from snooze.operator.integritystatus import known_bug, verification_entry, wake_verified
 from snooze.operator.memory import EngineMemory, ModelMemory
 from snooze.policy.sleep import phase
 
@@ -52,47 +57,12 @@ class Conflicts:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class ConditionValue:
-    type: str
-    status: bool
-    reason: str
-    message: str
-
-
 def _time(seconds: float | None) -> str | None:
     return None if seconds is None else format_time(seconds)
 
 
 def _coarse(seconds: float) -> float:
     return seconds - seconds % ACTIVITY_GRANULARITY_SECONDS
-
-
-def conditions(
-    previous: Sequence[JSON],
-    values: Sequence[ConditionValue],
-    *,
-    now: float,
-    generation: int | None,
-) -> list[JSON]:
-    """Conditions with lastTransitionTime kept while a condition's status stays the same."""
-    before = {c.get("type"): c for c in previous}
-    out = []
-    for value in values:
-        status = "True" if value.status else "False"
-        old = before.get(value.type, {})
-        since = old.get("lastTransitionTime") if old.get("status") == status else None
-        condition: JSON = {
-            "type": value.type,
-            "status": status,
-            "reason": value.reason,
-            "message": value.message,
-            "lastTransitionTime": since or format_time(now),
-        }
-        if generation is not None:  # metav1.Condition's is an integer, never null
-            condition["observedGeneration"] = generation
-        out.append(condition)
-    return out
 
 
 def pod_state(pod: PodInfo) -> str:
@@ -136,11 +106,12 @@ def build(
     selector: str = "",
     namespace: str = "",
     can_wake: bool = True,
+    verify: bool = True,
 ) -> JSON:
     """The whole status to write; `pods` are all the pods selected, shared ones included.
     `selector` and `namespace` (the spec's, as a label selector string) explain a model that
     selects no pod; `can_wake` says whether a request may wake it (wake.onRequest, and no
-    desiredState: Asleep)."""
+    desiredState: Asleep); `verify` is spec.wake.verify."""
     conflicts = conflicts or Conflicts()
     shared = conflicts.shared
     every = pods
@@ -191,9 +162,11 @@ def build(
                 entry["lastFailureTime"] = _time(engine.last_failure)
                 entry["message"] = engine.last_failure_message
                 failing.append((pod.name, engine.last_failure_reason, engine.last_failure_message))
+            entry["verification"] = verification_entry(engine, verify=verify)
         pod_entries.append({k: v for k, v in entry.items() if v is not None})
 
     awake, asleep = count[EngineState.AWAKE], count[EngineState.ASLEEP]
+    engines = [(p.name, memory.engines[p.name]) for p in ready if p.name in memory.engines]
     values = [
         ConditionValue(
             type="SpecValid",
@@ -257,6 +230,8 @@ def build(
             reason="PodsShared" if shared else "NoSharedPods",
             message=conflicts.shared_message or "no pod is selected by another model",
         ),
+        wake_verified(engines, verify=verify),
+        known_bug(engines),
     ]
     return {
         "phase": model_phase.value,

@@ -3,14 +3,32 @@
 One device's memory is shared by several engines (members). At every instant the footprints
 of awake, waking, draining and starting members plus what sleeping members still hold must
 not exceed the device's memory. Model loops ask for wakes; this decides, per pool, in one
-place:
-- wakes are served first come, first served; one that does not fit waits, and so does every
-  later one (no later wake takes the room an earlier one waits for: none starves);
-- room is made by putting awake members to sleep: never a busy one, never one woken less
-  than `min_residency` ago, never one its model needs (desiredState Awake, minAwake), never
-  one of the model that asks; lower priorities first, then by the pool's eviction order;
+place. Who waits and who is served:
+- wakes are taken in the order they were asked (first come, first served); each in turn is
+  served if it can be now: granted into free memory, or members are put to sleep for it (or
+  sleeps under way give it their memory). What serves it is not there for the wakes after it;
+- a wake that cannot be served now (the members that could make its room are busy, woken
+  less than `min_residency` ago, kept awake by their models, or of its own model) takes
+  nothing: the wakes after it are served as if it had not asked. No wake waits behind one
+  that cannot be served (no head-of-line blocking);
+- and none starves: a member woken for a wake asked after a waiting one is not protected by
+  `min_residency` from that earlier wake; once idle it is put to sleep for it if need be. A
+  wake thus waits only for facts of the members it needs (busy, kept awake, woken before it
+  asked and still inside `min_residency`), never for wakes asked after it;
+- a wake whose requests are all gone (`abandoned`) keeps no place: it comes after every other
+  wake, and only into free memory; nobody is put to sleep for it;
+- room is made by putting awake members to sleep: never a busy one, never one woken less than
+  `min_residency` ago (but for the above), never one its model needs (desiredState Awake,
+  minAwake), never one of the model that asks; lower priorities first, then by the pool's
+  eviction order. Nothing is put to sleep in vain: when what may sleep cannot free enough
+  together, none sleeps;
 - a wake is granted only once the memory is free: a member put to sleep still holds its
   footprint until its engine has confirmed the sleep (it is `draining` until then);
+- starting members take their footprint as soon as it is free (vLLM loads when it finds its
+  share free): room is made for each in turn, one member at a time, before any wake. One for
+  which no room can be made now holds back none of the others, nor any wake whose room it
+  could not take: a wake is served only while the most the device may have free before
+  that wake takes its room stays below the footprint of every starting member left waiting;
 - with a headroom, once no wake waits, members idle for its `idle_after` are put to sleep
   ahead of need until the next wakes of sleeping members would find room at once (a wake
   that meets a full device waits for a whole sleep, seconds, before its own wake begins);
@@ -23,290 +41,224 @@ Pure: frozen views in, a decision out; tested by tables and properties.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from snooze.gpupool import Eviction
+from snooze.policy.poolahead import headroom_evictions, prime_candidate
+from snooze.policy.poolhost import holds_host_memory, host_memory_used, sleep_levels
+from snooze.policy.poolorder import (
+    at_min_awake,
+    eviction_order,
+    may_ever_sleep,
+    request_rate,
+    young,
+)
+from snooze.policy.pooltypes import (
+    BOOKS,
+    HEADROOM,
+    HOLDS_FOOTPRINT,
+    PRIME,
+    RECENT_WINDOW_SECONDS,
+    Headroom,
+    Member,
+    MemberState,
+    ModelNeeds,
+    PoolDecision,
+    PoolView,
+    Prime,
+    RoomFor,
+    RoomKind,
+    Waiting,
+    WakeAsk,
+)
+from snooze.quantities import format_gib
 
+__all__ = [
+    "BOOKS",
+    "HEADROOM",
+    "HOLDS_FOOTPRINT",
+    "PRIME",
+    "RECENT_WINDOW_SECONDS",
+    "Headroom",
+    "Member",
+    "MemberState",
+    "ModelNeeds",
+    "PoolDecision",
+    "PoolView",
+    "Prime",
+    "RoomFor",
+    "RoomKind",
+    "Waiting",
+    "WakeAsk",
+    "decide_pool",
+    "eviction_order",
+    "holds_host_memory",
+    "host_memory_used",
+    "overcommitted",
+    "request_rate",
+]
 
-class MemberState(StrEnum):
-    AWAKE = "awake"
-    WAKING = "waking"
-    DRAINING = "draining"
-    ASLEEP = "asleep"
-    STARTING = "starting"
-    """The pod exists but its engine has not loaded: it takes its footprint as soon as it can."""
-    UNKNOWN = "unknown"
-    """Not observed (probe failed, or not probed yet): counted at its footprint, to be safe."""
-
-
-RECENT_WINDOW_SECONDS = 600.0
-"""How far back the Cheapest order counts a member's requests (ten minutes: several of a
-bursty model's bursts, short enough that a model whose traffic stopped soon counts as unwanted)."""
-
-# What a member holds on the device in each state: its footprint, or only its residue.
-HOLDS_FOOTPRINT = frozenset(
-    {
-        MemberState.AWAKE,
-        MemberState.WAKING,
-        MemberState.DRAINING,
-        MemberState.STARTING,
-        MemberState.UNKNOWN,
-    }
+SERVED = "members are being put to sleep for it"
+OVER = (
+    "the pool's books count more than its device holds (a member whose sleep frees nothing): "
+    "members are being put to sleep to make that good first"
+)
+OVER_STUCK = (
+    "the pool's books count more than its device holds (a member whose sleep frees nothing), "
+    "and no member may sleep to make that good now"
+)
+ABANDONED = (
+    "the requests that asked for it are gone: it wakes only into free room, after every other "
+    "wake, and nobody is put to sleep for it"
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class Member:
-    """One engine on the pool's device, as the pool sees it now."""
+@dataclass
+class _Room:
+    """What the wakes taken so far have left to the next ones."""
 
-    pod: str
-    model: str
-    state: MemberState
-    footprint: int
-    """Device memory the engine takes awake, in bytes."""
-    residue: int
-    """Device memory it still holds asleep."""
-    priority: int = 0
-    busy: bool = False
-    last_used: float = 0.0
-    """When it last served a request (or woke)."""
-    awake_since: float | None = None
-    """When it last became awake: it is not evicted before min_residency has passed."""
-    level: int = 1
-    """The sleep level its model asks for (1 or 2); asleep, the level it sleeps at."""
-    wake_seconds: float = 1.0
-    """What a wake of it costs, as last measured (for the Cheapest eviction order)."""
-    recent_requests: int = 0
-    """Requests it finished in the last RECENT_WINDOW_SECONDS (for the Cheapest order)."""
-    weights: int = 0
-    """Host RAM its level-1 sleep takes."""
-    host_copy: bool = False
-    """Its process already holds that host RAM, asleep or awake: an earlier level-1 sleep pinned
-    it, and PyTorch's caching host allocator keeps the blocks after the wake frees them, until
-    the process ends. Its next level-1 sleep reuses them and takes no more."""
-
-    @property
-    def held(self) -> int:
-        return self.footprint if self.state in HOLDS_FOOTPRINT else self.residue
-
-    @property
-    def frees(self) -> int:
-        """What its sleep gives back to the device."""
-        return max(self.footprint - self.residue, 0)
+    free: int
+    """Free now (negative while starting members lack room)."""
+    releasing: list[int]
+    """What sleeps under way free once confirmed, not yet promised to a wake (largest first)."""
+    candidates: list[Member]
+    """Members that may sleep (some only for some wakes), in eviction order, not yet chosen."""
+    awake: dict[str, int]
+    """Awake members per model, after the evictions chosen so far."""
+    hole: int = 0
+    """The most the device may have free before the grants and starts decided so far take
+    their room: what is free, plus what every sleep under way or chosen frees."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class ModelNeeds:
-    """What a model's own spec says about keeping its members awake."""
-
-    min_awake: int = 0
-    keep_awake: bool = False
-    """desiredState Awake: none of its members is put to sleep for another model."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class WakeAsk:
-    """A member its model loop wants awake."""
-
-    pod: str
-    asked_at: float
-    """When it first asked; the queue's order."""
-    lazy: bool = False
-    """Woken back after a priming sleep: granted only into room that is free after every other
-    ask, never by evicting anyone; it never waits (not granted, it sleeps on). The headroom
-    then keeps its room by its own rule (members idle for its idle_after)."""
-
-
-# What `PoolDecision.evict` says a member makes room for when no wake has asked yet.
-HEADROOM = "headroom"
-# What it says of a member put to sleep only to pin its host copy (it is woken back at once).
-PRIME = "prime"
-# The sleeps that promise their room to no wake: a request for the member may cancel them.
-CANCELLABLE = frozenset({HEADROOM, PRIME})
-
-
-@dataclass(frozen=True, kw_only=True)
-class Headroom:
-    """Room kept free ahead of wakes: for the next `wakes` wakes of the largest sleepers."""
-
-    wakes: int = 1
-    idle_after: float = 30.0
-    """Only a member that has served nothing for this long sleeps for headroom."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Prime:
-    """Members whose model sleeps at level 1 and whose process holds no pinned copy yet sleep
-    once ahead of need, one at a time, while the pool is quiet, and are woken back at once."""
-
-    idle_after: float = 10.0
-    """Only a member that has served nothing for this long is primed."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class PoolView:
-    memory: int
-    host_memory: int | None
-    eviction: Eviction
-    min_residency: float
-    members: Sequence[Member]
-    asks: Sequence[WakeAsk]
-    models: Mapping[str, ModelNeeds] = field(default_factory=dict)
-    now: float = 0.0
-    headroom: Headroom | None = None
-    prime: Prime | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Waiting:
-    """A wake that cannot be granted yet, and why."""
-
-    pod: str
-    model: str
-    need: int
-    """The device memory it needs beyond what it holds asleep."""
-    making_room: bool
-    """Members are being put to sleep for it; False: nothing can be evicted for it now."""
-    reason: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class PoolDecision:
-    grant: frozenset[str]
-    """Members that may wake now."""
-    evict: Mapping[str, str]
-    """Members to put to sleep now, with what they make room for: the model whose wake asked,
-    `starting POD[, POD]` for members that start, HEADROOM for wakes to come, or PRIME (it
-    sleeps at level 1 only to pin its host copy, and is woken back by a lazy ask)."""
-    levels: Mapping[str, int]
-    """The level each awake member sleeps at if it sleeps now (host memory may force 2)."""
-    waiting: Sequence[Waiting]
-    used: int
-    """Device memory held now (draining members at their footprint; starting members that
-    do not fit hold nothing: their engine refuses to load until room is made)."""
-    unplaced: frozenset[str] = frozenset()
-    """Starting members for which the device has no room yet (in pod-name order, those that
-    fit beside the others take their footprint first)."""
-
-
-def request_rate(member: Member, now: float) -> float:
-    """How soon a request for it is likely, as requests per second: its rate over the last
-    RECENT_WINDOW_SECONDS plus one over the seconds since its last request. The rate keeps a
-    model asked for in bursts from looking unwanted between two of them; the recency term
-    orders members the window saw no request for."""
-    idle = max(now - member.last_used, 0.0)
-    return member.recent_requests / RECENT_WINDOW_SECONDS + 1.0 / (idle + 1.0)
-
-
-def eviction_order(members: Iterable[Member], eviction: Eviction, now: float) -> list[Member]:
-    """Awake members in the order they are put to sleep: lower priority first, then by the
-    pool's eviction: LeastRecentlyUsed (longest unused first) or Cheapest (smallest expected
-    cost: the wake it would need times how soon a request is likely, `request_rate`)."""
-
-    def key(member: Member) -> tuple[float, float, str]:
-        if eviction is Eviction.CHEAPEST:
-            return (member.priority, member.wake_seconds * request_rate(member, now), member.pod)
-        return (member.priority, -max(now - member.last_used, 0.0), member.pod)
-
-    return sorted(members, key=key)
+@dataclass(frozen=True)
+class _Plan:
+    releasing: int
+    """How many of the sleeps under way it takes."""
+    chosen: list[Member]
+    surplus: int
+    """What its room leaves over once made: planned for the next wake."""
 
 
 def decide_pool(view: PoolView) -> PoolDecision:
     """The members to wake and to put to sleep now; see the module's docstring."""
     members = {m.pod: m for m in view.members}
-    used = sum(m.held for m in view.members)
-    free = view.memory - used
-    # Sleeps under way (draining) give their memory back once confirmed, in this order.
-    releasing = sorted(
-        (m.frees for m in view.members if m.state is MemberState.DRAINING), reverse=True
+    held, unplaced = _placed(view)
+    room = _Room(
+        free=view.memory - held,
+        releasing=sorted(
+            (m.frees for m in view.members if m.state is MemberState.DRAINING), reverse=True
+        ),
+        candidates=eviction_order(
+            (m for m in view.members if may_ever_sleep(m, view)), view.eviction, view.now
+        ),
+        awake={},
     )
-    awake_count: dict[str, int] = {}
     for m in view.members:
         if m.state is MemberState.AWAKE:
-            awake_count[m.model] = awake_count.get(m.model, 0) + 1
-    candidates = [m for m in view.members if _evictable(m, view)]
-    candidates = eviction_order(candidates, view.eviction, view.now)
+            room.awake[m.model] = room.awake.get(m.model, 0) + 1
+    # The most the device may have free before the wakes granted and the members started
+    # take their room: once every sleep under way or chosen now is done.
+    room.hole = room.free + sum(room.releasing)
 
     grant: set[str] = set()
-    evict: dict[str, str] = {}
+    evict: dict[str, RoomFor] = {}
     waiting: list[Waiting] = []
+    over = room.free < 0
+    making_good = False
+    if over:
+        # The books say more is held than the device has (a member counted at its footprint
+        # whatever it said): that is made good first.
+        plan = _plan(view, room, 0, None, None)
+        if plan is not None:
+            making_good = True
+            for candidate in _commit(room, 0, plan):
+                evict[candidate.pod] = BOOKS
+    # Starting members take their footprint as soon as it is free: room is made for each in
+    # turn (in pod-name order, as they are placed) before any wake. One for which no room can
+    # be made now holds back none of the others, but a wake is served only where such a
+    # member could not take its room (it loads whenever it finds its footprint free).
+    threat = math.inf
+    for pod in sorted(unplaced):
+        member = members[pod]
+        plan = _plan(view, room, member.footprint, member, None)
+        if plan is None:
+            why = _why_blocked(view, room, member, member.footprint, None)
+            waiting.append(_wait(member, member.footprint, False, why))
+            threat = min(threat, member.footprint)
+            continue
+        for candidate in _commit(room, member.footprint, plan):
+            evict[candidate.pod] = RoomFor(RoomKind.START, pod)
+        waiting.append(_wait(member, member.footprint, True, SERVED))
     asleep_asks = [
         a for a in view.asks if a.pod in members and members[a.pod].state is MemberState.ASLEEP
     ]
     eager = {a.pod for a in asleep_asks if not a.lazy}
-    asks = sorted((a for a in asleep_asks if not a.lazy), key=lambda a: (a.asked_at, a.pod))
+    # The live wakes in the order they asked, then those whose requests are gone.
+    asks = sorted(
+        (a for a in asleep_asks if not a.lazy),
+        key=lambda a: (a.abandoned, a.asked_at, a.pod),
+    )
     lazy = sorted(
         (a for a in asleep_asks if a.lazy and a.pod not in eager),
         key=lambda a: (a.asked_at, a.pod),
     )
-    # Starting members take their footprint as soon as it is free: a deficit they cause is
-    # made good first, as if they had asked before anyone.
-    queue: list[tuple[Member | None, int]] = [(None, 0)] if free < 0 else []
-    queue += [(members[a.pod], members[a.pod].frees) for a in asks]
-    blocked = False
-    for member, need in queue:
-        if blocked:
-            if member is not None:
-                waiting.append(_wait(member, need, False, "an earlier wake waits for room"))
+    for ask in asks:
+        member = members[ask.pod]
+        need = member.frees
+        if need == 0 and over:
+            # Counted at its whole footprint already (its last wake ran out of memory), it
+            # needs part of it back: not while the books count more than the device has.
+            waiting.append(_wait(member, need, making_good, OVER if making_good else OVER_STUCK))
             continue
-        if member is not None and need <= free:
+        if need <= room.free and room.hole < threat:
             grant.add(member.pod)
-            free -= need
+            room.free -= need
             continue
-        short = need - free  # a deficit (free < 0) is made good along with it
-        free = 0  # what was free is this wake's now, whatever happens next
-        while short > 0 and releasing:
-            short -= releasing.pop(0)
-        chosen: list[Member] = []
-        for candidate in list(candidates):
-            if short <= 0:
-                break
-            if member is not None and candidate.model == member.model:
-                continue
-            if _at_min_awake(view, awake_count, candidate.model):
-                continue
-            chosen.append(candidate)
-            candidates.remove(candidate)
-            awake_count[candidate.model] -= 1
-            short -= candidate.frees
-        if short > 0:
-            # Not enough can be made free now: evict nothing in vain, and let nobody pass.
-            for candidate in chosen:
-                awake_count[candidate.model] += 1
-            blocked = True
-            if member is not None:
-                waiting.append(_wait(member, need, False, _why_blocked(view, member)))
+        if ask.abandoned:
+            waiting.append(_wait(member, need, False, ABANDONED, abandoned=True))
             continue
-        if short < 0:
-            releasing.insert(0, -short)  # freed beyond this wake: room planned for the next
-        starting = sorted(m.pod for m in view.members if m.state is MemberState.STARTING)
-        for candidate in chosen:
-            evict[candidate.pod] = (
-                member.model if member is not None else f"starting {', '.join(starting)}"
-            )
-        if member is not None:
-            waiting.append(_wait(member, need, True, "members are being put to sleep for it"))
-    quiet = not waiting and free >= 0
+        plan = _plan(view, room, need, member, ask.asked_at)
+        if plan is not None and room.hole + sum(c.frees for c in plan.chosen) >= threat:
+            plan = None  # a starting member would take the room made for it
+            why = _starting_takes(threat)
+        elif plan is None:
+            why = _why_blocked(view, room, member, need, ask.asked_at)
+        if plan is None:
+            # It cannot be served now: it takes nothing, and the wakes after it go on.
+            waiting.append(_wait(member, need, False, why))
+            continue
+        for candidate in _commit(room, need, plan):
+            evict[candidate.pod] = RoomFor(RoomKind.WAKE, member.pod)
+        waiting.append(_wait(member, need, True, SERVED))
+    # A wake whose requests are gone does not hold back what a quiet pool does.
+    quiet = room.free >= 0 and all(w.abandoned for w in waiting)
     if quiet:
         for ask in lazy:
             member = members[ask.pod]
-            if member.frees <= free:
+            if member.frees <= room.free:
                 grant.add(member.pod)
-                free -= member.frees
+                room.free -= member.frees
     if view.headroom is not None and quiet:
-        room = free + sum(releasing)
-        spare = _headroom_evictions(view, view.headroom, candidates, room, grant, awake_count)
+        candidates = [c for c in room.candidates if not young(c, view)]
+        spare = headroom_evictions(
+            view,
+            view.headroom,
+            candidates,
+            room.free + sum(room.releasing),
+            grant,
+            room.awake,
+        )
         for candidate in spare:
             evict[candidate.pod] = HEADROOM
-    levels = _levels(view)
-    if view.prime is not None and quiet and not evict and not grant and not view.asks:
-        primed = _prime_candidate(view, view.prime, candidates, awake_count)
+    levels = sleep_levels(view)
+    live = [a for a in view.asks if not a.lazy and not a.abandoned]
+    if view.prime is not None and quiet and not evict and not grant and not live:
+        candidates = [c for c in room.candidates if not young(c, view)]
+        primed = prime_candidate(view, view.prime, candidates, room.awake)
         if primed is not None:
             evict[primed.pod] = PRIME
             levels[primed.pod] = 1
-    held, unplaced = _placed(view)
     return PoolDecision(
         grant=frozenset(grant),
         evict=evict,
@@ -317,75 +269,52 @@ def decide_pool(view: PoolView) -> PoolDecision:
     )
 
 
-def _prime_candidate(
-    view: PoolView, prime: Prime, candidates: Sequence[Member], awake_count: Mapping[str, int]
-) -> Member | None:
-    """The member to prime now, if any: only where some member must sleep for another one day
-    (not all fit awake together), only in a quiet pool (no member waking, sleeping or
-    starting), and only an idle member that would sleep at level 1 and holds no copy yet,
-    with room for that copy in the pool's host memory."""
-    if sum(m.footprint for m in view.members) <= view.memory:
-        return None
-    settled = (MemberState.AWAKE, MemberState.ASLEEP)
-    if any(m.state not in settled for m in view.members):
-        return None
-    host_used = host_memory_used(view.members)
-    for candidate in candidates:
-        if candidate.level != 1 or candidate.host_copy:
-            continue
-        if view.now - candidate.last_used < prime.idle_after:
-            continue
-        if _at_min_awake(view, awake_count, candidate.model):
-            continue
-        if view.host_memory is not None and host_used + candidate.weights > view.host_memory:
-            continue
-        return candidate
-    return None
-
-
-def _headroom_evictions(
-    view: PoolView,
-    headroom: Headroom,
-    candidates: Sequence[Member],
-    room: int,
-    woken: set[str],
-    awake_count: Mapping[str, int],
-) -> list[Member]:
-    """The idle members to put to sleep so that `room` (free now, or once the sleeps under way
-    are confirmed) covers the wakes of the `wakes` largest sleepers; none if it cannot be
-    covered (nothing is slept in vain)."""
-    sleepers = sorted(
-        (m.frees for m in view.members if m.state is MemberState.ASLEEP and m.pod not in woken),
-        reverse=True,
-    )
-    short = sum(sleepers[: headroom.wakes]) - room
-    if short <= 0:
-        return []
-    awake = dict(awake_count)  # after the evictions already chosen
-    chosen: list[Member] = []
-    for candidate in candidates:
+def _plan(
+    view: PoolView, room: _Room, need: int, asking: Member | None, asked_at: float | None
+) -> _Plan | None:
+    """How `need` bytes can be made free now from what is left (None: they cannot): what is
+    free, then the sleeps under way, then members put to sleep, none of the asking model's."""
+    short = need - room.free
+    taken = 0
+    for frees in room.releasing:
         if short <= 0:
             break
-        if view.now - candidate.last_used < headroom.idle_after:
+        short -= frees
+        taken += 1
+    awake = dict(room.awake)
+    chosen: list[Member] = []
+    for candidate in room.candidates:
+        if short <= 0:
+            break
+        if asking is not None and candidate.model == asking.model:
             continue
-        if _at_min_awake(view, awake, candidate.model):
+        if young(candidate, view, asked_at) or at_min_awake(view, awake, candidate.model):
             continue
         chosen.append(candidate)
         awake[candidate.model] -= 1
         short -= candidate.frees
-    return chosen if short <= 0 else []
+    if short > 0:
+        return None
+    return _Plan(releasing=taken, chosen=chosen, surplus=-short)
 
 
-def _at_min_awake(view: PoolView, awake_count: Mapping[str, int], model: str) -> bool:
-    """Whether one more of the model's members asleep would leave it below its minAwake."""
-    return awake_count.get(model, 0) <= view.models.get(model, ModelNeeds()).min_awake
+def _commit(room: _Room, need: int, plan: _Plan) -> list[Member]:
+    """Take what `plan` uses from the room; the members it puts to sleep."""
+    room.free = 0  # what was free (or the deficit made good) is this wake's now
+    del room.releasing[: plan.releasing]
+    if plan.surplus > 0:
+        room.releasing.insert(0, plan.surplus)  # freed beyond its need: room for the next
+    for candidate in plan.chosen:
+        room.candidates.remove(candidate)
+        room.awake[candidate.model] -= 1
+        room.hole += candidate.frees
+    return plan.chosen
 
 
 def _placed(view: PoolView) -> tuple[int, frozenset[str]]:
     """What the device holds now, and the starting members it has no room for: vLLM refuses
     to load while the device's free memory is below its share, so such a member holds
-    nothing (its container restarts) until room is made. The decision still counts them at
-    their footprint, so that room is made for them."""
+    nothing (its container restarts) until room is made for it."""
     held = sum(m.held for m in view.members if m.state is not MemberState.STARTING)
     unplaced: set[str] = set()
     starting = (m for m in view.members if m.state is MemberState.STARTING)
@@ -397,77 +326,82 @@ def _placed(view: PoolView) -> tuple[int, frozenset[str]]:
     return held, frozenset(unplaced)
 
 
-def _evictable(member: Member, view: PoolView) -> bool:
-    if member.state is not MemberState.AWAKE or member.busy:
-        return False
-    if view.models.get(member.model, ModelNeeds()).keep_awake:
-        return False
-    since = member.awake_since
-    return since is None or view.now - since >= view.min_residency
-
-
-def _wait(member: Member, need: int, making_room: bool, reason: str) -> Waiting:
+def _wait(
+    member: Member, need: int, making_room: bool, reason: str, *, abandoned: bool = False
+) -> Waiting:
     return Waiting(
-        pod=member.pod, model=member.model, need=need, making_room=making_room, reason=reason
+        pod=member.pod,
+        model=member.model,
+        need=need,
+        making_room=making_room,
+        reason=reason,
+        abandoned=abandoned,
     )
 
 
-def _why_blocked(view: PoolView, asking: Member) -> str:
-    awake = [m for m in view.members if m.state is MemberState.AWAKE and m.model != asking.model]
-    busy = sum(1 for m in awake if m.busy)
-    young = sum(
+def _starting_takes(footprint: float) -> str:
+    return (
+        f"a starting member for which no room can be made now would take the room made for "
+        f"it (it loads as soon as {format_gib(footprint)} is free)"
+    )
+
+
+def _why_blocked(
+    view: PoolView, room: _Room, asking: Member, need: int, asked_at: float | None
+) -> str:
+    """Why no room can be made for `asking` now, counting each member that holds memory it
+    lacks under the one reason that keeps it (and only true reasons)."""
+    busy = young_count = kept = own = futile = 0
+    freeable = sum(room.releasing)
+    awake = dict(room.awake)
+    candidates = {c.pod for c in room.candidates}
+    for m in eviction_order(
+        (m for m in view.members if m.state is MemberState.AWAKE), view.eviction, view.now
+    ):
+        if m.model == asking.model:
+            own += 1
+        elif m.busy:
+            busy += 1
+        elif m.frees <= 0:
+            futile += 1
+        elif not may_ever_sleep(m, view):
+            kept += 1  # desiredState Awake
+        elif m.pod not in candidates:
+            continue  # already put to sleep for an earlier wake
+        elif young(m, view, asked_at):
+            young_count += 1
+        elif at_min_awake(view, awake, m.model):
+            kept += 1
+        else:
+            awake[m.model] -= 1
+            freeable += m.frees
+    moving = sum(
         1
-        for m in awake
-        if not m.busy
-        and m.awake_since is not None
-        and view.now - m.awake_since < view.min_residency
+        for m in view.members
+        if m.state in (MemberState.WAKING, MemberState.STARTING, MemberState.UNKNOWN)
     )
-    kept = len(awake) - busy - young
     parts = [
         f"{n} {what}"
         for n, what in (
             (busy, "busy"),
-            (young, "woken less than minResidency ago"),
+            (young_count, "woken less than minResidency ago"),
             (kept, "kept awake by their models (minAwake, desiredState)"),
+            (own, "of its own model (never put to sleep for it)"),
+            (futile, "whose sleep gives back no memory (memoryNotFreed)"),
+            (moving, "waking, starting or not yet seen"),
         )
         if n
     ]
+    if freeable > 0:
+        lacks = need - max(room.free, 0)
+        head = (
+            f"not enough room can be made: what may sleep or is going to sleep frees "
+            f"{format_gib(freeable)} of the {format_gib(lacks)} it lacks"
+        )
+        return head + ("; the rest is held by " + ", ".join(parts) if parts else "")
     return "no awake member can make room: " + (
         ", ".join(parts) if parts else "there is none; the pool is too small for it"
     )
-
-
-def holds_host_memory(member: Member) -> bool:
-    """It holds its weights' size of host RAM now: a copy kept from an earlier level-1 sleep,
-    or one it is making or keeps asleep."""
-    return member.host_copy or (
-        member.level == 1 and member.state in (MemberState.ASLEEP, MemberState.DRAINING)
-    )
-
-
-def host_memory_used(members: Iterable[Member]) -> int:
-    return sum(m.weights for m in members if holds_host_memory(m))
-
-
-def _levels(view: PoolView) -> dict[str, int]:
-    """The level each awake member would sleep at: 1 while the pool's host memory holds its
-    weights besides what the members hold there already (their copies, kept after a wake),
-    else 2. A member whose process keeps a copy sleeps at level 1 at no further cost."""
-    if view.host_memory is None:
-        return {m.pod: m.level for m in view.members if m.state is MemberState.AWAKE}
-    host_used = host_memory_used(view.members)
-    levels: dict[str, int] = {}
-    for member in eviction_order(
-        (m for m in view.members if m.state is MemberState.AWAKE), view.eviction, view.now
-    ):
-        if member.level == 1 and member.host_copy:
-            levels[member.pod] = 1
-        elif member.level == 1 and host_used + member.weights <= view.host_memory:
-            levels[member.pod] = 1
-            host_used += member.weights
-        else:
-            levels[member.pod] = 2
-    return levels
 
 
 def overcommitted(memory: int, members: Sequence[Member]) -> str | None:

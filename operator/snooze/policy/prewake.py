@@ -5,10 +5,11 @@ clock is an argument), each learnt state a small value that round-trips through 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from functools import cache
+from functools import cache, cached_property
 from zoneinfo import ZoneInfo
 
 from snooze.keepawake import PROFILE_SLOT_MINUTES
@@ -40,7 +41,10 @@ def _zone(name: str) -> ZoneInfo:
 
 def slot_of(now: float, zone: str) -> int:
     """The slot of the week (Monday 00:00 local time is 0) that `now` falls in."""
-    local = datetime.fromtimestamp(now, _zone(zone))
+    return _slot(datetime.fromtimestamp(now, _zone(zone)))
+
+
+def _slot(local: datetime) -> int:
     minutes = local.weekday() * 1440 + local.hour * 60 + local.minute
     return minutes // PROFILE_SLOT_MINUTES
 
@@ -99,16 +103,36 @@ class Profile:
         ahead = now + lead
         return slot_start(ahead, self.zone) if self.hot(ahead) else None
 
+    @cached_property
+    def _hot_slots(self) -> tuple[int, ...]:
+        return tuple(i for i, s in enumerate(self.strengths) if s >= HOT)
+
     def next_prewake(self, now: float, lead: float) -> float | None:
         """The earliest instant at or after `now` when `due` holds (within a week of local
         time, which is up to two hours more in real time when the clocks go back)."""
         if self.due(now, lead) is not None:
             return now
+        hot = self._hot_slots
+        if not hot:
+            return None
+        zone = _zone(self.zone)
         boundary = slot_start(now + lead, self.zone) + SLOT_SECONDS
-        for _ in range(SLOTS + 1 + CLOCK_CHANGE_SLOTS):
-            if self.hot(boundary):
+        last = boundary + (SLOTS + CLOCK_CHANGE_SLOTS) * SLOT_SECONDS
+        while boundary <= last:
+            local = datetime.fromtimestamp(boundary, zone)
+            slot = _slot(local)
+            if self.strengths[slot] >= HOT:
                 return boundary - lead
-            boundary += SLOT_SECONDS
+            # Jump to the next hot slot's start, when the clock's offset from UTC is the same
+            # there (no DST change between: every boundary skipped was a cold slot's start);
+            # across a change, step one slot at a time, as the local slots skip or repeat.
+            after = bisect_right(hot, slot)
+            ahead = (hot[after] if after < len(hot) else hot[0] + SLOTS) - slot
+            jump = boundary + ahead * SLOT_SECONDS
+            same = jump <= last and datetime.fromtimestamp(jump, zone).utcoffset() == (
+                local.utcoffset()
+            )
+            boundary = jump if same else boundary + SLOT_SECONDS
         return None
 
 

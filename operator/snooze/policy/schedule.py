@@ -111,6 +111,15 @@ def with_schedule(spec: InferenceModelSpec, now: float) -> InferenceModelSpec:
     return spec if floor == spec.min_awake else spec.model_copy(update={"min_awake": floor})
 
 
+def bounded(spec: InferenceModelSpec, engines: int) -> InferenceModelSpec:
+    """The spec with minAwake (raised by a window, or the spec's own) bounded by the engines
+    the model can have (`engines`, at least one: a window still scales a model at zero back
+    up). A floor beyond them keeps no more engines awake; in a GPU pool it would only count as
+    a claim on its neighbours' room that no engine of the model takes up."""
+    floor = min(spec.min_awake, max(engines, 1))
+    return spec if floor == spec.min_awake else spec.model_copy(update={"min_awake": floor})
+
+
 def edges(windows: Sequence[ScheduleWindow], since: float, until: float) -> list[Edge]:
     """Window starts and ends in (since, until], in order: the instants something changes."""
     found: list[Edge] = []

@@ -9,11 +9,17 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from snooze.models import DesiredState, EngineState, InferenceModelSpec, Phase
+from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
 
 # Wake retries back off exponentially from this, up to the cap; failureThreshold bounds them.
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 60.0
 HYBRID_CRASH_REASON = "HybridKVCacheReinit"
+# A GPU pool member whose sleep did not give its device memory back (operator/pooltrust.py).
+MEMORY_NOT_FREED = "MemoryNotFreed"
+NOT_RETRIED = (HYBRID_CRASH_REASON, OUTPUT_MISMATCH, WEIGHTS_MISMATCH)
+"""Failed wakes no retry mends: the hybrid KV-cache crash leaves the engine unable to wake,
+and an engine that woke answering differently is awake already. Only a restart recovers them."""
 REQUEST_RESOLUTION_SECONDS = 1.0
 
 
@@ -59,13 +65,25 @@ class EngineView:
     """The pool slept it only to pin its host copy (priming) and has room to wake it back now."""
     pool_level: int | None = None
     """The level the pool has it sleep at (2 when the pool's host memory is full)."""
+    pool_restart: bool = False
+    """The pool found that its sleep keeps its device memory, and the model's remedy for a
+    failed engine is a restart: its pod is deleted (its controller recreates it)."""
     sleep_level: int | None = None
     """The level it sleeps at now, when known: its wake follows it, whatever the spec says now."""
     sleep_failures: int = 0
     """Failed sleeps in a row: the next try waits as a wake retry does."""
     last_sleep_failure: float | None = None
     sleep_blocked: bool = False
-    """The engine cannot sleep at all (no sleep mode) for this pod and spec: never try."""
+    """The engine cannot sleep at all for this pod and spec (no sleep mode, or a known vLLM
+    bug leaves no safe level): never try."""
+    fallback_level: int | None = None
+    """The level a known vLLM bug moves its sleeps to (policy/knownbugs.py), if any."""
+    drained_only: bool = False
+    """A known vLLM bug kills it if /sleep meets requests in flight: give up a drain that
+    times out rather than send it."""
+    quarantined: bool = False
+    """It woke answering (or weighing) differently than before its sleep: never routed to
+    again, only restarted (wake.onFailure: Restart) or left failed (Report)."""
 
 
 class ActionKind(StrEnum):
@@ -94,6 +112,8 @@ class Action:
     label: EngineState | None = None
     level: int | None = None
     """For SLEEP, the level to sleep at; for WAKE, the level the engine sleeps at."""
+    drained_only: bool = False
+    """For SLEEP: send /sleep only once nothing is in flight (a known vLLM bug)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,7 +190,7 @@ def next_idle_deadline(engines: Sequence[EngineView], model: ModelView) -> float
         # Whatever its label says: one out of date is set right in the same cycle.
         if not e.ready or e.action_running or e.busy or e.sleeping is not False:
             continue
-        if e.sleep_blocked:
+        if e.sleep_blocked or e.quarantined:
             continue
         deadline = max(e.last_activity + idle_after, quiet_until)
         standing = _drain_sent_at(e, model)
@@ -197,7 +217,8 @@ def _with_levels(
         engine = views[action.pod]
         if action.kind is ActionKind.SLEEP:
             level = engine.pool_level if engine.pooled and engine.pool_level else spec_level
-            action = replace(action, level=level)
+            level = engine.fallback_level or level
+            action = replace(action, level=level, drained_only=engine.drained_only)
         elif action.kind is ActionKind.WAKE:
             action = replace(action, level=engine.sleep_level or spec_level)
         out.append(action)
@@ -221,15 +242,22 @@ def _through_pool(
             continue  # its room is promised to another model (a headroom sleep's is not)
         else:
             out.append(action)
+    decided = {a.pod for a in out if a.kind is not ActionKind.LABEL}
+    for engine in engines:
+        # Its pool found its sleep keeps its memory: restarted, whatever else was decided.
+        if engine.pool_restart and engine.ready and not engine.action_running:
+            out = [a for a in out if a.pod != engine.pod]
+            out.append(Action(kind=ActionKind.RESTART, pod=engine.pod, reason=MEMORY_NOT_FREED))
+            decided.add(engine.pod)
     if model.spec.desired_state is DesiredState.AWAKE:
         return out
-    decided = {a.pod for a in out if a.kind is not ActionKind.LABEL}
     for engine in engines:
         if (
             engine.pooled
             and engine.pool_evict
             and engine.pod not in decided
             and engine.ready
+            and not engine.sleep_blocked
             and not engine.action_running
             and engine.sleeping is False
             and engine.label is EngineState.AWAKE
@@ -240,7 +268,8 @@ def _through_pool(
 
 def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     spec = model.spec
-    actions: list[Action] = []
+    actions = _quarantine(engines, model)
+    engines = [e for e in engines if not e.quarantined]
     candidates = [e for e in engines if e.ready and not e.action_running and e.sleeping is not None]
 
     # 1. Publish the truth: a label that disagrees with the engine and has no action behind it
@@ -342,6 +371,25 @@ def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
     return actions
 
 
+def _quarantine(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
+    """An engine that woke answering differently gets nothing but its remedy: restarted
+    (wake.onFailure: Restart), or kept `failed` (Report) until its process is replaced."""
+    actions = []
+    for engine in engines:
+        if not engine.quarantined or not engine.ready or engine.action_running:
+            continue
+        reason = engine.last_failure_reason or OUTPUT_MISMATCH
+        if model.spec.wake.on_failure == "Restart":
+            actions.append(Action(kind=ActionKind.RESTART, pod=engine.pod, reason=reason))
+        elif engine.label is not EngineState.FAILED:
+            actions.append(
+                Action(
+                    kind=ActionKind.LABEL, pod=engine.pod, reason=reason, label=EngineState.FAILED
+                )
+            )
+    return actions
+
+
 def _wake_reason(engine: EngineView, model: ModelView) -> str | None:
     desired = model.spec.desired_state
     if desired is DesiredState.ASLEEP:
@@ -360,7 +408,7 @@ def _failure_gate(engine: EngineView, model: ModelView) -> ActionKind | None:
     if engine.wake_failures == 0:
         return None
     wake = model.spec.wake
-    hybrid = engine.last_failure_reason == HYBRID_CRASH_REASON
+    hybrid = engine.last_failure_reason in NOT_RETRIED
     # The hybrid KV-cache crash leaves the engine unable to wake until it restarts: retrying
     # it only holds requests longer.
     if hybrid or engine.wake_failures >= wake.failure_threshold:

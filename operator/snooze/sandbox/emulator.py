@@ -334,6 +334,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         check(obj)
         if spec.kind == "CustomResourceDefinition":
             discovery.check_crd(obj, name)
+            validation.check_crd_defaults(obj, name)
         obj["apiVersion"], obj["kind"] = spec.api_version, spec.kind
         for system_field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(system_field, None)
@@ -423,6 +424,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                     result["metadata"][system] = old_meta[system]
             result["apiVersion"], result["kind"] = old["apiVersion"], old["kind"]
         check(result)
+        if spec.kind == "CustomResourceDefinition" and path.subresource is None:
+            validation.check_crd_defaults(result, path.name)
         if result == old:
             return result  # a no-op write changes nothing, not even the resourceVersion
         # Generation counts changes of the desired state: not metadata, not status (if separate).

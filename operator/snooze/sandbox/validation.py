@@ -5,11 +5,13 @@ Unknown fields are refused, reported or dropped as the request's `fieldValidatio
 built-ins into their types and prunes custom resources. A value of the wrong type is refused
 always: for a built-in as the decoder refuses it (400), for a custom resource as the CRD's
 schema refuses it (422), along with the schema's other value rules (required, enum, bounds,
-lengths, patterns, item counts). CRD validation rules in CEL are not evaluated.
+lengths, patterns, item counts). A CRD whose defaults break its own schema is refused. CRD
+validation rules in CEL are not evaluated.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Mapping
@@ -308,3 +310,31 @@ def check_for(spec: ResourceSpec, query: Mapping[str, str], *, method: str) -> C
 
 # Writes the sandbox makes itself (scale), which no schema check applies to.
 NO_CHECK = Check(kind="", group="", version="", schema=None, custom=False)
+
+
+def check_crd_defaults(crd: Obj, name: str) -> None:
+    """Refuse a CRD whose schema defaults a field to a value its own schema refuses, as the API
+    server does (a default `{}` for an object with a required field, a number for a string)."""
+    problems: list[tuple[str, str]] = []
+    for index, version in enumerate((crd.get("spec") or {}).get("versions") or []):
+        schema = ((version or {}).get("schema") or {}).get("openAPIV3Schema")
+        if isinstance(schema, dict):
+            where = f"spec.versions[{index}].schema.openAPIV3Schema"
+            problems += _bad_defaults(schema, where)
+    if problems:
+        raise invalid("CustomResourceDefinition", "apiextensions.k8s.io", name, problems)
+
+
+def _bad_defaults(schema: Obj, path: str) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    if "default" in schema:
+        walker = Walker(definitions={}, custom=True)
+        walker.walk(copy.deepcopy(schema["default"]), schema, f"{path}.default", ("", ""))
+        found += walker.findings.invalid
+    for key, sub in (schema.get("properties") or {}).items():
+        if isinstance(sub, dict):
+            found += _bad_defaults(sub, f"{path}.properties[{key}]")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            found += _bad_defaults(schema[key], f"{path}.{key}")
+    return found

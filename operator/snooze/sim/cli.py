@@ -7,8 +7,11 @@ import ipaddress
 import itertools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
+from snooze.durations import duration_flag
 from snooze.sim.device import SimulatedDevice
+from snooze.sim.devicefile import DeviceFile, DeviceFileError
 from snooze.sim.engine import EngineConfig
 
 # Argparse defaults come from EngineConfig, so the CLI and the Python API cannot disagree.
@@ -36,6 +39,19 @@ def _share(text: str) -> float:
 
 
 _share.__name__ = "share"
+
+
+def _release(text: str) -> str:
+    from snooze.sim.contract import parse_release
+
+    try:
+        parse_release(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+_release.__name__ = "release"
 
 
 def _address(text: str) -> str:
@@ -79,10 +95,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--sleep-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.sleep_seconds,
         help="duration of an engine's first level-1 sleep, which pins host RAM and copies the"
-        " weights there (default: %(default)s)",
+        " weights there (default: %(default)ss)",
     )
     add(
         "--pinning-share",
@@ -93,33 +110,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--level2-sleep-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.level2_sleep_seconds,
-        help="duration of a level-2 sleep, which discards them (default: %(default)s)",
+        help="duration of a level-2 sleep, which discards them (default: %(default)ss)",
     )
     add(
         "--wake-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.wake_seconds,
-        help="time to bring the weights back on wake (default: %(default)s)",
+        help="time to bring the weights back on wake (default: %(default)ss)",
     )
     add(
         "--kv-wake-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.kv_wake_seconds,
-        help="time to re-allocate the KV cache on wake (default: %(default)s)",
+        help="time to re-allocate the KV cache on wake (default: %(default)ss)",
     )
     add(
         "--reload-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.reload_seconds,
-        help="duration of collective_rpc reload_weights (default: %(default)s)",
+        help="duration of collective_rpc reload_weights (default: %(default)ss)",
     )
     add(
         "--token-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.token_seconds,
-        help="pacing between generated tokens (default: %(default)s)",
+        help="pacing between generated tokens (default: %(default)ss)",
     )
     add(
         "--max-tokens-default",
@@ -154,10 +176,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--start-retry-seconds",
-        type=_positive(float),
+        type=duration_flag(),
+        metavar="DURATION",
         default=_DEFAULTS.start_retry_seconds,
         help="while its GPU lacks room, an engine answers 503 and retries this often, like a"
-        " restarting container (default: %(default)s)",
+        " restarting container (default: %(default)ss)",
     )
     add(
         "--max-model-len",
@@ -167,9 +190,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--startup-seconds",
-        type=float,
+        type=duration_flag(zero=True),
+        metavar="DURATION",
         default=_DEFAULTS.startup_seconds,
-        help="loading time before listening, as vLLM (default: %(default)s)",
+        help="loading time before listening, as vLLM (default: %(default)ss)",
     )
     add(
         "--no-dev-mode",
@@ -182,16 +206,74 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="reproduce vLLM issue #41564: waking the KV cache fails with HTTP 500",
     )
     add(
+        "--shared-gpu-file",
+        metavar="FILE",
+        help="keep that GPU's books in FILE, so that the engines of several `snooze sim`"
+        " processes share it, as the pods of one node share a device (mount one hostPath in"
+        " each); what a process held comes back when it ends. Needs --shared-gpu-gib",
+    )
+    add(
         "--full-metrics",
         action="store_true",
         help="emit a full-size vLLM /metrics payload (histograms), for scrape benchmarks",
     )
+    add(
+        "--vllm-version",
+        type=_release,
+        default=_DEFAULTS.vllm_version,
+        metavar="X.Y.Z",
+        help="the vLLM release whose HTTP contract to speak: which of /pause, /resume,"
+        " /is_paused, /weight_checker, /weight_info exist and what /sleep and /wake_up take"
+        " and answer (default: %(default)s)",
+    )
+    add(
+        "--tensor-parallel-size",
+        type=_positive(int),
+        default=_DEFAULTS.tensor_parallel_size,
+        help="ranks per layer: a weight digest each; before vLLM 0.25.0 a /sleep with requests"
+        " in flight kills a parallel engine, as vllm#45520 (default: %(default)s)",
+    )
+    add(
+        "--pipeline-parallel-size",
+        type=_positive(int),
+        default=_DEFAULTS.pipeline_parallel_size,
+        help="pipeline stages, likewise (default: %(default)s)",
+    )
+    add(
+        "--wake-corrupts-weights",
+        action="store_true",
+        help="from the first wake on, a weight tensor comes back wrong: /weight_checker's"
+        " digests differ, a short greedy answer does not show it (add --wake-changes-output"
+        " for answers that differ too)",
+    )
+    add(
+        "--wake-changes-output",
+        action="store_true",
+        help="from the first wake on, the answers differ while the weights' digests do not"
+        " (as the LoRA state lost by vllm#53888)",
+    )
+    add(
+        "--nondeterministic",
+        action="store_true",
+        help="greedy answers differ from one request to the next",
+    )
+    add(
+        "--checksum-seconds-per-gib",
+        type=float,
+        default=_DEFAULTS.checksum_seconds_per_gib,
+        help="time /weight_checker takes per GiB of weights on one rank (default: %(default)s)",
+    )
 
 
 def devices_from(args: argparse.Namespace) -> list[SimulatedDevice]:
-    """The shared GPU, if asked for."""
+    """The shared GPU, if asked for (its books in a file with --shared-gpu-file)."""
     if args.shared_gpu_gib is None:
+        if args.shared_gpu_file:
+            raise DeviceFileError("--shared-gpu-file needs --shared-gpu-gib: give the GPU's size")
         return []
+    if args.shared_gpu_file:
+        path = Path(args.shared_gpu_file)
+        return [DeviceFile(name=SHARED_DEVICE, memory_gib=args.shared_gpu_gib, path=path)]
     return [SimulatedDevice(name=SHARED_DEVICE, memory_gib=args.shared_gpu_gib)]
 
 
@@ -223,6 +305,13 @@ def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
             dev_mode=not args.no_dev_mode,
             hybrid_wake_crash=args.hybrid_wake_crash,
             full_metrics=args.full_metrics,
+            vllm_version=args.vllm_version,
+            tensor_parallel_size=args.tensor_parallel_size,
+            pipeline_parallel_size=args.pipeline_parallel_size,
+            wake_corrupts_weights=args.wake_corrupts_weights,
+            wake_changes_output=args.wake_changes_output,
+            nondeterministic=args.nondeterministic,
+            checksum_seconds_per_gib=args.checksum_seconds_per_gib,
         )
         for i in range(args.count)
     ]
@@ -237,7 +326,11 @@ def run(args: argparse.Namespace) -> int:
     from snooze.sim.host import AddressUnavailable, EngineDoesNotFit, serve_engines
 
     configs = configs_from(args)
-    devices = devices_from(args)
+    try:
+        devices = devices_from(args)
+    except DeviceFileError as exc:
+        print(f"snooze sim: {exc}", file=sys.stderr)
+        return 2
 
     async def main() -> None:
         import signal

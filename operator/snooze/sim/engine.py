@@ -5,19 +5,33 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from snooze.sim import outputs
+from snooze.sim.contract import DEFAULT_VERSION, Contract
 from snooze.sim.device import KV_CACHE, WAKE_OUT_OF_MEMORY, WEIGHTS, DeviceShare, SimulatedDevice
 from snooze.sim.histograms import Histogram, request_histograms
+from snooze.sim.outputs import (
+    FILLER,
+    GARBAGE,
+    INTACT,
+    NONSENSE,
+    RIGHT,
+    WRONG,
+    WRONG_WEIGHTS,
+    ZEROED,
+)
 
 log = logging.getLogger(__name__)
 
 KNOWN_TAGS = (WEIGHTS, KV_CACHE)
 SLEEP_MODES = ("abort", "wait", "keep")
 GARBAGE_MARKER = "<garbage: weights not reloaded>"
-# Deterministic filler text: tests compare outputs, so no randomness.
-FILLER = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit")
+PAUSED_MESSAGE = "Generation is paused. Please retry after it resumes."
+__all__ = ["FILLER", "GARBAGE_MARKER", "EngineConfig", "SimulatedEngine"]
 # The message vLLM 0.18+ puts in its 500 when the hybrid-model KV re-init crashes (issue #41564):
 # the worker's AttributeError, as the engine core reports a failed utility call (0.26: the
 # wake-up's post_kv_cache_wake_up calls init_fp8_kv_scales).
@@ -26,7 +40,8 @@ HYBRID_CRASH_MESSAGE = "Call to wake_up method failed: 'list' object has no attr
 
 @dataclass(frozen=True, kw_only=True)
 class EngineConfig:
-    """How one simulated engine behaves; defaults are realistic (VLLM.md), tests pass small ones."""
+    """How one simulated engine behaves; defaults are realistic (docs/vllm-contract.md), tests
+    pass small ones."""
 
     model: str = "sim-model"
     """The served model name (`model_name` label, `/v1/models`)."""
@@ -77,10 +92,35 @@ class EngineConfig:
     """Serve the admin endpoints (`VLLM_SERVER_DEV_MODE=1`); off -> they are 404."""
     hybrid_wake_crash: bool = False
     """Reproduce vLLM issue #41564: a wake touching the KV cache fails with a 500."""
+    frees_nothing: bool = False
+    """An engine that lies, or whose sleep is broken: it answers /sleep and says it sleeps,
+    but keeps all its device memory. A neighbour whose wake counts on that memory runs out of
+    memory."""
     startup_seconds: float = 0.0
     """Loading time before the engine listens at all (vLLM does not listen until loaded)."""
     full_metrics: bool = False
     """Emit a full-size vLLM payload (histograms) for scrape benchmarks."""
+    vllm_version: str = DEFAULT_VERSION
+    """The vLLM release whose HTTP contract it speaks (sim/contract.py): which routes exist,
+    what /sleep and /pause take and answer, which metrics it publishes."""
+    tensor_parallel_size: int = 1
+    """Ranks a layer is split over: one weight digest per rank; and before vLLM 0.25.0 a
+    /sleep that meets requests in flight kills a parallel engine (vllm#45520)."""
+    pipeline_parallel_size: int = 1
+    """Pipeline stages: they too make that /sleep fatal before 0.25.0."""
+    wake_corrupts_weights: bool = False
+    """From its first wake on, one weight tensor is restored wrong: /weight_checker's digests
+    differ, while the short greedy answer does not show it (combine with
+    wake_changes_output for an engine whose answers differ too)."""
+    wake_changes_output: bool = False
+    """From its first wake on, its answers differ from those before its sleep while its
+    weights' digests stay the same (as the LoRA state lost by vllm#53888)."""
+    nondeterministic: bool = False
+    """Its greedy answers differ from one request to the next (the last token varies)."""
+    checksum_seconds_per_gib: float = 1.0
+    """Time /weight_checker takes per GiB of weights on one rank: vLLM copies every tensor to
+    host memory and SHA-256s it. benchmarks/verify.py measured vLLM's own function at 0.95 to
+    1.15 s per GiB on one core; the copy adds about 0.08 s per GiB at 12 GiB/s."""
 
 
 class EngineDead(Exception):
@@ -91,12 +131,22 @@ class WakeError(Exception):
     """A wake-up failed inside the engine (answered as HTTP 500)."""
 
 
+class EnginePaused(Exception):
+    """A new request while /pause holds the engine in abort or wait mode (vLLM 0.33+: 503)."""
+
+
 @dataclass(eq=False)
 class Request:
     """One inference request inside the engine."""
 
     prompt_tokens: int
     max_tokens: int = 16
+    prompt: str = ""
+    """The prompt's text: what the generated tokens are a function of."""
+    jitter: int = 0
+    """Nonzero for an engine whose greedy answers vary (EngineConfig.nondeterministic)."""
+    token_ids: list[int] = field(default_factory=list)
+    """The ids of the tokens generated so far."""
     started: float = 0.0
     generated: int = 0
     aborted: bool = False
@@ -109,6 +159,7 @@ class SimulatedEngine:
 
     def __init__(self, config: EngineConfig, device: SimulatedDevice | None = None) -> None:
         self.config = config
+        self.contract = Contract(config.vllm_version)
         self.port = config.port
         self.sleep_level = 0
         self.is_sleeping = False
@@ -127,8 +178,21 @@ class SimulatedEngine:
         """Starts refused for want of memory: each one an exit and a restart of the container."""
         self._sleeping_tags: set[str] = set()  # as vLLM's executor: what a wake must bring back
         self._starting: asyncio.Task[None] | None = None
-        self.weights_valid = True  # False after a level-2 sleep until reload_weights
+        self.weights_state = INTACT
+        """What its weights are: outputs.INTACT, or how they went wrong."""
+        self.answers_off = False
+        """A wake left its answers different while its weights are right (wake_changes_output)."""
         self.dead = False
+        self.on_crash: Callable[[], None] = lambda: None
+        """Called when the engine dies by itself (a /sleep that hits vllm#45520): the pool
+        stops serving it, as a dead container stops answering."""
+        self.user_paused = False
+        """Paused by /pause, until /resume."""
+        self.reject_new = False
+        """New requests get 503 while paused (vLLM 0.33+, abort and wait modes)."""
+        self.checksum_calls = 0
+        self.crashed = False
+        """It died of a /sleep with requests in flight (vllm#45520)."""
         self.requests_served = 0
         self.sleep_calls = 0
         self.wake_calls = 0
@@ -243,7 +307,12 @@ class SimulatedEngine:
     # --- inference -------------------------------------------------------------------------
 
     async def admit(self, request: Request) -> None:
-        """Queue a request until the scheduler runs it: it hangs while the engine sleeps."""
+        """Queue a request until the scheduler runs it: it hangs while the engine sleeps, and
+        while /pause holds it (unless the release refuses new requests then)."""
+        if self.reject_new:
+            raise EnginePaused(PAUSED_MESSAGE)
+        if self.config.nondeterministic:
+            request.jitter = random.getrandbits(32) or 1
         self._requests.add(request)
         async with self._cond:
             await self._cond.wait_for(
@@ -287,10 +356,29 @@ class SimulatedEngine:
             self._observe("inter_token_latency_seconds", self.config.token_seconds)
         self.generation_tokens += 1
         request.generated += 1
-        word = FILLER[index % len(FILLER)]
-        if index == 0 and not self.weights_valid:
-            return f"{GARBAGE_MARKER} {word}"
-        return word
+        answers = self.answers
+        # A model whose greedy answers vary differs in its last token.
+        jitter = request.jitter if index == request.max_tokens - 1 else 0
+        request.token_ids.append(
+            outputs.token_id(self.config.model, request.prompt, index, answers, jitter)
+        )
+        text = outputs.word(index, answers)
+        if index == 0 and answers == NONSENSE:
+            return f"{GARBAGE_MARKER} {text}"
+        return text
+
+    @property
+    def answers(self) -> str:
+        """What its answers are (outputs.RIGHT, WRONG or NONSENSE)."""
+        if self.weights_state in (GARBAGE, ZEROED):
+            return NONSENSE
+        return WRONG if self.answers_off else RIGHT
+
+    @property
+    def weights_valid(self) -> bool:
+        """Its weights are as loaded (not discarded by a level-2 sleep, zeroed, or restored
+        wrong)."""
+        return self.weights_state == INTACT
 
     async def finish(self, request: Request, reason: str) -> None:
         """Count a finished request and free its slot."""
@@ -332,6 +420,8 @@ class SimulatedEngine:
                 log.info("%s: already sleeping at level %d", self.address, self.sleep_level)
                 return self.sleep_level
             with self._operation("sleep"):
+                # Requests still running when the memory is unmapped: vllm#45520.
+                racing = self.running > 0 and mode != "wait"
                 self._admitting = False
                 if mode == "wait":
                     async with self._cond:
@@ -341,15 +431,36 @@ class SimulatedEngine:
                         request.aborted = True
                 self._paused = True
                 await self._notify()
+                if level > 0 and racing and self._dies_of_racing_sleep():
+                    self._crash()
+                    return level  # answered 200 all the same, as vLLM does
                 if level > 0:
                     await asyncio.sleep(self.sleep_duration(level))
                     # Level 1 copies the weights to pinned host RAM; level 2 discards them.
-                    self.memory.unmap(keep_weights_in_host_ram=level == 1)
+                    if not self.config.frees_nothing:
+                        self.memory.unmap(keep_weights_in_host_ram=level == 1)
                     self._sleeping_tags = set(KNOWN_TAGS)
-                    self.weights_valid = level == 1
+                    if level == 2:
+                        self.weights_state = GARBAGE
                 self.sleep_level = level
                 self.is_sleeping = True
             return level
+
+    def _dies_of_racing_sleep(self) -> bool:
+        """A parallel engine of a release that unmaps without synchronizing the device."""
+        cfg = self.config
+        parallel = cfg.tensor_parallel_size > 1 or cfg.pipeline_parallel_size > 1
+        return parallel and not self.contract.syncs_before_unmap
+
+    def _crash(self) -> None:
+        log.error(
+            "%s: CUDA error: an illegal memory access was encountered (a /sleep unmapped "
+            "memory under requests in flight, vllm#45520); EngineCore died",
+            self.address,
+        )
+        self.crashed = True
+        # After the /sleep answer has gone out: vLLM's says 200 while the engine dies.
+        asyncio.get_running_loop().call_later(0.05, self.on_crash)
 
     def sleep_duration(self, level: int) -> float:
         """How long a sleep at `level` (1 or 2) takes now: a level-1 sleep that finds its
@@ -390,10 +501,78 @@ class SimulatedEngine:
                 if not self._sleeping_tags:
                     self.is_sleeping = False
                     self.sleep_level = 0
-                    self._paused = False
-                    self._admitting = True
+                    self._paused = self.user_paused
+                    self._admitting = not self.user_paused
+                    self._spoil_on_wake()
                     await self._notify()
             return not self.is_sleeping
+
+    def _spoil_on_wake(self) -> None:
+        """The failures a wake can leave behind, when the engine is made to have them."""
+        if self.config.wake_corrupts_weights and self.weights_state == INTACT:
+            self.weights_state = WRONG_WEIGHTS
+        if self.config.wake_changes_output:
+            self.answers_off = True
+
+    # --- pause (/pause, /resume, /is_paused) ---------------------------------------------------
+
+    async def pause(self, mode: str) -> None:
+        """Hold generation: abort what runs, wait for it, or keep it frozen (vLLM's
+        pause_generation). From 0.33 new requests get 503 in abort and wait modes; before,
+        and in keep mode, they queue until /resume."""
+        async with self._admin:
+            self.user_paused = True
+            self._admitting = False
+            if mode == "abort":
+                for request in self._requests:
+                    request.aborted = True
+            elif mode == "wait":
+                async with self._cond:
+                    await self._cond.wait_for(lambda: self.running == 0)
+            else:
+                self._paused = True  # keep: running requests freeze where they are
+            self.reject_new = self.contract.pause_rejects_new and mode != "keep"
+            await self._notify()
+
+    async def resume(self) -> None:
+        async with self._admin:
+            self.user_paused = False
+            self.reject_new = False
+            if not self.is_sleeping:
+                self._paused = False
+                self._admitting = True
+            await self._notify()
+
+    # --- weights (/weight_checker) -------------------------------------------------------------
+
+    async def weight_checksums(self) -> dict[str, str]:
+        """What vLLM's compute_weight_checksums gives: a digest per tensor and rank. It takes
+        the time of copying and hashing one rank's share of the weights, during which the
+        engine generates nothing (a utility call holds its busy loop)."""
+        async with self._admin:
+            self.checksum_calls += 1
+            if not self.weights_on_gpu:
+                raise WakeError("RuntimeError: weights are not on the GPU (the engine sleeps)")
+            cfg = self.config
+            ranks = cfg.tensor_parallel_size * cfg.pipeline_parallel_size
+            seconds = cfg.checksum_seconds_per_gib * cfg.gpu_memory_gib / ranks
+            paused, self._paused = self._paused, True
+            try:
+                await asyncio.sleep(seconds)
+            finally:
+                self._paused = paused
+                await self._notify()
+            return outputs.checksums(
+                cfg.model,
+                tensor_parallel=cfg.tensor_parallel_size,
+                pipeline_parallel=cfg.pipeline_parallel_size,
+                state=self.weights_state,
+            )
+
+    async def reset_weights(self) -> None:
+        """/weight_checker's reset: every weight zeroed (answers are garbage until a reload)."""
+        async with self._admin:
+            self.weights_state = ZEROED
 
     async def _bring_back(self, part: str) -> None:
         if part not in self.memory.on_gpu:
@@ -421,7 +600,7 @@ class SimulatedEngine:
             if not self.weights_on_gpu:
                 raise WakeError("RuntimeError: weights are not on the GPU; wake_up tags=weights")
             await asyncio.sleep(self.config.reload_seconds)
-            self.weights_valid = True
+            self.weights_state = INTACT
 
     def _operation(self, name: str) -> _Timed:
         return _Timed(self, name)

@@ -57,6 +57,7 @@ class EnginePool:
 
     def __init__(self, devices: Iterable[SimulatedDevice] = ()) -> None:
         self._runners: dict[SimulatedEngine, web.AppRunner] = {}
+        self._dying: set[asyncio.Task[None]] = set()
         self.devices: dict[str, SimulatedDevice] = {}
         """Shared devices by name: an engine whose config names one runs on it."""
         for device in devices:
@@ -95,6 +96,8 @@ class EnginePool:
         a container that keeps failing and restarting would, and retries in the background.
         """
         engine = SimulatedEngine(config, self._device_for(config))
+        # An engine that dies by itself (vllm#45520) stops answering, as its container would.
+        engine.on_crash = lambda: self._crashed(engine)
         device, footprint = engine.device, engine.memory.footprint_bytes
         if footprint > device.total_bytes:
             raise EngineDoesNotFit(
@@ -153,6 +156,11 @@ class EnginePool:
                     await self.kill(engine)
                 raise failure
         return engines
+
+    def _crashed(self, engine: SimulatedEngine) -> None:
+        task = asyncio.get_running_loop().create_task(self.kill(engine))
+        self._dying.add(task)
+        task.add_done_callback(self._dying.discard)
 
     async def kill(self, engine: SimulatedEngine) -> None:
         """Like a pod dying: stop listening and cut open connections, mid-stream or not."""

@@ -83,6 +83,18 @@ def families(engine: SimulatedEngine) -> list[Family]:
             base,
             engine.generation_tokens,
         ),
+        _one("vllm:cache_config_info", "gauge", CACHE_CONFIG_HELP, _cache_config(engine), 1),
+    ]
+    out.extend(_sleep_families(engine, base))
+    if cfg.full_metrics:
+        out.extend(_full(engine, base))
+    return out + simulator_families(engine, base)
+
+
+def _sleep_families(engine: SimulatedEngine, base: str) -> list[Family]:
+    """The sleep state (vLLM 0.11.1+) and the timed sleep operations (0.32+)."""
+    contract = engine.contract
+    found = [
         Family(
             "vllm:engine_sleep_state",
             "gauge",
@@ -117,11 +129,11 @@ def families(engine: SimulatedEngine) -> list[Family]:
                 )
             ],
         ),
-        _one("vllm:cache_config_info", "gauge", CACHE_CONFIG_HELP, _cache_config(engine), 1),
     ]
-    if cfg.full_metrics:
-        out.extend(_full(engine, base))
-    return out + simulator_families(engine, base)
+    state, operations = found[0], found[1:]
+    return ([state] if contract.sleep_state_metric else []) + (
+        operations if contract.sleep_operation_metrics else []
+    )
 
 
 def simulator_families(engine: SimulatedEngine, base: str) -> list[Family]:

@@ -10,24 +10,18 @@ from typing import Any
 
 from aiohttp import web
 
-from snooze.sim import metrics
+from snooze.sim import metrics, rl
 from snooze.sim.engine import (
     SLEEP_MODES,
     EngineDead,
+    EnginePaused,
     Request,
     SimulatedEngine,
     WakeError,
 )
+from snooze.sim.responses import ENGINE_KEY, error
 
-VLLM_VERSION = "0.33.0"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-ENGINE_KEY = web.AppKey("engine", SimulatedEngine)
-
-
-def error(status: int, message: str, kind: str, param: str | None = None) -> web.Response:
-    """An OpenAI-shaped error, as vLLM's ErrorResponse prints it."""
-    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
-    return web.json_response(body, status=status)
 
 
 @web.middleware
@@ -60,7 +54,8 @@ async def until_loaded(request: web.Request, handler: Handler) -> web.StreamResp
 
 
 def build_app(engine: SimulatedEngine) -> web.Application:
-    """One engine's routes; the admin ones exist only in dev mode, as in vLLM."""
+    """One engine's routes, those of the release it speaks for; the admin ones exist only in
+    dev mode, as in vLLM."""
     app = web.Application(middlewares=[fastapi_not_found, until_loaded])
     app[ENGINE_KEY] = engine
     app.router.add_get("/health", health)
@@ -73,8 +68,10 @@ def build_app(engine: SimulatedEngine) -> web.Application:
         app.router.add_post("/sleep", sleep)
         app.router.add_post("/wake_up", wake_up)
         app.router.add_get("/is_sleeping", is_sleeping)
-        app.router.add_post("/collective_rpc", collective_rpc)
+        if engine.contract.collective_rpc:
+            app.router.add_post("/collective_rpc", collective_rpc)
         app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
+    rl.add_routes(app, engine)
     return app
 
 
@@ -89,7 +86,7 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def version(request: web.Request) -> web.Response:
-    return web.json_response({"version": VLLM_VERSION})
+    return web.json_response({"version": _engine(request).config.vllm_version})
 
 
 async def metrics_route(request: web.Request) -> web.Response:
@@ -120,19 +117,26 @@ async def sleep(request: web.Request) -> web.Response:
         level = int(request.query.get("level", "1"))
     except ValueError:
         return error(400, "level must be 0, 1 or 2", "BadRequestError", "level")
-    mode = request.query.get("mode", "abort")
+    engine = _engine(request)
+    # Before 0.17 /sleep reads only its level: requests in flight are aborted.
+    mode = request.query.get("mode", "abort") if engine.contract.sleep_mode_param else "abort"
     if level not in (0, 1, 2) or mode not in SLEEP_MODES:
         return error(400, f"bad level {level} or mode {mode!r}", "BadRequestError")
-    slept = await _engine(request).sleep(level, mode)
+    slept = await engine.sleep(level, mode)
+    if not engine.contract.json_sleep_answers:
+        return web.Response(status=200)
     return web.json_response({"status": "sleeping", "level": slept})
 
 
 async def wake_up(request: web.Request) -> web.Response:
     tags = request.query.getall("tags") if "tags" in request.query else None
+    engine = _engine(request)
     try:
-        awake = await _engine(request).wake_up(tags)
+        awake = await engine.wake_up(tags)
     except WakeError as exc:
         return error(500, str(exc), "InternalServerError")
+    if not engine.contract.json_sleep_answers:
+        return web.Response(status=200)
     # vLLM 0.33 echoes the tags it was given: null when none (everything was asked for).
     return web.json_response({"status": "awake" if awake else "sleeping", "tags": tags})
 
@@ -175,7 +179,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, chat=True)
 
 
-def _count_prompt(body: dict[str, Any], chat: bool) -> int:
+def _prompt_text(body: dict[str, Any], chat: bool) -> str:
+    """The prompt's words: the messages' contents one after the other for chat."""
     if chat:
         parts: list[Any] = []
         for message in body.get("messages") or []:
@@ -187,7 +192,7 @@ def _count_prompt(body: dict[str, Any], chat: bool) -> int:
     else:
         prompt = body.get("prompt", "")
         parts = prompt if isinstance(prompt, list) else [prompt]
-    return max(1, sum(len(str(part).split()) for part in parts))
+    return "\n".join(str(part) for part in parts)
 
 
 def _validate(engine: SimulatedEngine, body: Any, chat: bool) -> web.Response | None:
@@ -217,12 +222,18 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         return invalid
     asked = body.get("max_completion_tokens", body.get("max_tokens"))
     limit = asked if asked is not None else engine.config.max_tokens_default
-    sim = Request(prompt_tokens=_count_prompt(body, chat), max_tokens=limit)
+    prompt = _prompt_text(body, chat)
+    sim = Request(prompt_tokens=max(1, len(prompt.split())), max_tokens=limit, prompt=prompt)
     reply = Reply(engine, sim, chat=chat, stream=bool(body.get("stream")))
+    # vLLM 0.10.2+ returns the generated token ids when asked (return_token_ids).
+    reply.token_ids = bool(body.get("return_token_ids")) and engine.contract.token_ids
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     reason = "abort"
     try:
-        await engine.admit(sim)
+        try:
+            await engine.admit(sim)
+        except EnginePaused as exc:
+            return error(503, str(exc), "ServiceUnavailableError")
         if reply.stream:
             await reply.start(request)
         pieces: list[str] = []
@@ -263,6 +274,8 @@ class Reply:
         self.created = int(time.time())
         self.response: web.StreamResponse | None = None
         self._first = True
+        self.token_ids = False
+        """Add the generated token ids to each choice (the request's return_token_ids)."""
 
     def _head(self, kind: str) -> dict[str, Any]:
         return {
@@ -301,6 +314,8 @@ class Reply:
             choice["text"] = text
             choice["prompt_logprobs"] = None
             kind = "text_completion"
+        if self.token_ids:
+            choice["token_ids"] = list(self.sim.token_ids)
         return {
             **self._head(kind),
             "choices": [choice],
@@ -322,6 +337,8 @@ class Reply:
             choice["delta"] = delta
         else:
             choice["text"] = piece
+        if self.token_ids:
+            choice["token_ids"] = self.sim.token_ids[-1:] if piece else []
         self._first = False
         kind = "chat.completion.chunk" if self.chat else "text_completion"
         return {**self._head(kind), "choices": [choice]}

@@ -4,7 +4,8 @@ InferenceModel YAML file. Each becomes an InferenceModelSpec that the real polic
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ TARGET = {"kind": "Deployment", "name": "whatif"}
 FORMS = (
     "always-on, fixed:DURATION (such as fixed:10m), tiers:IDLE,ZERO (such as tiers:10m,24h), "
     "auto or auto:MIN,MAX, schedule:FILE, prewake or prewake:LEAD or prewake:LEAD,IDLE "
-    "(IDLE a duration or Auto), or an InferenceModel YAML file"
+    "(IDLE a duration or Auto), an InferenceModel YAML file, or declared (each model as the "
+    "InferenceModels given with --pools say)"
 )
 
 
@@ -37,6 +39,27 @@ class Policy:
     """Engines per model; None: one, or the most any minAwake asks for."""
     note: str = ""
     """What whatif leaves out of this policy (said once on the terminal)."""
+    per_model: Mapping[str, InferenceModelSpec] = field(default_factory=dict)
+    """Specs of their own for some models (the `declared` policy); the others take `spec`."""
+    model_engines: Mapping[str, int] = field(default_factory=dict)
+    """Engines of some models (the others take `engines`)."""
+
+    def spec_for(self, model: str) -> InferenceModelSpec:
+        return self.per_model.get(model, self.spec)
+
+
+DECLARED = "declared"
+
+
+def declared(specs: Mapping[str, InferenceModelSpec]) -> Policy:
+    """Each model as its InferenceModel manifest says (pools aside: the layout places them);
+    a model no manifest declares stays awake."""
+    if not specs:
+        raise PolicyError(
+            f"policy {DECLARED!r} replays the InferenceModels given with --pools: give them"
+        )
+    always = policy_of("always-on", {"idle": {"after": NEVER}})
+    return Policy(name=DECLARED, spec=always.spec, per_model=dict(specs))
 
 
 def parse(text: str) -> Policy:
@@ -44,21 +67,21 @@ def parse(text: str) -> Policy:
     kind, _, arg = text.partition(":")
     try:
         if text == "always-on":
-            return _policy(text, {"idle": {"after": NEVER}})
+            return policy_of(text, {"idle": {"after": NEVER}})
         if kind == "fixed" and arg:
-            return _policy(text, {"idle": {"after": _duration(arg)}})
+            return policy_of(text, {"idle": {"after": _duration(arg)}})
         if kind == "tiers" and arg.count(",") == 1:
             idle, zero = (_duration(part) for part in arg.split(","))
-            return _policy(
+            return policy_of(
                 text,
                 {"idle": {"after": idle}, "scaleTargetRef": TARGET, "scaleToZeroAfter": zero},
             )
         if text == "auto" or (kind == "auto" and arg.count(",") == 1):
             bounds = dict(zip(("min", "max"), arg.split(","), strict=True)) if arg else {}
-            return _policy(text, {"idle": {"after": AUTO, "auto": bounds}})
+            return policy_of(text, {"idle": {"after": AUTO, "auto": bounds}})
         if text == "prewake" or kind == "prewake":
             lead, _, idle = arg.partition(",")
-            return _policy(
+            return policy_of(
                 text,
                 {
                     "prewake": {"lead": _duration(lead)} if lead else {},
@@ -79,7 +102,8 @@ def _duration(text: str) -> str:
     return text
 
 
-def _policy(name: str, raw: dict[str, Any], *, note: str = "") -> Policy:
+def policy_of(name: str, raw: dict[str, Any], *, note: str = "") -> Policy:
+    """A policy named `name` from InferenceModel spec fields (the selector is filled in)."""
     try:
         spec = InferenceModelSpec.model_validate({"selector": SELECTOR, **raw})
     except ValidationError as exc:
@@ -108,7 +132,7 @@ def _schedule(name: str, path: Path) -> Policy:
             f"policy {name!r}: {path} holds no windows: write a list of windows (cron, "
             "duration, timeZone, minAwake), or spec fields with a `schedule:` list"
         )
-    return _policy(name, {"idle": {"after": "10m"}, **raw})
+    return policy_of(name, {"idle": {"after": "10m"}, **raw})
 
 
 def _manifest(path: Path) -> Policy:
@@ -119,9 +143,9 @@ def _manifest(path: Path) -> Policy:
     spec = dict(loaded.get("spec") or {})
     notes = []
     if spec.pop("pool", None) is not None:
-        notes.append("spec.pool is left out: whatif gives each model its own GPU")
+        notes.append("spec.pool is left out: give pools with --pools or --pool")
     if "scaleToZeroAfter" in spec:
         spec.setdefault("scaleTargetRef", TARGET)
     label = str((loaded.get("metadata") or {}).get("name") or path.stem)
-    policy = _policy(label, spec, note="; ".join(notes))
+    policy = policy_of(label, spec, note="; ".join(notes))
     return policy

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 
 from snooze_vllm_patch.fix import is_hybrid_safe
+from snooze_vllm_patch.knownbugs import parse_serve_args, rows_for
 from snooze_vllm_patch.plugin import TARGET, TARGET_CLASS, TARGET_METHOD, TARGET_MODULE
 from snooze_vllm_patch.versions import Verdict, classify
 
@@ -105,17 +106,48 @@ def run_check(environ: Mapping[str, str]) -> Report:
     return Report(Status.UNPATCHED, version, detail, plugins)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print one line and return the exit status.
+def known_bugs(version: str, serve_args: str, level: int) -> tuple[list[str], bool]:
+    """Lines naming each known sleep or wake bug these arguments meet on this release, and
+    whether sleeping at `level` is one of them (a row that a drained sleep avoids only warns:
+    Snooze drains before every sleep)."""
+    rows = rows_for(version, parse_serve_args(serve_args))
+    lines = [f"known bug: {row.key}: {row.what} ({row.source})" for row in rows]
+    breaks = [row for row in rows if level in row.levels and not row.in_flight]
+    safe = [lvl for lvl in (1, 2) if not any(lvl in r.levels and not r.in_flight for r in rows)]
+    if breaks:
+        advice = f"use sleep level {safe[0]}" if safe else "do not put this engine to sleep"
+        lines.append(f"sleep level {level} breaks here: {advice}")
+    if any(row.in_flight for row in rows):
+        lines.append("never send /sleep with requests in flight: drain first")
+    return lines, bool(breaks)
 
-    0: patched, fixed or unaffected; 1: unpatched, or a version it cannot place; 2: vLLM or
-    its model runner cannot be imported here.
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print one line (and, with --serve-args, one per known bug) and return the exit status.
+
+    0: patched, fixed or unaffected, and no known bug at --sleep-level; 1: unpatched, a version
+    it cannot place, or a known bug at --sleep-level; 2: vLLM or its model runner cannot be
+    imported here.
     """
     parser = argparse.ArgumentParser(
         prog="snooze-vllm-check",
-        description="Check that vLLM runs the hybrid-safe init_fp8_kv_scales (issue #41564).",
+        description="Check that vLLM runs the hybrid-safe init_fp8_kv_scales (issue #41564)"
+        " and, given the engine's arguments, that sleep and wake are not known to break.",
     )
-    parser.parse_args(argv)
+    parser.add_argument(
+        "--serve-args",
+        metavar="ARGS",
+        help="the engine's `vllm serve` arguments, as one string: report the known sleep and"
+        " wake bugs they meet on this vLLM release (LoRA, tensor and pipeline parallel)",
+    )
+    parser.add_argument(
+        "--sleep-level",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="the sleep level the engine will be put to sleep at (default: %(default)s)",
+    )
+    args = parser.parse_args(argv)
     try:
         report = run_check(os.environ)
     except ImportError as error:
@@ -123,4 +155,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: cannot inspect vLLM here: {error}", file=sys.stderr)
         return 2
     print(report.line(), file=sys.stdout if report.status.ok else sys.stderr)
-    return 0 if report.status.ok else 1
+    code = 0 if report.status.ok else 1
+    if args.serve_args is not None:
+        lines, broken = known_bugs(report.version, args.serve_args, args.sleep_level)
+        for line in lines:
+            print(line, file=sys.stderr if broken else sys.stdout)
+        if broken:
+            code = 1
+    return code

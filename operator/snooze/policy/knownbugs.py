@@ -1,0 +1,214 @@
+"""vLLM releases and engine configurations where sleep or wake is known to break, and what an
+engine in one of them does instead: pure, so that the table and its reading are tested as data.
+
+Each row comes from a vLLM issue and the commit or release that fixed it (docs/vllm-contract.md
+says how each release bound was read in the released wheels). The image's check command
+(images/vllm/plugin, `snooze-vllm-check --serve-args`) carries the same rows; a test keeps the
+two equal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Release = tuple[int, int, int]
+OnKnownBug = Literal["FallBack", "NeverSleep", "SleepAnyway"]
+LEVELS = (1, 2)
+
+# Leading release numbers only: a local tag (+cu129) or a suffix (rc1, .dev12) does not move a
+# build out of its release line.
+_RELEASE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def release_of(version: str | None) -> Release | None:
+    """The (major, minor, patch) of a vLLM version string, None if it has none; pure."""
+    match = _RELEASE.match(version or "")
+    if match is None:
+        return None
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def format_release(release: Release) -> str:
+    return ".".join(str(part) for part in release)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnownBug:
+    """One row: where it breaks (every condition given must hold), what happens, and where
+    that is written."""
+
+    key: str
+    """A short name, stable across releases of Snooze (metrics, Events, the image's check)."""
+    first: Release | None
+    """The first affected release; None: every release that has the feature."""
+    fixed: Release | None
+    """The first release that carries the fix; None: no release is known to."""
+    levels: frozenset[int]
+    """The sleep levels it breaks."""
+    lora: bool = False
+    """Only with LoRA adapters (--enable-lora)."""
+    tensor_parallel: bool = False
+    """Only at --tensor-parallel-size above 1."""
+    any_parallel: bool = False
+    """Only at --tensor-parallel-size or --pipeline-parallel-size above 1."""
+    in_flight: bool = False
+    """Only when /sleep reaches the engine with requests still in flight: sleeping a drained
+    engine avoids it, and no other level does."""
+    what: str
+    """What happens, in a line."""
+    source: str
+    """The vLLM issue and the pull request that fixed it."""
+
+    def applies(self, facts: ServeFacts) -> bool:
+        """Whether the engine's release and configuration are in this row (at some level).
+        An engine whose release is unknown is taken to be in it: an unknown is not safe."""
+        if self.lora and not facts.lora:
+            return False
+        if self.tensor_parallel and facts.tensor_parallel <= 1:
+            return False
+        if self.any_parallel and facts.tensor_parallel <= 1 and facts.pipeline_parallel <= 1:
+            return False
+        release = facts.release
+        if release is None:
+            return True
+        if self.first is not None and release < self.first:
+            return False
+        return self.fixed is None or release < self.fixed
+
+    @property
+    def releases(self) -> str:
+        """The affected releases, as the docs print them."""
+        low = "every release" if self.first is None else format_release(self.first)
+        if self.fixed is None:
+            return f"{low} and later (no release known to carry the fix)"
+        if self.first is None:
+            return f"before {format_release(self.fixed)}"
+        return f"{low} to before {format_release(self.fixed)}"
+
+
+TABLE: tuple[KnownBug, ...] = (
+    KnownBug(
+        key="lora-tp-level1",
+        first=None,
+        fixed=None,
+        levels=frozenset({1}),
+        lora=True,
+        tensor_parallel=True,
+        what="a level-1 wake leaves the LoRA state corrupted: the adapter stops applying and "
+        "answers differ from those before the sleep, with no error",
+        source="vllm#53888 (reported on 0.27.1; closed as fixed by PR #53508, which no "
+        "released wheel was shown to carry)",
+    ),
+    KnownBug(
+        key="lora-level2",
+        first=(0, 10, 2),
+        fixed=(0, 28, 0),
+        levels=frozenset({2}),
+        lora=True,
+        what="the weight reload after a level-2 sleep fails (KeyError on a base_layer name) or "
+        "leaves the LoRA tensors undefined, which corrupts answers",
+        source="vllm#39934, fixed by PR #39935 (reset_lora_state, first in 0.28.0)",
+    ),
+    KnownBug(
+        key="in-flight-sleep-parallel",
+        first=None,
+        fixed=(0, 25, 0),
+        levels=frozenset(LEVELS),
+        any_parallel=True,
+        in_flight=True,
+        what="/sleep with requests in flight unmaps memory under running kernels and NCCL "
+        "collectives: CUDA illegal address, the engine dies (the /sleep itself answers 200)",
+        source="vllm#45520 (the worker synchronizes the device before unmapping from 0.25.0)",
+    ),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeFacts:
+    """What decides whether an engine is in the table: its release (from its /version) and
+    how it was started (its pod's `vllm serve` arguments)."""
+
+    version: str | None = None
+    """The engine's vLLM version; None: not known yet."""
+    lora: bool = False
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+
+    @property
+    def release(self) -> Release | None:
+        return release_of(self.version)
+
+    @property
+    def parallel(self) -> bool:
+        return self.lora or self.tensor_parallel > 1 or self.pipeline_parallel > 1
+
+
+def known_bugs(facts: ServeFacts, table: Sequence[KnownBug] = TABLE) -> list[KnownBug]:
+    """Every row the engine is in, at any level."""
+    return [bug for bug in table if bug.applies(facts)]
+
+
+def could_apply(facts: ServeFacts, table: Sequence[KnownBug] = TABLE) -> bool:
+    """Whether some row could apply whatever the release: only then is the release worth
+    asking the engine for."""
+    return bool(known_bugs(replace(facts, version=None), table))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conduct:
+    """How an engine sleeps given the rows it is in."""
+
+    level: int | None
+    """The level to sleep at; None: it does not sleep."""
+    drained_only: bool = False
+    """/sleep only once no request is in flight: a drain that times out is given up."""
+    bugs: tuple[KnownBug, ...] = ()
+    """The rows the engine is in."""
+    why: str = ""
+    """What Snooze does about them, for the KnownBug condition; empty when in none."""
+
+
+def conduct(
+    facts: ServeFacts,
+    level: int,
+    on_known_bug: OnKnownBug,
+    table: Sequence[KnownBug] = TABLE,
+) -> Conduct:
+    """Pure: the level an engine sleeps at, when it wants `level`, and whether it must be
+    drained first; `on_known_bug` is the spec's wake.onKnownBug."""
+    bugs = tuple(known_bugs(facts, table))
+    if not bugs:
+        return Conduct(level=level)
+    breaks = {lvl for bug in bugs if not bug.in_flight for lvl in bug.levels}
+    racy = any(bug.in_flight for bug in bugs)
+    if on_known_bug == "SleepAnyway":
+        return Conduct(
+            level=level, bugs=bugs, why=f"sleeps at level {level} anyway (wake.onKnownBug)"
+        )
+    if on_known_bug == "NeverSleep":
+        if level in breaks or racy:
+            return Conduct(level=None, bugs=bugs, why="stays awake (wake.onKnownBug: NeverSleep)")
+        return Conduct(level=level, bugs=bugs, why=f"sleeps at level {level}, which is safe")
+    drained = " once drained (a drain that times out is given up)" if racy else ""
+    if level not in breaks:
+        return Conduct(
+            level=level, drained_only=racy, bugs=bugs, why=f"sleeps at level {level}{drained}"
+        )
+    other = [lvl for lvl in LEVELS if lvl != level and lvl not in breaks]
+    if other:
+        return Conduct(
+            level=other[0],
+            drained_only=racy,
+            bugs=bugs,
+            why=f"sleeps at level {other[0]} instead of {level}{drained}",
+        )
+    return Conduct(level=None, bugs=bugs, why="stays awake: no sleep level is safe")
+
+
+def describe(bugs: Sequence[KnownBug]) -> str:
+    """The rows, for a condition or an Event: what happens and where it is written."""
+    return "; ".join(f"{bug.key}: {bug.what} ({bug.source})" for bug in bugs)

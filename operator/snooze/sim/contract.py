@@ -1,0 +1,114 @@
+"""What a simulated engine's HTTP contract is, release by release, as read in vLLM's released
+wheels (docs/vllm-contract.md gives each release and the file it was read in).
+
+The simulator imports nothing of the operator's, so it reads versions itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT_VERSION = "0.33.0"
+OLDEST = (0, 8, 0)
+"""The oldest release the simulator speaks for: /is_sleeping appeared in 0.8.0."""
+_RELEASE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?$")
+
+
+def parse_release(version: str) -> tuple[int, int, int]:
+    """`0.33.0` as (0, 33, 0); ValueError naming what is accepted otherwise."""
+    match = _RELEASE.match(version.strip())
+    if match is None:
+        raise ValueError(f"not a vLLM release: {version!r} (give one such as 0.33.0)")
+    major, minor, patch = match.groups()
+    release = int(major), int(minor), int(patch or 0)
+    if release < OLDEST:
+        raise ValueError(f"vLLM {version} predates sleep mode's HTTP routes (0.8.0)")
+    return release
+
+
+@dataclass(frozen=True)
+class Contract:
+    """The routes and answers of one vLLM release, for the parts the simulator serves."""
+
+    version: str = DEFAULT_VERSION
+
+    @property
+    def release(self) -> tuple[int, int, int]:
+        return parse_release(self.version)
+
+    def _since(self, *first: int) -> bool:
+        return self.release >= first
+
+    @property
+    def collective_rpc(self) -> bool:
+        """POST /collective_rpc (what a level-2 wake's reload_weights goes through), 0.10.2+."""
+        return self._since(0, 10, 2)
+
+    @property
+    def sleep_state_metric(self) -> bool:
+        """vllm:engine_sleep_state (vllm/v1/metrics/loggers.py), 0.11.1+."""
+        return self._since(0, 11, 1)
+
+    @property
+    def token_ids(self) -> bool:
+        """`return_token_ids` on the OpenAI routes (openai/protocol.py), 0.10.2+."""
+        return self._since(0, 10, 2)
+
+    @property
+    def pause_routes(self) -> bool:
+        """/pause, /resume, /is_paused: 0.12.0+ (openai/api_server.py, later serve/rlhf)."""
+        return self._since(0, 12, 0)
+
+    @property
+    def pause_needs_dev_mode(self) -> bool:
+        """0.12.0 to 0.15.x mount them without VLLM_SERVER_DEV_MODE; 0.16.0+ only with it."""
+        return self._since(0, 16, 0)
+
+    @property
+    def pause_modes(self) -> bool:
+        """/pause?mode=abort|wait|keep, 0.16.0+; before, only wait_for_inflight_requests."""
+        return self._since(0, 16, 0)
+
+    @property
+    def pause_wait_flag(self) -> bool:
+        """/pause?wait_for_inflight_requests=true, 0.12.0 to 0.31.x (deprecated from 0.16)."""
+        return self.pause_routes and not self._since(0, 32, 0)
+
+    @property
+    def pause_rejects_new(self) -> bool:
+        """0.33.0+: while paused in abort or wait mode, new requests get 503 at once
+        (EngineCore.reject_new_requests); before, they wait until /resume."""
+        return self._since(0, 33, 0)
+
+    @property
+    def sleep_mode_param(self) -> bool:
+        """/sleep?mode=abort|wait|keep, 0.17.0+; before, /sleep reads only its level."""
+        return self._since(0, 17, 0)
+
+    @property
+    def json_sleep_answers(self) -> bool:
+        """/sleep and /wake_up answer JSON from 0.32.0; before, 200 with an empty body."""
+        return self._since(0, 32, 0)
+
+    @property
+    def sleep_operation_metrics(self) -> bool:
+        """vllm:sleep_mode_operation_duration_seconds and ..._in_flight, 0.32.0+."""
+        return self._since(0, 32, 0)
+
+    @property
+    def weight_info(self) -> bool:
+        """GET /weight_info, 0.27.0+."""
+        return self._since(0, 27, 0)
+
+    @property
+    def weight_checker(self) -> bool:
+        """POST /weight_checker, 0.32.0+."""
+        return self._since(0, 32, 0)
+
+    @property
+    def syncs_before_unmap(self) -> bool:
+        """0.25.0+: the worker synchronizes the device before sleep unmaps memory; before,
+        a /sleep that meets requests in flight at tensor or pipeline parallel > 1 kills the
+        engine (vllm#45520)."""
+        return self._since(0, 25, 0)

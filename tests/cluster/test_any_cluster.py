@@ -1,0 +1,49 @@
+"""The README's command that runs this tier on a cluster of one's own, run as printed, with
+the harness's cluster standing in for the user's: a kubeconfig in $HOME/.kube/config, the
+release installed already, and an image named as the user would name theirs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from controlplane import ROOT
+from kube import Kube
+
+SECTION = "## Tested on a real control plane"
+
+
+def readme_command() -> str:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(SECTION, 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    [command] = [line for line in block.splitlines() if line.strip()]
+    return command
+
+
+@pytest.mark.local_only  # it runs the tier itself, on this cluster as if it were yours
+def test_the_tier_runs_on_an_existing_cluster_as_the_readme_says(
+    kube: Kube, release: str, tmp_path: Path
+) -> None:
+    command = readme_command()
+    assert command.startswith("SNOOZE_TEST_KUBECONFIG=$HOME/.kube/config ")
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    shutil.copy(kube.kubeconfig, home / ".kube" / "config")
+    assert kube.local is not None and kube.local.control is not None
+    # The user's own kubectl: here the one built with the control plane.
+    path = f"{kube.local.control.bin}{os.pathsep}{os.environ['PATH']}"
+    env = {**os.environ, "HOME": str(home), "PATH": path}
+    env.pop("SNOOZE_TEST_IMAGE", None)
+    done = subprocess.run(
+        ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200
+    )
+    shutil.rmtree("/tmp/snooze-test-gpu", ignore_errors=True)  # the pool test's hostPath
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    summary = done.stdout.splitlines()[-1]
+    assert " passed" in summary and "failed" not in summary and "error" not in summary, summary
+    # What only this cluster can do was left out by name, not skipped quietly.
+    assert "left out on an existing cluster (local_only)" in done.stdout
+    assert "test_the_api_server_restarting_during_a_wake" in done.stdout

@@ -1,0 +1,138 @@
+"""A GPUPool on a real cluster: four models of 30 GiB, each a Deployment of one simulated
+engine pod, on one 70 GiB simulated device that the pods share through a hostPath, as pods of
+one node share a GPU. At most two fit awake; each request through the gateway is answered,
+the pool making room first, and the device is never over-committed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ENGINES, image
+from kube import Kube, wait_for
+from prometheus_client.parser import text_string_to_metric_families
+
+NAMES = ("p-a", "p-b", "p-c", "p-d")
+DEVICE_DIR = "/run/snooze-gpu"
+
+
+def engine(name: str, host_dir: str) -> dict[str, Any]:
+    repository, tag = image()
+    labels = {"app.kubernetes.io/name": name, "snooze.dev/engine": "vllm"}
+    args = [
+        "sim", "--host", "0.0.0.0", "--port", "8000", "--model", name,
+        "--shared-gpu-gib", "70", "--shared-gpu-file", f"{DEVICE_DIR}/gpu-0",
+        "--gpu-memory-gib", "10", "--kv-cache-gib", "19", "--asleep-memory-gib", "1",
+        "--sleep-seconds", "0.3", "--wake-seconds", "0.3", "--start-retry-seconds", "0.3",
+    ]  # fmt: skip
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "vllm",
+                            "image": f"{repository}:{tag}",
+                            "args": args,
+                            "ports": [{"name": "http", "containerPort": 8000}],
+                            "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}},
+                            "volumeMounts": [{"name": "gpu", "mountPath": DEVICE_DIR}],
+                        }
+                    ],
+                    # The simulated device's books, shared by the pods of the node.
+                    "volumes": [
+                        {"name": "gpu", "hostPath": {"path": host_dir, "type": "DirectoryOrCreate"}}
+                    ],
+                },
+            },
+        },
+    }
+
+
+def model(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "snooze.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "idle": {"after": "Never"},  # asleep only when the pool needs the room
+            "pool": {"name": "gpu-0", "memory": "30Gi", "asleepMemory": "1Gi"},
+            "wake": {"timeout": "60s"},
+        },
+    }
+
+
+POOL = {
+    "apiVersion": "snooze.dev/v1alpha1",
+    "kind": "GPUPool",
+    "metadata": {"name": "gpu-0"},
+    "spec": {"memory": "70Gi", "minResidency": "1s"},
+}
+
+
+@pytest.fixture
+def members(kube: Kube, release: str) -> Iterator[None]:
+    host_dir = str(kube.local.workdir / "gpu") if kube.local else "/tmp/snooze-test-gpu"
+    kube.apply([POOL, *[model(n) for n in NAMES], *[engine(n, host_dir) for n in NAMES]],
+               "-n", ENGINES)  # fmt: skip
+    try:
+        yield
+    finally:
+        objects = [
+            "gpupool/gpu-0",
+            *[f"deployment/{n}" for n in NAMES],
+            *[f"im/{n}" for n in NAMES],
+        ]
+        selector = f"app.kubernetes.io/name in ({','.join(NAMES)})"
+        kube.delete_and_wait(ENGINES, selector, *objects)
+        if kube.local:
+            Path(host_dir, "gpu-0").unlink(missing_ok=True)
+
+
+def phases(kube: Kube) -> dict[str, str]:
+    return {n: kube.get("im", n, ENGINES).get("status", {}).get("phase", "") for n in NAMES}
+
+
+def oom(kube: Kube) -> dict[str, float]:
+    """Each engine's refused allocations, by operation, from its own metrics."""
+    counts: dict[str, float] = {}
+    with kube.http() as http:
+        for name in NAMES:
+            for pod in kube.ready_pods(ENGINES, f"app.kubernetes.io/name={name}"):
+                page = http.get(kube.url(pod, 8000, "/metrics")).text
+                for family in text_string_to_metric_families(page):
+                    for sample in family.samples:
+                        if sample.name == "snooze_sim_gpu_oom_total":
+                            key = sample.labels.get("operation", "")
+                            counts[key] = counts.get(key, 0) + sample.value
+    return counts
+
+
+def test_four_members_share_one_device_two_at_a_time(
+    kube: Kube, members: None, gateway_pod: Any
+) -> None:
+    wait_for(
+        "every member settled, two awake",
+        lambda: sorted(phases(kube).values()) == ["Asleep", "Asleep", "Awake", "Awake"],
+        timeout=180,
+    )
+    url = kube.url(gateway_pod, 8080, "/v1/completions")
+    with kube.http(timeout=120) as http:
+        for name in (*NAMES, *reversed(NAMES)):
+            answer = http.post(url, json={"model": name, "prompt": "hi", "max_tokens": 3})
+            assert answer.status_code == 200, f"{name}: {answer.status_code} {answer.text}"
+            assert list(phases(kube).values()).count("Awake") <= 2
+    assert oom(kube).get("wake", 0) == 0, "a wake ran out of memory: the pool over-committed"
+    pool = kube.get("gpupool", "gpu-0", ENGINES)["status"]
+    assert pool["evictions"] >= 4, pool

@@ -1,0 +1,133 @@
+"""What the status says of wake integrity: each engine's records (which a restarted operator
+reads back), and the WakeVerified and KnownBug conditions."""
+
+from __future__ import annotations
+
+import pytest
+from test_status import wire_names
+
+from snooze.kube.pods import PodInfo
+from snooze.modelstatus import InferenceModelStatus, PodVerification
+from snooze.operator import status
+from snooze.operator.integritystatus import known_bug, verification_entry, wake_verified
+from snooze.operator.memory import (
+    EngineMemory,
+    Integrity,
+    ModelMemory,
+    Process,
+    integrity_of,
+    rebuild,
+)
+from snooze.policy.integrity import Answer, Check
+from snooze.policy.knownbugs import ServeFacts, conduct
+
+NOW = 1_800_000_000.0
+BASELINE = Answer.of(route="/v1/completions", tokens=[5, 6, 7, 8], text="five six")
+
+
+def engine(**integrity: object) -> EngineMemory:
+    memory = EngineMemory(last_activity=NOW)
+    memory.integrity = Integrity(process=Process("uid-1", 2), **integrity)  # type: ignore[arg-type]
+    return memory
+
+
+def pod(name: str = "chat-0") -> PodInfo:
+    return PodInfo(
+        namespace="ns", name=name, uid="uid-1", labels={"snooze.dev/state": "asleep"},
+        ip="127.0.0.2", ready=True,
+    )  # fmt: skip
+
+
+def test_the_records_go_on_the_status_and_come_back_after_a_restart() -> None:
+    recorded = engine(
+        output=Check.RECORDED,
+        weights=Check.RECORDED,
+        baseline=BASELINE,
+        weights_digest="d" * 64,
+        weights_count=290,
+        weights_full={"x": "y"},
+    )
+    memory = ModelMemory()
+    memory.engines["chat-0"] = recorded
+    built = status.build(
+        model_name="chat", pods=[pod()], memory=memory, previous={}, generation=1, now=NOW
+    )
+    entry = built["pods"][0]["verification"]
+    assert entry == {
+        "output": "Recorded",
+        "weights": "Recorded",
+        "restarts": 2,
+        "baseline": {
+            "route": "/v1/completions",
+            "textSha256": BASELINE.text_sha256,
+            "tokens": [5, 6, 7, 8],
+        },
+        "weightsDigest": "d" * 64,
+        "weightTensors": 290,
+    }
+    assert set(entry) <= wire_names(PodVerification)
+    InferenceModelStatus.model_validate(built)  # the CRD's types read it
+    again = rebuild(built).engines["chat-0"].integrity
+    assert again.of(Process("uid-1", 2)) and not again.of(Process("uid-1", 3))
+    assert (again.output, again.weights, again.baseline) == (
+        Check.RECORDED,
+        Check.RECORDED,
+        BASELINE,
+    )
+    assert (again.weights_digest, again.weights_count, again.route) == (
+        "d" * 64,
+        290,
+        "/v1/completions",
+    )
+    assert again.weights_full is None  # the full map stays in memory: too large for a status
+    assert not again.quarantined
+
+
+def test_a_mismatch_read_back_is_still_a_quarantine() -> None:
+    entry = {"name": "chat-0", "uid": "u", "verification": {"output": "Mismatch", "restarts": 0}}
+    assert integrity_of(entry).quarantined
+    assert not integrity_of({"name": "chat-0", "verification": {"output": "Mismatch"}}).quarantined
+    assert integrity_of({"uid": "u", "verification": {"output": "Bogus"}}).output is Check.PENDING
+
+
+def test_verification_off_says_so() -> None:
+    assert verification_entry(engine(), verify=False) == {"output": "Off", "weights": "Off"}
+    off = wake_verified([("chat-0", engine())], verify=False)
+    assert (off.status, off.reason) == (False, "VerificationOff")
+
+
+@pytest.mark.parametrize(
+    ("states", "ok", "reason"),
+    [
+        ([Check.RECORDED, Check.VERIFIED], True, "Verified"),
+        ([Check.PENDING], True, "Verified"),
+        ([Check.VERIFIED, Check.NOT_DETERMINISTIC], False, "NotDeterministic"),
+        ([Check.MISSED, Check.UNAVAILABLE], False, "Unavailable"),
+        ([Check.UNSUPPORTED], False, "Unsupported"),
+        ([Check.MISMATCH, Check.NOT_DETERMINISTIC], False, "Mismatch"),
+    ],
+)
+def test_wake_verified_says_the_worst_first(states: list[Check], ok: bool, reason: str) -> None:
+    engines = [(f"chat-{i}", engine(output=s)) for i, s in enumerate(states)]
+    found = wake_verified(engines, verify=True)
+    assert (found.status, found.reason) == (ok, reason)
+
+
+def test_wake_verified_says_where_weights_are_not_checked() -> None:
+    found = wake_verified(
+        [("a", engine(output=Check.RECORDED, weights=Check.UNSUPPORTED))], verify=True
+    )
+    assert "not on 1: no /weight_checker (vLLM 0.32.0 and later" in found.message
+
+
+def test_known_bug_names_the_pod_release_rows_and_conduct() -> None:
+    bugged = engine()
+    facts = ServeFacts(version="0.28.0", lora=True, tensor_parallel=2)
+    bugged.version = (Process("uid-1", 2), "0.28.0")
+    bugged.conduct = conduct(facts, 1, "FallBack")
+    found = known_bug([("chat-0", bugged), ("chat-1", engine())])
+    assert (found.status, found.reason) == (True, "KnownBadCombination")
+    assert found.message.startswith("chat-0 (vLLM 0.28.0): sleeps at level 2 instead of 1")
+    assert "vllm#53888" in found.message and "onKnownBug" in found.message
+    none = known_bug([("chat-1", engine())])
+    assert (none.status, none.reason) == (False, "NoKnownBug")

@@ -1,0 +1,151 @@
+"""The table of known sleep and wake bugs, and how an engine in it sleeps: tables of cases, and
+properties no reading may break (an engine never sleeps at a level its row breaks, unless told
+to sleep anyway)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from snooze.policy.knownbugs import (
+    LEVELS,
+    TABLE,
+    ServeFacts,
+    conduct,
+    could_apply,
+    describe,
+    known_bugs,
+    release_of,
+)
+
+LORA_TP2 = {"lora": True, "tensor_parallel": 2}
+
+
+def facts(version: str | None, **args: object) -> ServeFacts:
+    return ServeFacts(version=version, **args)  # type: ignore[arg-type]
+
+
+def keys(found: object) -> set[str]:
+    return {bug.key for bug in found}  # type: ignore[attr-defined]
+
+
+def test_every_row_cites_its_vllm_issue_and_its_bounds_are_in_order() -> None:
+    assert {bug.key for bug in TABLE} == {
+        "lora-tp-level1",
+        "lora-level2",
+        "in-flight-sleep-parallel",
+    }
+    for bug in TABLE:
+        assert "vllm#" in bug.source, bug.key
+        assert bug.levels and bug.levels <= set(LEVELS)
+        if bug.first is not None and bug.fixed is not None:
+            assert bug.first < bug.fixed
+        assert bug.lora or bug.tensor_parallel or bug.any_parallel  # a row the args can place
+
+
+@pytest.mark.parametrize(
+    ("version", "args", "expected"),
+    [
+        ("0.33.0", {}, set()),
+        ("0.27.1", {"lora": True}, {"lora-level2"}),
+        ("0.28.0", {"lora": True}, set()),  # fixed by PR #39935
+        ("0.10.1", {"lora": True}, set()),  # no level-2 reload over HTTP before 0.10.2
+        ("0.33.0", LORA_TP2, {"lora-tp-level1"}),  # no release known to carry PR #53508
+        ("0.27.1", LORA_TP2, {"lora-tp-level1", "lora-level2"}),
+        ("0.24.0", LORA_TP2, {"lora-tp-level1", "lora-level2", "in-flight-sleep-parallel"}),
+        ("0.24.0", {"tensor_parallel": 2}, {"in-flight-sleep-parallel"}),
+        ("0.24.0", {"pipeline_parallel": 4}, {"in-flight-sleep-parallel"}),
+        ("0.25.0", {"tensor_parallel": 2}, set()),
+        ("0.24.0", {}, set()),
+        (None, {"tensor_parallel": 2}, {"in-flight-sleep-parallel"}),  # unknown: not safe
+        ("0.26.1.dev5+gabc.cu129", {"lora": True}, {"lora-level2"}),
+    ],
+)
+def test_which_rows_an_engine_is_in(
+    version: str | None, args: dict[str, object], expected: set[str]
+) -> None:
+    assert keys(known_bugs(facts(version, **args))) == expected
+
+
+@pytest.mark.parametrize(
+    ("version", "args", "level", "on", "expected_level", "drained", "why"),
+    [
+        ("0.33.0", {}, 1, "FallBack", 1, False, ""),
+        ("0.28.0", LORA_TP2, 1, "FallBack", 2, False, "sleeps at level 2 instead of 1"),
+        ("0.28.0", LORA_TP2, 2, "FallBack", 2, False, "sleeps at level 2"),
+        ("0.27.1", LORA_TP2, 1, "FallBack", None, False, "no sleep level is safe"),
+        ("0.27.1", {"lora": True}, 2, "FallBack", 1, False, "instead of 2"),
+        ("0.24.0", {"tensor_parallel": 2}, 1, "FallBack", 1, True, "once drained"),
+        ("0.28.0", LORA_TP2, 1, "NeverSleep", None, False, "NeverSleep"),
+        ("0.28.0", LORA_TP2, 2, "NeverSleep", 2, False, "which is safe"),
+        ("0.24.0", {"tensor_parallel": 2}, 1, "NeverSleep", None, False, "NeverSleep"),
+        ("0.27.1", LORA_TP2, 1, "SleepAnyway", 1, False, "anyway"),
+    ],
+)
+def test_how_an_engine_in_the_table_sleeps(
+    version: str,
+    args: dict[str, object],
+    level: int,
+    on: str,
+    expected_level: int | None,
+    drained: bool,
+    why: str,
+) -> None:
+    found = conduct(facts(version, **args), level, on)  # type: ignore[arg-type]
+    assert (found.level, found.drained_only) == (expected_level, drained)
+    assert why in found.why
+
+
+@given(
+    version=st.sampled_from([None, "0.10.2", "0.16.0", "0.24.0", "0.27.1", "0.28.0", "0.34.0"]),
+    lora=st.booleans(),
+    tp=st.sampled_from([1, 2, 8]),
+    pp=st.sampled_from([1, 2]),
+    level=st.sampled_from(LEVELS),
+    on=st.sampled_from(["FallBack", "NeverSleep"]),
+)
+def test_an_engine_never_sleeps_at_a_level_its_rows_break(
+    version: str | None, lora: bool, tp: int, pp: int, level: int, on: str
+) -> None:
+    engine = ServeFacts(version=version, lora=lora, tensor_parallel=tp, pipeline_parallel=pp)
+    found = conduct(engine, level, on)  # type: ignore[arg-type]
+    bugs = known_bugs(engine)
+    if found.level is not None:
+        assert not any(found.level in b.levels for b in bugs if not b.in_flight)
+        # A row that only a drained sleep avoids makes every sleep a drained one.
+        assert found.drained_only == (on == "FallBack" and any(b.in_flight for b in bugs))
+    if not bugs:
+        assert found.level == level and not found.why
+
+
+def test_versions_are_read_as_their_release() -> None:
+    assert release_of("0.33.0") == (0, 33, 0)
+    assert release_of("v0.9") == (0, 9, 0)
+    assert release_of("0.26.1rc1") == (0, 26, 1)
+    assert release_of("dev") is None and release_of(None) is None
+
+
+def test_the_release_is_asked_only_where_a_row_could_apply() -> None:
+    assert not could_apply(ServeFacts())
+    assert could_apply(ServeFacts(lora=True))
+    assert could_apply(ServeFacts(pipeline_parallel=2, version="0.34.0"))
+
+
+def test_a_row_is_told_with_its_source() -> None:
+    told = describe(known_bugs(facts("0.27.1", lora=True)))
+    assert told.startswith("lora-level2: ") and "vllm#39934" in told and "PR #39935" in told
+
+
+def test_the_docs_table_has_every_row_with_its_source() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "wake-verification.md").read_text()
+    rows = [line for line in doc.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(TABLE)
+    for bug in TABLE:
+        [row] = [line for line in rows if line.startswith(f"| `{bug.key}` |")]
+        issue = bug.source.split()[0]  # vllm#NNNNN
+        assert issue in row, (bug.key, issue)
+        level = ", ".join(str(lvl) for lvl in sorted(bug.levels))
+        assert f"| {level} |" in row, (bug.key, level)
