@@ -18,7 +18,7 @@ NAMES = ("p-a", "p-b", "p-c", "p-d")
 DEVICE_DIR = "/run/snooze-gpu"
 
 
-def engine(name: str, host_dir: str) -> dict[str, Any]:
+def engine(name: str, host_dir: str, *extra: str) -> dict[str, Any]:
     repository, tag = image()
     labels = {"app.kubernetes.io/name": name, "snooze.dev/engine": "vllm"}
     args = [
@@ -26,6 +26,7 @@ def engine(name: str, host_dir: str) -> dict[str, Any]:
         "--shared-gpu-gib", "70", "--shared-gpu-file", f"{DEVICE_DIR}/gpu-0",
         "--gpu-memory-gib", "10", "--kv-cache-gib", "19", "--asleep-memory-gib", "1",
         "--sleep-seconds", "0.3", "--wake-seconds", "0.3", "--start-retry-seconds", "0.3",
+        *extra,
     ]  # fmt: skip
     return {
         "apiVersion": "apps/v1",
@@ -59,7 +60,7 @@ def engine(name: str, host_dir: str) -> dict[str, Any]:
     }
 
 
-def model(name: str) -> dict[str, Any]:
+def model(name: str, **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "snooze.dev/v1alpha1",
         "kind": "InferenceModel",
@@ -69,6 +70,7 @@ def model(name: str) -> dict[str, Any]:
             "idle": {"after": "Never"},  # asleep only when the pool needs the room
             "pool": {"name": "gpu-0", "memory": "30Gi", "asleepMemory": "1Gi"},
             "wake": {"timeout": "60s"},
+            **spec,
         },
     }
 
@@ -81,23 +83,28 @@ POOL = {
 }
 
 
+def device_dir(kube: Kube) -> str:
+    """The hostPath that holds the simulated device's books."""
+    return str(kube.local.workdir / "gpu") if kube.local else "/tmp/snooze-test-gpu"
+
+
 @pytest.fixture
 def members(kube: Kube, release: str) -> Iterator[None]:
-    host_dir = str(kube.local.workdir / "gpu") if kube.local else "/tmp/snooze-test-gpu"
+    host_dir = device_dir(kube)
     kube.apply([POOL, *[model(n) for n in NAMES], *[engine(n, host_dir) for n in NAMES]],
                "-n", ENGINES)  # fmt: skip
     try:
         yield
     finally:
-        objects = [
-            "gpupool/gpu-0",
-            *[f"deployment/{n}" for n in NAMES],
-            *[f"im/{n}" for n in NAMES],
-        ]
-        selector = f"app.kubernetes.io/name in ({','.join(NAMES)})"
-        kube.delete_and_wait(ENGINES, selector, *objects)
-        if kube.local:
-            Path(host_dir, "gpu-0").unlink(missing_ok=True)
+        remove_all(kube, host_dir)
+
+
+def remove_all(kube: Kube, host_dir: str) -> None:
+    """The pool, its members' Deployments and models, their pods, and the device's books."""
+    objects = ["gpupool/gpu-0"] + [f"{kind}/{n}" for kind in ("deployment", "im") for n in NAMES]
+    kube.delete_and_wait(ENGINES, f"app.kubernetes.io/name in ({','.join(NAMES)})", *objects)
+    if kube.local:
+        Path(host_dir, "gpu-0").unlink(missing_ok=True)
 
 
 def phases(kube: Kube) -> dict[str, str]:
@@ -136,3 +143,40 @@ def test_four_members_share_one_device_two_at_a_time(
     assert oom(kube).get("wake", 0) == 0, "a wake ran out of memory: the pool over-committed"
     pool = kube.get("gpupool", "gpu-0", ENGINES)["status"]
     assert pool["evictions"] >= 4, pool
+
+
+def test_a_member_whose_sleep_keeps_its_memory_is_restarted_and_the_neighbour_served(
+    kube: Kube, release: str, gateway_pod: Any
+) -> None:
+    """p-a answers /sleep but keeps its 30 GiB (the simulator's --sleep-frees-nothing). A
+    request for p-c puts p-a to sleep (least recently used); p-c's wake runs out of memory; the
+    pool blames p-a and, as its model's wake.onFailure says (Restart, the default), deletes its
+    pod: on a real node that ends its engine and frees its memory, its Deployment makes a new
+    pod, and p-c is served."""
+    a, b, c = NAMES[:3]
+    host_dir = device_dir(kube)
+    kube.apply([POOL, model(a), model(b), model(c, desiredState="Asleep"),
+                engine(c, host_dir)], "-n", ENGINES)  # fmt: skip
+    try:
+        wait_for("p-c asleep", lambda: phases(kube).get(c) == "Asleep", timeout=120)
+        kube.kubectl("patch", "im", c, "-n", ENGINES, "--type=merge",
+                     "-p", '{"spec": {"desiredState": "Auto"}}')  # fmt: skip
+        kube.apply([engine(a, host_dir, "--sleep-frees-nothing"), engine(b, host_dir)],
+                   "-n", ENGINES)  # fmt: skip
+        wait_for("p-a and p-b awake", lambda: phases(kube).get(a) == phases(kube).get(b)
+                 == "Awake", timeout=120)  # fmt: skip
+        liar = kube.ready_pods(ENGINES, f"app.kubernetes.io/name={a}")[0].metadata.name
+        url = kube.url(gateway_pod, 8080, "/v1/completions")
+        with kube.http(timeout=180) as http:
+            ask = {"prompt": "hi", "max_tokens": 3}
+            assert http.post(url, json={**ask, "model": b}).status_code == 200  # p-a is LRU now
+            answer = http.post(url, json={**ask, "model": c})
+        assert answer.status_code == 200, answer.text
+        events = kube.kubectl("get", "events", "-n", ENGINES, "-o", "json").stdout
+        assert "MemoryNotFreed" in events and f"{liar} ({a}) said it slept" in events
+        # Its pod was deleted and its Deployment made another.
+        wait_for("p-a's pod replaced", lambda: [
+            p.metadata.name for p in kube.ready_pods(ENGINES, f"app.kubernetes.io/name={a}")
+        ] not in ([], [liar]), timeout=120)  # fmt: skip
+    finally:
+        remove_all(kube, host_dir)

@@ -25,7 +25,9 @@ def member_spec(name: str) -> dict[str, Any]:
         "selector": {"matchLabels": {"app": name}},
         "idle": {"after": "Never"},
         "pool": {"name": "gpu-0", "memory": "30Gi", "asleepMemory": "1Gi"},
-        "wake": {"timeout": "30s"},
+        # Report: restarting a member means deleting its pod, which here (no kubelet) would
+        # not end its engine nor free its memory; tests/cluster/test_pools.py restarts one.
+        "wake": {"timeout": "30s", "onFailure": "Report"},
     }
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from snooze.models import DesiredState, EngineState, InferenceModelSpec, Phase
 from snooze.policy.sleep import (
     HYBRID_CRASH_REASON,
+    OUT_OF_MEMORY,
     Action,
     ActionKind,
     EngineView,
@@ -560,6 +561,18 @@ REQUEST = 1800.0  # a wake request newer than the sleep, older than the failures
         ["Restart a"],
     ),
     Case(
+        "out of memory, Restart: a restart frees no one else's memory, so it is reported",
+        [failed("a", 2, ago=100, reason=OUT_OF_MEMORY)],
+        model(spec(on_failure="Restart"), requested_ago=REQUEST),
+        ["MarkFailed a"],
+    ),
+    Case(
+        "out of memory, reported, a newer request tries again",
+        [failed("a", 2, ago=100, reason=OUT_OF_MEMORY, label=FAILED)],
+        model(spec(on_failure="Restart"), requested_ago=50),
+        ["Wake a"],
+    ),
+    Case(
         "hybrid crash at once, Report",
         [failed("a", 1, ago=100, reason=HYBRID_CRASH_REASON)],
         model(spec(threshold=5), requested_ago=REQUEST),
@@ -713,7 +726,7 @@ def test_phase(
 # Properties over random views
 
 PROPERTY = settings(max_examples=200, deadline=None)
-REASONS = ["", "Timeout", "Unreachable", HYBRID_CRASH_REASON]
+REASONS = ["", "Timeout", "Unreachable", OUT_OF_MEMORY, HYBRID_CRASH_REASON]
 # Most engines can take an action, so that the rules behind the guards get exercised too.
 MOSTLY_TRUE = st.sampled_from([True, True, True, False])
 MOSTLY_FALSE = st.sampled_from([False, False, True])
@@ -905,7 +918,7 @@ def test_wakes_respect_backoff_and_threshold(situation: Situation) -> None:
         assert engine.last_failure_reason != HYBRID_CRASH_REASON
         if engine.wake_failures >= wake.failure_threshold:
             # Only a reported engine, and only for a request newer than its failure.
-            assert wake.on_failure == "Report"
+            assert wake.on_failure == "Report" or engine.last_failure_reason == OUT_OF_MEMORY
             assert engine.label is FAILED
             assert view.wake_requested is not None and engine.last_failure is not None
             assert view.wake_requested > engine.last_failure

@@ -17,6 +17,9 @@ RETRY_CAP_SECONDS = 60.0
 HYBRID_CRASH_REASON = "HybridKVCacheReinit"
 # A GPU pool member whose sleep did not give its device memory back (operator/pooltrust.py).
 MEMORY_NOT_FREED = "MemoryNotFreed"
+OUT_OF_MEMORY = "OutOfMemory"
+"""A wake that found the device's memory taken: a restart of this engine frees no one else's
+memory, so it is never this failure's remedy (a pool makes room; the wake is tried again)."""
 NOT_RETRIED = (HYBRID_CRASH_REASON, OUTPUT_MISMATCH, WEIGHTS_MISMATCH)
 """Failed wakes no retry mends: the hybrid KV-cache crash leaves the engine unable to wake,
 and an engine that woke answering differently is awake already. Only a restart recovers them."""
@@ -412,7 +415,7 @@ def _failure_gate(engine: EngineView, model: ModelView) -> ActionKind | None:
     # The hybrid KV-cache crash leaves the engine unable to wake until it restarts: retrying
     # it only holds requests longer.
     if hybrid or engine.wake_failures >= wake.failure_threshold:
-        if wake.on_failure == "Restart":
+        if wake.on_failure == "Restart" and engine.last_failure_reason != OUT_OF_MEMORY:
             return ActionKind.RESTART
         if engine.label is EngineState.FAILED:
             # Reported already: only a wake request newer than the failure tries again.

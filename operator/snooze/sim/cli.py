@@ -206,6 +206,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="reproduce vLLM issue #41564: waking the KV cache fails with HTTP 500",
     )
     add(
+        "--sleep-frees-nothing",
+        action="store_true",
+        help="an engine that lies: it answers /sleep and reports sleeping, but keeps its GPU"
+        " memory (for testing how a GPU pool finds such a member out)",
+    )
+    add(
         "--shared-gpu-file",
         metavar="FILE",
         help="keep that GPU's books in FILE, so that the engines of several `snooze sim`"
@@ -304,6 +310,7 @@ def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
             startup_seconds=args.startup_seconds,
             dev_mode=not args.no_dev_mode,
             hybrid_wake_crash=args.hybrid_wake_crash,
+            frees_nothing=args.sleep_frees_nothing,
             full_metrics=args.full_metrics,
             vllm_version=args.vllm_version,
             tensor_parallel_size=args.tensor_parallel_size,
