@@ -15,7 +15,7 @@ import time
 from array import array
 from pathlib import Path
 
-from snooze.durations import parse_duration
+from snooze.api.durations import parse_duration
 from snooze.whatif import plan, policies, trace
 from snooze.whatif.latency import Latencies
 from snooze.whatif.layout import PoolFlags

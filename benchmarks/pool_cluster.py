@@ -15,7 +15,7 @@ import yaml
 from harness import NS, ROOT, Bench
 from pool_trace import Request, TraceShape, forced_waits, generate
 
-from snooze.durations import parse_duration
+from snooze.api.durations import parse_duration
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 
 PODS = f"/api/v1/namespaces/{NS}/pods"

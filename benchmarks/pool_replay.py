@@ -36,8 +36,8 @@ from pool_cluster import (
 )
 from pool_trace import Request
 
-from snooze.durations import parse_duration
-from snooze.gpupool import Eviction
+from snooze.api.durations import parse_duration
+from snooze.api.gpupool import Eviction
 from snooze.policy.pool import (
     PRIME,
     RECENT_WINDOW_SECONDS,

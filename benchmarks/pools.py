@@ -53,7 +53,7 @@ from pool_cluster import (
 from pool_trace import Request, oversubscribed
 from prometheus_client.parser import text_string_to_metric_families
 
-from snooze.durations import DurationError, parse_duration
+from snooze.api.durations import DurationError, parse_duration
 from snooze.operator.metrics import POOL_EVICTION_REASONS as EVICTION_REASONS
 from snooze.sim import EngineConfig, SimulatorHost
 

@@ -24,7 +24,7 @@ from chart_helpers import (
 )
 from rendering import VALUE_SETS, render
 
-from snooze import models
+from snooze.api import models
 
 STATIC = sorted([*CRDS.glob("*.yaml"), *(CHART / "crds").glob("*.yaml"), *EXAMPLES.glob("*.yaml")])
 # kopf's peering CRDs, which only the chart installs (crds/ is the snooze.dev API alone).

@@ -1,4 +1,4 @@
-"""The chart's RBAC is exactly what operator/snooze/rbac.py declares, each rule with its why."""
+"""The chart's RBAC is exactly what operator/snooze/api/rbac.py declares, each rule with its why."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import yaml
 from chart_helpers import CHART, TEMPLATES, load_yaml, manifest_templates, plain_defines
 
-from snooze import rbac
-from snooze.rbac import Permission
+from snooze.api import rbac
+from snooze.api.rbac import Permission
 
 # Named rule list in _helpers.tpl -> the declared needs it must equal.
 RULE_LISTS: dict[str, tuple[Permission, ...]] = {

@@ -19,7 +19,7 @@ from gateway_fixtures import GatewayThread, gateway, routable_pods, start_gatewa
 from stand_in import set_label, write_status
 from test_gateway import MESSAGES, add_model, engine_config, wait_asleep
 
-from snooze import rbac
+from snooze.api import rbac
 from snooze.gateway.model import Key
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import SLEEP_STARTED_ANNOTATION as SLEEP_STARTED

@@ -12,7 +12,7 @@ from conftest import CRD, Cluster, wait_for
 from processes import Process
 from test_operator_crd_later import POOL_CRD, bare
 
-from snooze import models
+from snooze.api import models
 
 __all__ = ["bare"]
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"

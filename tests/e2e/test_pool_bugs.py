@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 from conftest import _addresses
 
+from snooze.api.models import InferenceModelSpec, parse_spec
 from snooze.engine.client import EngineHttp, new_http_client
 from snooze.kube.pods import PodInfo
-from snooze.models import InferenceModelSpec, parse_spec
 from snooze.operator.actions import Executor, Settings
 from snooze.operator.memory import EngineMemory, ModelMemory
 from snooze.operator.metrics import OperatorMetrics

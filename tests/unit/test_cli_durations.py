@@ -52,7 +52,7 @@ def test_the_commands_have_time_flags() -> None:
 def test_a_time_flag_takes_a_duration(command: str, flag: str, action: argparse.Action) -> None:
     parse = action.type
     assert callable(parse) and getattr(parse, "__name__", "") == "duration", (
-        f"snooze {command} {flag} does not use snooze.durations.duration_flag"
+        f"snooze {command} {flag} does not use snooze.api.durations.duration_flag"
     )
     assert parse("1m30s") == parse("90") == 90
     assert parse("500ms") == 0.5 == parse(str(0.5))

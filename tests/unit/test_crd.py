@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import yaml
 
-from snooze import crd, gpupool, models
+from snooze.api import crd, gpupool, models
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKED_IN = ROOT / "crds" / "inferencemodels.snooze.dev.yaml"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from snooze.api.durations import parse_duration
 from snooze.demo import replayed, scenario, summary
 from snooze.demo.picture import deletions
 from snooze.demo.sampler import incidents_between, pod_state
 from snooze.demo.timeline import Incident, PodSample, Sample, Timeline, with_failed
 from snooze.demo.traffic import Record
-from snooze.durations import parse_duration
 
 
 def test_time_scale_shortens_latencies_and_timers() -> None:

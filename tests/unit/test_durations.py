@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from snooze.durations import (
+from snooze.api.durations import (
     DurationError,
     duration_flag,
     format_duration,
@@ -50,7 +50,7 @@ def test_the_longest_go_duration_is_accepted() -> None:
 
 
 def test_a_spec_with_an_endless_duration_names_the_field() -> None:
-    from snooze.models import SpecError, parse_spec
+    from snooze.api.models import SpecError, parse_spec
 
     selector = {"matchLabels": {"a": "b"}}
     with pytest.raises(SpecError, match=r"spec\.idle\.after: .*292 years"):

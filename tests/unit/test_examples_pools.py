@@ -19,13 +19,13 @@ import jsonschema
 import pytest
 import yaml
 
-from snooze import gpupool, models
-from snooze.gpupool import GPUPoolSpec
+from snooze.api import gpupool, models
+from snooze.api.gpupool import GPUPoolSpec
+from snooze.api.models import InferenceModelSpec
+from snooze.api.quantities import GIB, format_gib, parse_quantity
 from snooze.kube.pods import pod_info
-from snooze.models import InferenceModelSpec
 from snooze.operator.poolmembers import pool_name_of
 from snooze.policy.pool import Member, MemberState, PoolView, WakeAsk, decide_pool, overcommitted
-from snooze.quantities import GIB, format_gib, parse_quantity
 
 ROOT = Path(__file__).resolve().parents[2]
 POOLS = ROOT / "examples" / "pools"

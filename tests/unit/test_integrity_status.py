@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from test_status import wire_names
 
+from snooze.api.modelstatus import InferenceModelStatus, PodVerification
 from snooze.kube.pods import PodInfo
-from snooze.modelstatus import InferenceModelStatus, PodVerification
 from snooze.operator import status
 from snooze.operator.integritystatus import known_bug, verification_entry, wake_verified
 from snooze.operator.memory import (

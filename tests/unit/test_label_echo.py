@@ -3,8 +3,8 @@ seen that write yet, so that a lagging index does not make it write the same lab
 
 from __future__ import annotations
 
+from snooze.api.models import EngineState
 from snooze.kube.pods import STATE_LABEL, PodInfo
-from snooze.models import EngineState
 from snooze.operator.memory import EngineMemory
 
 

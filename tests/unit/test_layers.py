@@ -26,12 +26,12 @@ FORBIDDEN = (
 )
 # What the policy may import besides the standard library: the spec and its durations.
 ALLOWED_FIRST_PARTY = {
-    "snooze.models",
-    "snooze.gpupool",
-    "snooze.modelstatus",
-    "snooze.keepawake",
-    "snooze.durations",
-    "snooze.quantities",
+    "snooze.api.models",
+    "snooze.api.gpupool",
+    "snooze.api.modelstatus",
+    "snooze.api.keepawake",
+    "snooze.api.durations",
+    "snooze.api.quantities",
 }
 # A pure calculator of cron times (no I/O, no dependencies): schedules are decisions too.
 PURE_THIRD_PARTY = {"cronsim"}
@@ -109,12 +109,12 @@ def test_the_policy_modules_are_found() -> None:
 
 
 API_TYPES = [
-    "snooze.models",
-    "snooze.gpupool",
-    "snooze.modelstatus",
-    "snooze.keepawake",
-    "snooze.durations",
-    "snooze.quantities",
+    "snooze.api.models",
+    "snooze.api.gpupool",
+    "snooze.api.modelstatus",
+    "snooze.api.keepawake",
+    "snooze.api.durations",
+    "snooze.api.quantities",
 ]
 
 
@@ -122,10 +122,10 @@ API_TYPES = [
 def test_policy_layer_imports_only_stdlib_and_the_spec(module: str) -> None:
     path = Path(importlib.import_module(module).__file__ or "")
     pydantic = module in (
-        "snooze.models",
-        "snooze.modelstatus",
-        "snooze.gpupool",
-        "snooze.keepawake",
+        "snooze.api.models",
+        "snooze.api.modelstatus",
+        "snooze.api.gpupool",
+        "snooze.api.keepawake",
     )
     allowed_third_party = PURE_THIRD_PARTY | ({"pydantic", "pydantic_core"} if pydantic else set())
     # The decisions may read each other (the pool's are split by responsibility), never I/O.

@@ -67,16 +67,16 @@ class Api:
 
 
 def test_a_spec_is_validated_again_only_when_it_changed(monkeypatch: Any) -> None:
-    import snooze.models
+    import snooze.api.models
 
     calls: list[dict[str, Any]] = []
-    parse = snooze.models.parse_spec
+    parse = snooze.api.models.parse_spec
 
     def counting(raw: dict[str, Any]) -> Any:
         calls.append(raw)
         return parse(raw)
 
-    monkeypatch.setattr(snooze.models, "parse_spec", counting)
+    monkeypatch.setattr(snooze.api.models, "parse_spec", counting)
     indexes = Indexes()
     body = model("chat", app="chat")
     indexes.model(body)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from snooze.models import DesiredState, EngineState, InferenceModelSpec, Phase
+from snooze.api.models import DesiredState, EngineState, InferenceModelSpec, Phase
 from snooze.policy.sleep import (
     HYBRID_CRASH_REASON,
     OUT_OF_MEMORY,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snooze.models import LabelSelector
+from snooze.api.models import LabelSelector
 from snooze.policy.claims import Claim, holder, shared_pods, workload_problem
 
 

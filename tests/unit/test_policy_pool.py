@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snooze.gpupool import Eviction
+from snooze.api.gpupool import Eviction
 from snooze.policy.pool import (
     HEADROOM,
     PRIME,

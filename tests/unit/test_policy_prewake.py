@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from snooze.models import InferenceModelSpec
+from snooze.api.models import InferenceModelSpec
 from snooze.policy import prewake
 from snooze.policy.prewake import GapHistogram, Outcome, Prewake, Profile, ProfileError
 

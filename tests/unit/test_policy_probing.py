@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snooze.models import EngineState
+from snooze.api.models import EngineState
 from snooze.policy.probing import (
     Ledger,
     Pending,

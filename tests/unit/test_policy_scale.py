@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from snooze.models import InferenceModelSpec
+from snooze.api.models import InferenceModelSpec
 from snooze.policy.scale import ScaleKind, ScaleView, decide_scale
 
 NOW = 10_000.0

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from snooze.keepawake import ScheduleWindow
-from snooze.models import InferenceModelSpec, parse_spec
+from snooze.api.keepawake import ScheduleWindow
+from snooze.api.models import InferenceModelSpec, parse_spec
 from snooze.policy import schedule
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.scale import ScaleKind, ScaleView, decide_scale

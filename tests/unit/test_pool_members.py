@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from snooze import crd, gpupool, models
-from snooze.gpupool import parse_pool_spec
+from snooze.api import crd, gpupool, models
+from snooze.api.gpupool import parse_pool_spec
+from snooze.api.models import InferenceModelSpec, parse_spec
 from snooze.kube.pods import PodInfo, pod_info
-from snooze.models import InferenceModelSpec, parse_spec
 from snooze.operator.memory import EngineMemory, Process
 from snooze.operator.metrics import POOL_EVICTION_REASONS, OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop

@@ -10,7 +10,7 @@ import time
 
 from test_pool_members import FOR_C, three_member_pool
 
-from snooze.models import parse_spec
+from snooze.api.models import parse_spec
 from snooze.operator.memory import EngineMemory
 from snooze.operator.pools import PoolLoop
 from snooze.operator.pooltrust import Trust

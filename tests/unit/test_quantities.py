@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from snooze.gpupool import parse_pool_spec
-from snooze.models import SpecError
-from snooze.quantities import MAX_QUANTITY, QuantityError, format_gib, parse_quantity
+from snooze.api.gpupool import parse_pool_spec
+from snooze.api.models import SpecError
+from snooze.api.quantities import MAX_QUANTITY, QuantityError, format_gib, parse_quantity
 
 
 @pytest.mark.parametrize(

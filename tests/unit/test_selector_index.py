@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snooze.models import LabelSelector
+from snooze.api.models import LabelSelector
 from snooze.operator.indexes import candidates, selector_keys
 
 LABELS = st.dictionaries(st.sampled_from("abc"), st.sampled_from("xyz"), max_size=3)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from snooze.api.modelstatus import Condition, InferenceModelStatus, PodStatus
 from snooze.kube.pods import PodInfo
-from snooze.modelstatus import Condition, InferenceModelStatus, PodStatus
 from snooze.operator import status
 from snooze.operator.memory import EngineMemory, ModelMemory
 
@@ -79,7 +79,7 @@ def test_the_status_written_validates_against_the_crd() -> None:
     a model whose generation is not known (no null where the schema wants an integer)."""
     import jsonschema
 
-    from snooze import crd
+    from snooze.api import crd
 
     schema = crd.status_schema()
     pods = [PodInfo(namespace="ns", name="chat-0", uid="u", labels={}, ip="127.0.0.2", ready=True)]

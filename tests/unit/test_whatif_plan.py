@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from snooze.api.gpupool import parse_pool_spec
+from snooze.api.models import InferenceModelSpec
 from snooze.cli import main
-from snooze.gpupool import parse_pool_spec
-from snooze.models import InferenceModelSpec
 from snooze.whatif import manifests, plan, policies, trace
 from snooze.whatif.latency import Latencies
 from snooze.whatif.layout import PoolFlags

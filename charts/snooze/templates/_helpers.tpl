@@ -91,7 +91,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/*
-RBAC rules. Each list below is exactly one tuple of operator/snooze/rbac.py, one rule per
+RBAC rules. Each list below is exactly one tuple of operator/snooze/api/rbac.py, one rule per
 Permission, its comment the Permission's `why` (tests/chart/test_rbac.py checks both ways).
 Plain YAML only inside these blocks: no template actions, no wildcards.
 */}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from snooze.durations import duration_flag
+from snooze.api.durations import duration_flag
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from snooze.api.gpupool import KIND as POOL_KIND
+from snooze.api.models import API_VERSION, KIND, NEVER, InferenceModelSpec, SleepSpec
 from snooze.demo.scenario import TOKENS, ModelPlan, Scenario
 from snooze.demo.traffic import Record
-from snooze.gpupool import KIND as POOL_KIND
-from snooze.models import API_VERSION, KIND, NEVER, InferenceModelSpec, SleepSpec
 from snooze.whatif import layout, policies, report
 from snooze.whatif.latency import Latencies
 from snooze.whatif.trace import Request

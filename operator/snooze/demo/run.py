@@ -165,7 +165,7 @@ class Demo:
         self.stop.set()
 
     async def run(self) -> int:
-        from snooze.crd import crd, pool_crd
+        from snooze.api.crd import crd, pool_crd
         from snooze.gateway.settings import GatewaySettings
         from snooze.sandbox import Sandbox
         from snooze.sim import SimulatorHost

@@ -6,8 +6,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from snooze.durations import format_duration
-from snooze.models import NEVER
+from snooze.api.durations import format_duration
+from snooze.api.models import NEVER
 
 # The scenario is written for a 60-second run; --duration stretches or squeezes its clock.
 BASE_DURATION = 60.0

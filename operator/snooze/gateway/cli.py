@@ -6,7 +6,7 @@ import argparse
 import logging
 import math
 
-from snooze.durations import duration_flag, format_duration
+from snooze.api.durations import duration_flag, format_duration
 from snooze.gateway.settings import GatewaySettings
 
 _DEFAULTS = GatewaySettings()

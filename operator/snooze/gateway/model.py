@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from snooze.kube.pods import PodInfo, parse_time
-from snooze.models import (
+from snooze.api.models import (
     WAKE_REQUESTED_ANNOTATION,
     DesiredState,
     EngineState,
@@ -21,6 +20,7 @@ from snooze.models import (
     SpecError,
     parse_spec,
 )
+from snooze.kube.pods import PodInfo, parse_time
 
 Key = tuple[str, str]
 

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from snooze.api.models import EngineState
 from snooze.gateway.model import Key, Model, model_from
 from snooze.kube.index import Index, PodIndex
 from snooze.kube.pods import PodInfo, pod_info
-from snooze.models import EngineState
 
 MODELS = "models"
 PODS = "pods"

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import kopf
 
-from snooze import models
+from snooze.api import models
 from snooze.kube import credentials
 from snooze.kube.credentials import Login, Source
 

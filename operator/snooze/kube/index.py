@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Generic, TypeVar
 
+from snooze.api.models import LabelSelector
 from snooze.kube.pods import PodInfo
-from snooze.models import LabelSelector
 
 K = TypeVar("K")
 V = TypeVar("V")

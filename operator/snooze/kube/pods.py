@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from snooze.api.models import STATE_LABEL, EngineState
 from snooze.kube.serveargs import ServeArgs, serve_args
-from snooze.models import STATE_LABEL, EngineState
 
 # Progress marks on the pod, so that an operator restarted in the middle of a step resumes
 # it rather than repeats or orphans it.

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from snooze.api.models import STATE_LABEL, EngineState, InferenceModelSpec
 from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
 from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
 from snooze.kube.api import KubeApi, KubeError, pods_ref
@@ -24,7 +25,6 @@ from snooze.kube.pods import (
     PodInfo,
     format_time,
 )
-from snooze.models import STATE_LABEL, EngineState, InferenceModelSpec
 from snooze.operator.memory import EngineMemory, ModelMemory, Process
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.verification import Verifier

@@ -7,7 +7,7 @@ import math
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from snooze.durations import duration_flag
+from snooze.api.durations import duration_flag
 
 if TYPE_CHECKING:
     from snooze.operator.actions import Settings

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from snooze import gpupool, models
+from snooze.api import gpupool, models
 from snooze.kube.api import KubeApi
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from snooze.api.models import AUTO, InferenceModelSpec
 from snooze.kube.pods import format_time, parse_time
-from snooze.models import AUTO, InferenceModelSpec
 from snooze.operator.actions import Emit
 from snooze.operator.memory import ModelMemory
 from snooze.operator.metrics import OperatorMetrics

@@ -11,7 +11,7 @@ from typing import Any
 
 import kopf
 
-from snooze import gpupool, models
+from snooze.api import gpupool, models
 from snooze.engine.client import ACTION_LEASE_SECONDS, new_http_client
 from snooze.engine.probe import Prober
 from snooze.kube import api as kube_api

@@ -19,7 +19,7 @@ from kopf._cogs.structs.references import (  # kopf is pinned (pyproject.toml)
     match_namespace,
 )
 
-from snooze import models
+from snooze.api import models
 from snooze.kube.api import KubeApi, NotFound, models_ref, pods_ref
 from snooze.kube.index import Index, LabelKey, PodIndex
 from snooze.kube.pods import PodInfo, pod_info

@@ -7,11 +7,11 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from snooze.api.models import InferenceModelSpec
 from snooze.engine.errors import EngineError
 from snooze.engine.http import EngineHttp
 from snooze.engine.verify import version
 from snooze.kube.pods import PodInfo
-from snooze.models import InferenceModelSpec
 from snooze.operator.memory import EngineMemory, Process
 from snooze.policy.knownbugs import Conduct, ServeFacts, conduct, could_apply
 

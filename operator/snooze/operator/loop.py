@@ -11,11 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snooze.engine.client import EngineHttp
-from snooze.engine.probe import Prober
-from snooze.kube.api import KubeApi
-from snooze.kube.pods import PodInfo, parse_time
-from snooze.models import (
+from snooze.api.models import (
     WAKE_REQUESTED_ANNOTATION,
     EngineState,
     InferenceModelSpec,
@@ -23,6 +19,11 @@ from snooze.models import (
     SpecError,
     SpecMemo,
 )
+from snooze.api.quantities import format_gib
+from snooze.engine.client import EngineHttp
+from snooze.engine.probe import Prober
+from snooze.kube.api import KubeApi
+from snooze.kube.pods import PodInfo, parse_time
 from snooze.operator import status
 from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
 from snooze.operator.foresight import Foresight
@@ -52,7 +53,6 @@ from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
 from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
-from snooze.quantities import format_gib
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from snooze.api.models import EngineState
 from snooze.kube.pods import PodInfo, parse_time
-from snooze.models import EngineState
 from snooze.policy.integrity import Answer, Check
 from snooze.policy.knownbugs import Conduct
 from snooze.policy.pool import RECENT_WINDOW_SECONDS

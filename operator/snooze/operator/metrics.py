@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from snooze import __version__
-from snooze.models import EngineState, Phase
+from snooze.api.models import EngineState, Phase
 from snooze.policy.pooltypes import RoomKind
 
 # From one short greedy request (tens of milliseconds) to the weights of a large model hashed

@@ -7,11 +7,11 @@ import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from snooze.api.models import InferenceModelSpec
 from snooze.engine.client import SleepState
 from snooze.engine.errors import EngineError
 from snooze.engine.probe import Prober
 from snooze.kube.pods import PodInfo
-from snooze.models import InferenceModelSpec
 from snooze.operator.actions import Emit
 from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory, Process
 from snooze.policy import probing

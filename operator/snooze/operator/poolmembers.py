@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from snooze.gpupool import POOL_LABEL, GPUPoolSpec
+from snooze.api.gpupool import POOL_LABEL, GPUPoolSpec
+from snooze.api.models import EngineState, InferenceModelSpec
 from snooze.kube.pods import PodInfo
-from snooze.models import EngineState, InferenceModelSpec
 from snooze.operator.memory import EngineMemory, Process
 from snooze.policy.pool import Member, MemberState
 from snooze.policy.probing import Traffic

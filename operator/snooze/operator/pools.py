@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from snooze.gpupool import GPUPoolSpec, parse_pool_spec
+from snooze.api.gpupool import GPUPoolSpec, parse_pool_spec
+from snooze.api.models import GROUP, VERSION, InferenceModelSpec, SpecError
 from snooze.kube.api import KubeApi, Ref
 from snooze.kube.pods import PodInfo
-from snooze.models import GROUP, VERSION, InferenceModelSpec, SpecError
 from snooze.operator.memory import Process
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.poolmembers import MemberSource, pool_name_of, read_member, restart_count

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from snooze.gpupool import GPUPoolSpec
+from snooze.api.gpupool import GPUPoolSpec
+from snooze.api.quantities import format_gib
 from snooze.operator.memory import Process
 from snooze.operator.status import ConditionValue, conditions
 from snooze.policy.pool import (
@@ -15,7 +16,6 @@ from snooze.policy.pool import (
     holds_host_memory,
     host_memory_used,
 )
-from snooze.quantities import format_gib
 
 JSON = dict[str, Any]
 

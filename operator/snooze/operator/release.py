@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from snooze.api.models import STATE_LABEL, SpecError, parse_spec
 from snooze.engine.client import EngineClient, EngineHttp
 from snooze.engine.errors import EngineError
 from snooze.kube.api import MERGE_PATCH, KubeApi, KubeError, NotFound, pods_ref
@@ -16,7 +17,6 @@ from snooze.kube.pods import (
     WAKE_PROGRESS_ANNOTATION,
     PodInfo,
 )
-from snooze.models import STATE_LABEL, SpecError, parse_spec
 from snooze.operator.actions import engine_url
 from snooze.operator.scaling import scale_path
 

@@ -7,9 +7,9 @@ import math
 import time
 from typing import Any
 
+from snooze.api.models import DesiredState, EngineState, InferenceModelSpec
 from snooze.kube.api import KubeApi, models_ref
 from snooze.kube.pods import PodInfo, format_time
-from snooze.models import DesiredState, EngineState, InferenceModelSpec
 from snooze.operator import status
 from snooze.operator.actions import Emit, Settings
 from snooze.operator.foresight import Foresight

@@ -7,8 +7,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from snooze.api.models import EngineState, InferenceModelSpec, ScaleTargetRef
 from snooze.kube.api import MERGE_PATCH, KubeApi, NotFound
-from snooze.models import EngineState, InferenceModelSpec, ScaleTargetRef
 from snooze.operator.actions import Emit
 from snooze.operator.memory import ModelMemory
 from snooze.operator.metrics import OperatorMetrics

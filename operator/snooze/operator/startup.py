@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import Iterator
 
-from snooze.durations import format_duration
+from snooze.api.durations import format_duration
 from snooze.kube.api import KubeApi, KubeError
 from snooze.operator.discovery import missing_crds
 from snooze.operator.indexes import Indexes

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from snooze.api.models import EngineState, Phase
 from snooze.kube.pods import PodInfo, format_time
-from snooze.models import EngineState, Phase
 
 # Re-exported: the GPU pools' status (poolstatus.py) builds its conditions from here too.
 from snooze.operator.conditions import ConditionValue as ConditionValue

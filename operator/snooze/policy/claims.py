@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from snooze.models import LabelSelector
+from snooze.api.models import LabelSelector
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -45,6 +45,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from snooze.api.quantities import format_gib
 from snooze.policy.poolahead import headroom_evictions, prime_candidate
 from snooze.policy.poolhost import holds_host_memory, host_memory_used, sleep_levels
 from snooze.policy.poolorder import (
@@ -72,7 +73,6 @@ from snooze.policy.pooltypes import (
     Waiting,
     WakeAsk,
 )
-from snooze.quantities import format_gib
 
 __all__ = [
     "BOOKS",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from snooze.gpupool import Eviction
+from snooze.api.gpupool import Eviction
 from snooze.policy.pooltypes import RECENT_WINDOW_SECONDS, Member, MemberState, ModelNeeds, PoolView
 
 

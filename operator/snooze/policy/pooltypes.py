@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from snooze.gpupool import Eviction
+from snooze.api.gpupool import Eviction
 
 
 class MemberState(StrEnum):

@@ -12,8 +12,8 @@ from enum import StrEnum
 from functools import cache, cached_property
 from zoneinfo import ZoneInfo
 
-from snooze.keepawake import PROFILE_SLOT_MINUTES
-from snooze.models import AUTO, InferenceModelSpec
+from snooze.api.keepawake import PROFILE_SLOT_MINUTES
+from snooze.api.models import AUTO, InferenceModelSpec
 
 SLOT_SECONDS = PROFILE_SLOT_MINUTES * 60
 SLOTS = 7 * 24 * 3600 // SLOT_SECONDS

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from snooze.models import EngineState
+from snooze.api.models import EngineState
 
 
 @dataclass(frozen=True, kw_only=True)

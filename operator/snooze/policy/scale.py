@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from snooze.models import DesiredState, InferenceModelSpec
+from snooze.api.models import DesiredState, InferenceModelSpec
 
 
 class ScaleKind(StrEnum):

@@ -11,8 +11,8 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
 
-from snooze.keepawake import ScheduleWindow
-from snooze.models import InferenceModelSpec
+from snooze.api.keepawake import ScheduleWindow
+from snooze.api.models import InferenceModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)

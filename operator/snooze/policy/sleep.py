@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from snooze.models import DesiredState, EngineState, InferenceModelSpec, Phase
+from snooze.api.models import DesiredState, EngineState, InferenceModelSpec, Phase
 from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
 
 # Wake retries back off exponentially from this, up to the cap; failureThreshold bounds them.

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from snooze.durations import duration_flag
+from snooze.api.durations import duration_flag
 from snooze.sim.device import SimulatedDevice
 from snooze.sim.devicefile import DeviceFile, DeviceFileError
 from snooze.sim.engine import EngineConfig

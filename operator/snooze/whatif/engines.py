@@ -7,7 +7,7 @@ from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
-from snooze.models import EngineState
+from snooze.api.models import EngineState
 from snooze.policy.pool import RECENT_WINDOW_SECONDS
 from snooze.policy.sleep import ActionKind
 

@@ -8,10 +8,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from snooze.durations import DurationError, duration_flag, parse_duration
-from snooze.gpupool import Eviction
+from snooze.api.durations import DurationError, duration_flag, parse_duration
+from snooze.api.gpupool import Eviction
+from snooze.api.quantities import QuantityError, parse_quantity
 from snooze.policy.pool import Headroom, Prime
-from snooze.quantities import QuantityError, parse_quantity
 from snooze.whatif.latency import Latencies
 from snooze.whatif.layout import Layout, LayoutError, PoolFlags, from_flags, from_manifests
 

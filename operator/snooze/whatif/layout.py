@@ -13,11 +13,17 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from snooze.gpupool import KIND as POOL_KIND
-from snooze.gpupool import Eviction, parse_pool_spec
-from snooze.models import DNS_LABEL, KIND, InferenceModelSpec, SpecError, describe_validation_error
+from snooze.api.gpupool import KIND as POOL_KIND
+from snooze.api.gpupool import Eviction, parse_pool_spec
+from snooze.api.models import (
+    DNS_LABEL,
+    KIND,
+    InferenceModelSpec,
+    SpecError,
+    describe_validation_error,
+)
+from snooze.api.quantities import QuantityError, format_gib, parse_quantity
 from snooze.policy.pool import Headroom, Prime
-from snooze.quantities import QuantityError, format_gib, parse_quantity
 from snooze.whatif.pooling import Footprint, PoolSettings
 
 ASLEEP_DEFAULT = "1Gi"

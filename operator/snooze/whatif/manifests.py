@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from snooze.gpupool import KIND as POOL_KIND
-from snooze.models import API_VERSION, KIND, InferenceModelSpec
+from snooze.api.gpupool import KIND as POOL_KIND
+from snooze.api.models import API_VERSION, KIND, InferenceModelSpec
 from snooze.whatif.layout import PoolLayout
 from snooze.whatif.pooling import Footprint, PoolSettings
 

@@ -9,7 +9,7 @@ import math
 from collections import deque
 from typing import Protocol
 
-from snooze.models import EngineState, InferenceModelSpec
+from snooze.api.models import EngineState, InferenceModelSpec
 from snooze.policy import prewake as prewake_policy
 from snooze.policy import scale as scale_policy
 from snooze.policy import schedule as schedule_policy

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from snooze.models import InferenceModelSpec
+from snooze.api.models import InferenceModelSpec
 from snooze.whatif.latency import Latencies
 from snooze.whatif.layout import Layout, PoolFlags, PoolLayout
 from snooze.whatif.model import TargetMissed

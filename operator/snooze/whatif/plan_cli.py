@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from snooze.durations import DurationError, parse_duration
-from snooze.models import KIND, NEVER, InferenceModelSpec, describe_validation_error
+from snooze.api.durations import DurationError, parse_duration
+from snooze.api.models import KIND, NEVER, InferenceModelSpec, describe_validation_error
 from snooze.whatif import flags, manifests, picture, plan, report, trace
 from snooze.whatif.layout import Layout, LayoutError, memory_of
 from snooze.whatif.policies import SELECTOR, Policy

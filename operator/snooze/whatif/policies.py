@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from snooze.durations import DurationError, parse_duration
-from snooze.models import AUTO, KIND, NEVER, InferenceModelSpec, describe_validation_error
+from snooze.api.durations import DurationError, parse_duration
+from snooze.api.models import AUTO, KIND, NEVER, InferenceModelSpec, describe_validation_error
 
 # Whatif serves no pods: the selector only satisfies the schema; the scale target names the
 # workload that tiers scale (simulated).

@@ -9,8 +9,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from snooze.gpupool import Eviction
-from snooze.models import DesiredState, EngineState
+from snooze.api.gpupool import Eviction
+from snooze.api.models import DesiredState, EngineState
 from snooze.policy.pool import (
     PRIME,
     Headroom,

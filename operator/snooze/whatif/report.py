@@ -9,8 +9,8 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from snooze.gpupool import Eviction
-from snooze.models import EngineState
+from snooze.api.gpupool import Eviction
+from snooze.api.models import EngineState
 from snooze.whatif.engines import Engine, Outcome
 from snooze.whatif.group import Devices, Group, peak
 from snooze.whatif.latency import Latencies

@@ -20,14 +20,14 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from snooze.durations import DURATION_PATTERN, parse_duration
-from snooze.keepawake import (
+from snooze.api.durations import DURATION_PATTERN, parse_duration
+from snooze.api.keepawake import (
     MAX_WINDOWS,
     AutoIdleSpec,
     PrewakeSpec,
     ScheduleWindow,
 )
-from snooze.quantities import QUANTITY_PATTERN, parse_quantity
+from snooze.api.quantities import QUANTITY_PATTERN, parse_quantity
 
 GROUP = "snooze.dev"
 VERSION = "v1alpha1"

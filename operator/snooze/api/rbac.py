@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from snooze import models
+from snooze.api import models
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,16 +7,16 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from snooze.durations import parse_duration
-from snooze.models import (
+from snooze.api.durations import parse_duration
+from snooze.api.models import (
     Duration,
     Quantity,
     SpecError,
     Wire,
     describe_validation_error,
 )
-from snooze.modelstatus import Condition, Status
-from snooze.quantities import parse_quantity
+from snooze.api.modelstatus import Condition, Status
+from snooze.api.quantities import parse_quantity
 
 KIND = "GPUPool"
 PLURAL = "gpupools"

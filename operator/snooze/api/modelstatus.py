@@ -10,8 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from snooze.keepawake import PrewakeStatus, WindowStatus
-from snooze.models import Phase
+from snooze.api.keepawake import PrewakeStatus, WindowStatus
+from snooze.api.models import Phase
 
 
 class Status(BaseModel):

@@ -12,7 +12,7 @@ from cronsim import CronSim, CronSimError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from snooze.durations import DURATION_PATTERN, parse_duration
+from snooze.api.durations import DURATION_PATTERN, parse_duration
 
 # The same wire conventions as the InferenceModel's own types (models.Wire), which import these.
 _WIRE = ConfigDict(

@@ -1,0 +1,2 @@
+"""The API types: InferenceModel and GPUPool as pydantic models, the source of the CRDs and
+of spec validation, with the durations and quantities they are written in."""
