@@ -1,16 +1,17 @@
-"""The README's "What will it save?" and docs/whatif.md as a person reads them: their sh blocks,
-the commands those hold, a bash to run them exactly as printed from the repository's root
-(with `snooze` this interpreter's), and the figures the pages print, made from a command's
-JSON as the pages write them."""
+"""The README's "What will it save?" and docs/whatif.md as a person reads them: their command
+blocks, the commands those hold, a bash to run them exactly as printed from the repository's
+root (with `snooze` this interpreter's), and the figures the pages print, made from a
+command's JSON as the pages write them."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import docs_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## What will it save?"
@@ -34,7 +35,7 @@ PLAN_BLOCK = "\n".join(
     ]
 )
 README_BLOCKS = [f"{COMPARE}\n{PLAN}"]
-DOCS_BLOCKS = [POOL_FLAGS, PLAN_BLOCK]
+DOCS_BLOCKS = [*README_BLOCKS, POOL_FLAGS, PLAN_BLOCK]
 LABELS = {
     "always-on": "always on",
     "fixed:10m": "asleep after 10 minutes idle (`fixed:10m`)",
@@ -46,16 +47,15 @@ WEEK_HOURS = 7 * 24
 
 
 def readme_section() -> str:
-    text = (ROOT / "README.md").read_text()
-    return text.split(SECTION + "\n", 1)[1].split("\n## ", 1)[0]
+    return docs_pages.section("README.md", SECTION)
 
 
 def docs() -> str:
-    return (ROOT / "docs" / "whatif.md").read_text()
+    return docs_pages.read("docs/whatif.md")
 
 
 def sh_blocks(text: str) -> list[str]:
-    return [b.strip() for b in re.findall(r"^```sh\n(.*?)^```", text, re.M | re.S)]
+    return [b.body.strip() for b in docs_pages.command_blocks(text)]
 
 
 def bash(

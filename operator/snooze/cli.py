@@ -15,7 +15,10 @@ from snooze import __version__
 # `run(args) -> int`, and imports its heavy parts (kopf, aiohttp) inside `run`, so that
 # `snooze crd` does not pay for the operator.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "crd": ("snooze.api.crd", "print the InferenceModel CustomResourceDefinition as YAML"),
+    "crd": (
+        "snooze.api.crd",
+        "print the CustomResourceDefinitions (InferenceModel, GPUPool) as YAML",
+    ),
     "sim": ("snooze.sim.cli", "serve simulated vLLM engines that speak vLLM's sleep-mode contract"),
     "sandbox": ("snooze.sandbox.cli", "serve a Kubernetes API emulator and write a kubeconfig"),
     "operator": (

@@ -1,6 +1,8 @@
-"""Every `helm install` the READMEs print installs as printed (Helm's install action, client-side
+"""Every `helm install` the docs print installs as printed (Helm's install action, client-side
 dry run), and the production one fences off the example engines and the metrics ports: who
-reaches which port is judged as Kubernetes judges NetworkPolicies (network_policies.py)."""
+reaches which port is judged as Kubernetes judges NetworkPolicies (network_policies.py). The
+images they build are the ones they install: no container engine runs here, so each `docker
+build` and `docker push` is checked against its Dockerfile and the install's values, not run."""
 
 from __future__ import annotations
 
@@ -9,25 +11,26 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import docs_pages
 import helm_python as helm
 import pytest
 import yaml
-from chart_helpers import CHART, EXAMPLES, ROOT
+from chart_helpers import EXAMPLES, ROOT
 from network_policies import Pod, reaches
 from rendering import render
 
-READMES = [ROOT / "README.md", CHART / "README.md"]
+PAGES = ["README.md", "docs/install.md", "charts/snooze/README.md"]
+READMES = [ROOT / page for page in PAGES]
 
 
 def commands(path: Path, program: str) -> list[list[str]]:
-    """The commands of the file's ```sh blocks that start with `program`, continuation lines
-    joined, as the shell splits them."""
+    """The commands of the page's command blocks that start with `program`, as the shell
+    splits them."""
     found = []
-    for block in re.findall(r"```sh\n(.*?)```", path.read_text(), re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            if words[:2] == program.split():
-                found.append(words)
+    for line in docs_pages.commands(path.read_text()):
+        words = shlex.split(line, comments=True)
+        if words[:2] == program.split():
+            found.append(words)
     return found
 
 
@@ -122,10 +125,17 @@ def pod_of(objects: list[dict[str, Any]], component: str, namespace: str) -> Pod
     return Pod(namespace, deployment["spec"]["template"]["metadata"]["labels"])
 
 
-def test_the_documented_install_fences_off_the_engines_and_the_metrics_ports() -> None:
+PRODUCTION = [(path, words) for path, words in INSTALLS if production(words)]
+
+
+@pytest.mark.parametrize(
+    ("path", "words"), PRODUCTION, ids=[path.relative_to(ROOT).as_posix() for path, _ in PRODUCTION]
+)
+def test_the_documented_install_fences_off_the_engines_and_the_metrics_ports(
+    path: Path, words: list[str]
+) -> None:
     """The production install: the example's vLLM pods and the metrics ports are reachable by
     Snooze and the named Prometheus only, on their ports only; the gateway's API by anyone."""
-    [words] = [w for _, w in INSTALLS if production(w)]
     namespace, objects = install(words)
     policies = [obj for obj in objects if obj["kind"] == "NetworkPolicy"]
     values = ROOT / "charts" / "snooze" / "values.yaml"
@@ -184,3 +194,50 @@ def test_the_default_install_fences_the_metrics_ports_and_says_what_it_cannot_fe
     assert reaches(policies, Pod("default", {}), gateway, 8080)
     assert "--set 'networkPolicy.namespaces={default}'" in rendering.notes
     assert "--set networkPolicy.scraper.namespace=monitoring" in rendering.notes
+
+
+def docker(path: Path, verb: str) -> list[dict[str, Any]]:
+    """The page's `docker build` (tag, Dockerfile, context, build args) or `docker push`
+    (tag) commands."""
+    found = []
+    for words in commands(path, f"docker {verb}"):
+        rest, parsed = iter(words[2:]), {"args": {}, "file": None, "positional": []}
+        for word in rest:
+            if word == "-t":
+                parsed["tag"] = next(rest)
+            elif word == "-f":
+                parsed["file"] = next(rest)
+            elif word == "--build-arg":
+                key, _, value = next(rest).partition("=")
+                parsed["args"][key] = value
+            else:
+                assert not word.startswith("-"), f"an option this test does not know: {word}"
+                parsed["positional"].append(word)
+        found.append(parsed)
+    return found
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/install.md"])
+def test_the_documented_images_are_built_from_their_dockerfiles_and_pushed(page: str) -> None:
+    path = ROOT / page
+    builds, pushes = docker(path, "build"), docker(path, "push")
+    assert builds, f"{page} says how to build the images: the chart's defaults name none published"
+    assert [b["tag"] for b in builds] == [p["positional"][0] for p in pushes]
+    for build in builds:
+        [context] = build["positional"]
+        assert (ROOT / context).is_dir(), context
+        dockerfile = ROOT / (build["file"] or f"{context}/Dockerfile")
+        declared = re.findall(r"^ARG (\w+)", dockerfile.read_text(), re.M)
+        assert set(build["args"]) <= set(declared), (dockerfile, build["args"])
+    # The operator's image is the one the install sets, tag and repository.
+    [operator] = [b for b in builds if b["file"] == "images/operator/Dockerfile"]
+    assert operator["positional"] == ["."]  # its Dockerfile copies from the repository's root
+    [install] = [words for p, words in INSTALLS if p == path]
+    sets = dict(w.split("=", 1) for w in install if w.startswith("image."))
+    assert operator["tag"] == f"{sets['image.repository']}:{sets['image.tag']}"
+    # The patched vLLM image: its tag names the release it patches, one the patch is for.
+    [vllm] = [b for b in builds if b["positional"] == ["images/vllm"]]
+    release = vllm["args"]["VLLM_TAG"]
+    assert vllm["tag"].endswith(f":{release}-snooze")
+    major, minor, _ = (int(n) for n in release.lstrip("v").split("."))
+    assert (0, 12) <= (major, minor) <= (0, 26), "the hybrid wake fix is for 0.12.0 to 0.26.x"

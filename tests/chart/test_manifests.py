@@ -128,6 +128,23 @@ def test_chart_yaml() -> None:
     assert chart["version"] and chart["appVersion"]
 
 
+def test_artifact_hub_lists_every_crd_of_snooze() -> None:
+    """Artifact Hub shows the CRDs the annotation lists: both of Snooze's (kopf's peering CRDs,
+    shipped beside them, are kopf's own)."""
+    chart = load_yaml(CHART / "Chart.yaml")
+    listed = {c["name"]: c for c in yaml.safe_load(chart["annotations"]["artifacthub.io/crds"])}
+    shipped = {
+        doc["metadata"]["name"]: doc
+        for path in sorted((CHART / "crds").glob("*.yaml"))
+        for doc in _documents(path)
+        if doc["spec"]["group"] == "snooze.dev"
+    }
+    assert set(listed) == set(shipped)
+    for name, crd in shipped.items():
+        assert listed[name]["kind"] == crd["spec"]["names"]["kind"]
+        assert listed[name]["version"] == crd["spec"]["versions"][0]["name"]
+
+
 FILES_GET = re.compile(r'\.Files\.Get "([^"]+)"')
 
 

@@ -110,19 +110,19 @@ def anchors(markdown: str) -> set[str]:
     return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
 
 
-def test_each_alert_links_its_runbook_in_the_chart_readme() -> None:
-    """`runbook_url`, as Prometheus' conventions name it: the chart README's section on the
-    alert, which says what it means and what to do."""
-    readme = (CHART / "README.md").read_text()
+def test_each_alert_links_its_runbook_in_the_docs() -> None:
+    """`runbook_url`, as Prometheus' conventions name it: the docs' section on the alert
+    (docs/alerts.md, a page of the docs site and of the repository), which says what it means
+    and what to do."""
+    page = (CHART.parents[1] / "docs" / "alerts.md").read_text()
     template = (CHART / "templates" / "prometheusrule.yaml").read_text()
     [base] = re.findall(r'\$runbooks := "([^"]+)"', template)
-    assert base.endswith("/charts/snooze/README.md")
-    runbooks = readme.split("## Alerts", 1)[1]
+    assert base.endswith("/blob/main/docs/alerts.md")
     for rule in rules():
         url = rule["annotations"]["runbook_url"]
         assert url == f"{base}#{rule['alert'].lower()}", rule["alert"]
-        assert rule["alert"].lower() in anchors(readme), f"no heading for {rule['alert']}"
-        section = runbooks.split(f"### {rule['alert']}\n", 1)[1].split("\n### ", 1)[0]
+        assert rule["alert"].lower() in anchors(page), f"no heading for {rule['alert']}"
+        section = page.split(f"## {rule['alert']}\n", 1)[1].split("\n## ", 1)[0]
         assert "What to do" in section and len(section.split()) > 40, rule["alert"]
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docs_pages
 import helm_python
 import pytest
 
@@ -95,10 +97,32 @@ def image() -> tuple[str, str]:
     return repository, tag
 
 
+INSTALL_PAGES = ["README.md", "docs/install.md", "charts/snooze/README.md"]
+
+
+def apply_crds(kube: Kube) -> None:
+    """The install pages' `kubectl apply -f crds/`, each run as printed through bash from the
+    repository's root, with this cluster's kubeconfig and kubectl (the install's other
+    commands need a registry, or are Helm's: tests/chart/test_install_docs.py runs those)."""
+    kubectl_dir = str(Path(kube.kubectl_path).parent)
+    env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig), "KUBECACHEDIR": str(kube.cache)}
+    env["PATH"] = f"{kubectl_dir}{os.pathsep}{os.environ['PATH']}"
+    for page in INSTALL_PAGES:
+        [line] = [c for c in docs_pages.commands(docs_pages.read(page)) if "crds/" in c]
+        assert line.split("#")[0].split() == ["kubectl", "apply", "-f", "crds/"], (page, line)
+        done = subprocess.run(
+            ["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, (page, done.stderr)
+        for crd in ("inferencemodels.snooze.dev", "gpupools.snooze.dev"):
+            assert crd in done.stdout, (page, done.stdout)
+
+
 @pytest.fixture(scope="session")
 def crds(kube: Kube) -> None:
-    """The CRDs, applied with kubectl as the README says, and the engines' namespaces."""
-    kube.kubectl("apply", "-f", str(ROOT / "crds"))
+    """The CRDs, applied with kubectl as the install pages print it, and the engines'
+    namespaces."""
+    apply_crds(kube)
     for name in ("inferencemodels.snooze.dev", "gpupools.snooze.dev"):
         # Not `kubectl wait`: it fails on a CRD whose status has no conditions yet.
         wait_for(

@@ -464,7 +464,7 @@ class Runtime:
 
     def image(self, reference: str) -> Image | None:
         """What runs `reference`: an image the runtime knows by name, or any image named
-        .../snooze (what a user pushed from images/operator/Dockerfile, as the README's
+        .../snooze (what a user pushed from images/operator/Dockerfile, as the install docs'
         commands name it), which is this tree."""
         name = _image_name(reference)
         if name in self.images:

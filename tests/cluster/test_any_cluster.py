@@ -1,5 +1,5 @@
-"""The README's command that runs this tier on a cluster of one's own, run as printed, with
-the harness's cluster standing in for the user's: a kubeconfig in $HOME/.kube/config, the
+"""The command of docs/testing.md that runs this tier on a cluster of one's own, run as printed,
+with the harness's cluster standing in for the user's: a kubeconfig in $HOME/.kube/config, the
 release installed already, and an image named as the user would name theirs."""
 
 from __future__ import annotations
@@ -9,25 +9,25 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import docs_pages
 import pytest
 from controlplane import ROOT
 from kube import Kube
 
-SECTION = "## Tested on a real control plane"
+PAGE = "docs/testing.md"
+SECTION = "## The real control plane"
 
 
-def readme_command() -> str:
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split(SECTION, 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
-    [command] = [line for line in block.splitlines() if line.strip()]
+def page_command() -> str:
+    [command] = docs_pages.commands(docs_pages.section(PAGE, SECTION))
     return command
 
 
 @pytest.mark.local_only  # it runs the tier itself, on this cluster as if it were yours
-def test_the_tier_runs_on_an_existing_cluster_as_the_readme_says(
+def test_the_tier_runs_on_an_existing_cluster_as_the_docs_say(
     kube: Kube, release: str, tmp_path: Path
 ) -> None:
-    command = readme_command()
+    command = page_command()
     assert command.startswith("SNOOZE_TEST_KUBECONFIG=$HOME/.kube/config ")
     home = tmp_path / "home"
     (home / ".kube").mkdir(parents=True)

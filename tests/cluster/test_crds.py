@@ -1,6 +1,6 @@
 """The CRDs on a real API server: applied with kubectl, explained from their OpenAPI, printed
 with their columns, defaulted and pruned by their structural schemas, and guarded by their
-CEL rules, which refuse what the README says is refused."""
+CEL rules, which refuse what the docs say is refused."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ def test_defaults_are_applied_and_optional_features_stay_off(kube: Kube, clean: 
 
 
 def test_printer_columns(kube: Kube, clean: None) -> None:
-    """As the README's walkthrough prints them; the wake's duration only with -o wide."""
+    """As the sandbox walkthrough (docs/getting-started.md) prints them; the wake's duration only
+    with -o wide."""
     kube.apply(model())
     table = kube.kubectl("get", "im", "crd-check", "-n", ENGINES).stdout.splitlines()
     assert table[0].split() == ["NAME", "MODEL", "PHASE", "AWAKE", "ASLEEP", "LAST", "WAKE", "AGE"]

@@ -1,6 +1,6 @@
 """The sandbox held to the real API server: each check here runs against both, so that what
 `snooze sandbox` does differently from Kubernetes is a failing test, not a surprise on a
-cluster. What it knowingly does not do is listed in the README (its walkthrough section)."""
+cluster. What it knowingly does not do is listed in docs/getting-started.md (its walkthrough)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The walkthrough on a real cluster: simulated engines from examples/simulated/chat.yaml run
 as a Deployment's pods; the idle model sleeps, a request through the gateway wakes it, and the
-Events and status say so, as the README's walkthrough does on the sandbox."""
+Events and status say so, as the sandbox walkthrough (docs/getting-started.md) does."""
 
 from __future__ import annotations
 

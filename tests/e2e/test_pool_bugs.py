@@ -1,6 +1,7 @@
-"""GPU pool bugs that benchmarks/pools.py ran into (its README, points 4 to 6), each shown on one
-pool coordinator (PoolLoop) in front of simulated engines on one shared device, with the
-operator's own Executor doing the wakes: no Kubernetes API is needed (its patches succeed).
+"""GPU pool bugs that benchmarks/pools.py ran into (benchmarks/HISTORY.md, points 4 to 6), each
+shown on one pool coordinator (PoolLoop) in front of simulated engines on one shared device,
+with the operator's own Executor doing the wakes: no Kubernetes API is needed (its patches
+succeed).
 
 Each failed before its fix (bug A: a grant dropped; B: a member the operator woke counted
 asleep; C: a member whose wake ran out of memory never granted again)."""

@@ -1,4 +1,4 @@
-"""The README's "Sharing a GPU: pools", as a person runs it: its commands, exactly as printed,
+"""docs/pools.md, as a person runs it: its commands, exactly as printed,
 through bash and the real kubectl against the sandbox, with examples/pools/ applied as they are,
 their Deployments' pods stood up as a kubelet would (each on a simulated engine sharing one
 79 GiB device, sized by the pod's own --gpu-memory-utilization), and the real operator."""
@@ -6,13 +6,13 @@ their Deployments' pods stood up as a kubelet would (each on a simulated engine 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docs_pages
 import httpx
 import pytest
 import yaml
@@ -26,14 +26,14 @@ from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 pytestmark = pytest.mark.needs("kubectl")
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTION = "## Sharing a GPU: pools"
+PAGE = "docs/pools.md"
 PODS = "/api/v1/namespaces/default/pods"
 GIB = 2**30
 DEVICE_GIB = 79  # the examples' GPUPool memory: the simulated GPU is exactly that big
 ASLEEP_GIB = 1.5  # what a simulated engine keeps asleep: under the examples' asleepMemory
 CONTAINER_START_SECONDS = 1.0  # image, Python, CUDA: before vLLM looks at the free memory
 
-# The README's commands, each run below exactly as printed (test_the_readme_prints_these
+# The page's commands, each run below exactly as printed (test_the_page_prints_these_commands
 # keeps the two lists equal).
 APPLY_CRDS = "kubectl apply -f crds/"
 APPLY_DRA = "kubectl apply -f examples/pools/dra/"
@@ -67,16 +67,13 @@ COMMANDS = [
 ]
 
 
-def readme_commands() -> list[str]:
-    """Every line of the section's sh blocks (list items' blocks too), in order."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split(SECTION + "\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"^ *```sh\n(.*?)^ *```", section, re.M | re.S)
-    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+def page_commands() -> list[str]:
+    """Every line of the page's command blocks, in order."""
+    return docs_pages.commands(docs_pages.read(PAGE))
 
 
-def test_the_readme_prints_these_commands() -> None:
-    assert readme_commands() == COMMANDS
+def test_the_page_prints_these_commands() -> None:
+    assert page_commands() == COMMANDS
 
 
 class Node:
@@ -215,7 +212,7 @@ def start_in_turn(node: Node, pool: str) -> None:
         wait_for(f"{sorted(awake)} awake", lambda a=awake: node.settled(pool, a), timeout=30)
 
 
-def test_the_dra_example_as_the_readme_runs_it(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_dra_example_as_the_page_runs_it(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "created" in node.ok(APPLY_CRDS)
     applied = node.run(APPLY_DRA)
     # The sandbox serves no resource.k8s.io: kubectl applies everything else and names the
@@ -288,7 +285,7 @@ def test_the_dra_example_as_the_readme_runs_it(node: Node, monkeypatch: pytest.M
         operator.stop()
 
 
-def test_the_time_slicing_example_as_the_readme_runs_it(
+def test_the_time_slicing_example_as_the_page_runs_it(
     node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node.http.post(

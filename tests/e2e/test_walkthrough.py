@@ -1,11 +1,13 @@
-"""The README's sandbox walkthrough, run as printed: each command in the terminal the README
-gives it, in the README's order, through bash, with the real kubectl and curl.
+"""The sandbox walkthrough of docs/getting-started.md, run as printed: each command in the
+terminal the page gives it, in the page's order, through bash, with the real kubectl and curl.
 
 Commands that run until Ctrl-C (servers, watches) keep their terminal; the test moves on once
-they show what the README says they show. The walkthrough's fixed addresses (ports 6443 and
+they show what the page says they show. The walkthrough's fixed addresses (ports 6443 and
 8080, engines on 127.0.0.2 and 127.0.0.3, /tmp/snooze-kubeconfig) would clash with another run
 on the same machine, so where it can the test runs every terminal in a network and mount
-namespace of its own (its own loopback, its own /tmp); elsewhere it checks they are free.
+namespace of its own (its own loopback, its own /tmp); elsewhere it checks they are free, gives
+the terminals a temporary folder of the test's own (`mktemp -d` makes its kubectl cache there)
+and removes the kubeconfig the walkthrough wrote, so that nothing is left in /tmp.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ from conftest import wait_for
 pytestmark = pytest.mark.needs("kubectl", "curl", "bash")
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTION = "## Try it without a cluster: the sandbox walkthrough"
+PAGE = "docs/getting-started.md"
+SECTION = "## The sandbox walkthrough"
 WATCH_SAMPLE = "Terminal 6, with the lines in between left out:"
+KUBECONFIG = Path("/tmp/snooze-kubeconfig")
+"""Where the walkthrough's sandbox writes its kubeconfig."""
 
 
 @dataclass(frozen=True)
@@ -46,11 +51,11 @@ WAKE = (
     """  -d '{"model": "chat", "messages": [{"role": "user", "content": "hi"}]}'"""
 )
 ASK = WAKE.replace("curl -si", "curl -s")
-WAIT = "kubectl wait im/chat --for=jsonpath='{.status.phase}'=%s --timeout=2m"
+WAIT = "kubectl wait im/chat --for=jsonpath='{.status.phase}'=%s --timeout=%s"
 MET = r"inferencemodel.snooze.dev/chat condition met"
 BOTH = r"chat-0 +1/1 +Running +0 +\S+ +%s\s+chat-1 +1/1 +Running +0 +\S+ +%s\s"
 
-# The walkthrough, as the README prints it (test_the_readme_prints_these_steps keeps them equal).
+# The walkthrough, as the page prints it (test_the_page_prints_these_steps keeps them equal).
 STEPS = [
     Step(
         1,
@@ -100,7 +105,7 @@ STEPS = [
         "kubectl apply -f examples/sandbox/chat.yaml",
         shows=(r"inferencemodel.snooze.dev/chat created",),
     ),
-    Step(5, WAIT % "Awake", shows=(MET,)),
+    Step(5, WAIT % ("Awake", "2m"), shows=(MET,)),
     Step(
         6,
         "kubectl get im -w --kubeconfig /tmp/snooze-kubeconfig",
@@ -108,7 +113,8 @@ STEPS = [
         shows=(r"NAME +MODEL +PHASE +AWAKE +ASLEEP +LAST WAKE +AGE", r"chat +chat +Awake +2 +0 "),
     ),
     Step(5, ASK, shows=(r'"object": ?"chat.completion"', r'"model": ?"chat"')),
-    Step(5, WAIT % "Asleep", shows=(MET,)),
+    # A minute idle (examples/sandbox/chat.yaml), the first sleep's record and its 5.7 s.
+    Step(5, WAIT % ("Asleep", "3m"), shows=(MET,)),
     Step(
         5,
         "kubectl get pods -L snooze.dev/state",
@@ -144,10 +150,10 @@ STEPS = [
 ]
 
 
-def readme_steps(readme: str) -> list[tuple[int, str]]:
+def page_steps(page: str) -> list[tuple[int, str]]:
     """The walkthrough's first code block: `# N. ...` names the terminal of what follows; a
     line ending in a backslash goes on."""
-    section = readme[readme.index(SECTION) :]
+    section = page[page.index(SECTION) :]
     block = section[section.index("```sh\n") + len("```sh\n") :]
     block = block[: block.index("\n```")]
     steps: list[tuple[int, str]] = []
@@ -170,20 +176,20 @@ def readme_steps(readme: str) -> list[tuple[int, str]]:
     return steps
 
 
-def watch_sample(readme: str) -> list[tuple[str, str, str]]:
-    """PHASE, AWAKE and ASLEEP of each line the README shows terminal 6 print."""
-    section = readme[readme.index(WATCH_SAMPLE) :]
+def watch_sample(page: str) -> list[tuple[str, str, str]]:
+    """PHASE, AWAKE and ASLEEP of each line the page shows terminal 6 print."""
+    section = page[page.index(WATCH_SAMPLE) :]
     block = section[section.index("```\n") + 4 :]
     rows = block[: block.index("\n```")].splitlines()[1:]
     return [(row.split()[2], row.split()[3], row.split()[4]) for row in rows]
 
 
-def test_the_readme_prints_these_steps() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert readme_steps(readme) == [(s.terminal, s.command) for s in STEPS], (
-        "the README's walkthrough and this test's STEPS differ: change both together"
+def test_the_page_prints_these_steps() -> None:
+    page = (ROOT / PAGE).read_text()
+    assert page_steps(page) == [(s.terminal, s.command) for s in STEPS], (
+        "the walkthrough and this test's STEPS differ: change both together"
     )
-    phases = [phase for phase, _, _ in watch_sample(readme)]
+    phases = [phase for phase, _, _ in watch_sample(page)]
     assert phases == ["Awake", "Asleep", "Awake"]
 
 
@@ -204,6 +210,10 @@ class Machine:
         self.holder: subprocess.Popen[str] | None = None
         self.prefix: list[str] = []
         self.home = tmp / "home"
+        self.tmp = tmp / "tmp"
+        """The terminals' TMPDIR when they share this machine's /tmp."""
+        self.writes_kubeconfig = False
+        """The walkthrough's kubeconfig is this run's to remove (none was there before)."""
         if str(ROOT).startswith("/tmp/") or not all(
             shutil.which(p) for p in ("unshare", "nsenter", "ip")
         ):
@@ -238,6 +248,9 @@ class Machine:
     def check_free(self) -> None:
         if self.holder:
             return
+        if KUBECONFIG.exists():
+            pytest.fail(f"{KUBECONFIG} exists: the walkthrough would overwrite it; move it")
+        self.writes_kubeconfig = True
         for host, port in (("127.0.0.1", 6443), ("0.0.0.0", 8080), *self.engines()):
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1" if host == "0.0.0.0" else host, port)) == 0:
@@ -247,10 +260,19 @@ class Machine:
     def engines() -> list[tuple[str, int]]:
         return [("127.0.0.2", 8000), ("127.0.0.3", 8000)]
 
+    def env(self) -> dict[str, str]:
+        """What the terminals' environment needs beyond a new user's."""
+        if self.holder:
+            return {}
+        self.tmp.mkdir(exist_ok=True)
+        return {"TMPDIR": str(self.tmp)}
+
     def close(self) -> None:
         if self.holder:
             self.holder.kill()
             self.holder.wait()
+        elif self.writes_kubeconfig:
+            KUBECONFIG.unlink(missing_ok=True)
 
 
 class Terminal:
@@ -329,8 +351,8 @@ def machine(tmp_path: Path) -> Iterator[Machine]:
     machine.close()
 
 
-def test_the_readme_walkthrough_runs_as_printed(machine: Machine, tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_walkthrough_runs_as_printed(machine: Machine, tmp_path: Path) -> None:
+    page = (ROOT / PAGE).read_text()
     machine.check_free()
     # A new user's shell: the venv activated (its `snooze` runs this interpreter), no
     # kubeconfig of their own, an empty home (no kubectl cache).
@@ -341,6 +363,7 @@ def test_the_readme_walkthrough_runs_as_printed(machine: Machine, tmp_path: Path
     snooze.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
     env |= {"HOME": str(machine.home), "PATH": f"{machine.home}/bin:{os.environ['PATH']}"}
+    env |= machine.env()
     terminals: dict[int, Terminal] = {}
 
     def terminal(number: int) -> Terminal:
@@ -354,7 +377,7 @@ def test_the_readme_walkthrough_runs_as_printed(machine: Machine, tmp_path: Path
             f"\n--- terminal {n} ---\n{t.output()[-3000:]}" for n, t in sorted(terminals.items())
         )
 
-    steps = readme_steps(readme)
+    steps = page_steps(page)
     assert steps == [(s.terminal, s.command) for s in STEPS]
     try:
         for step in STEPS:
@@ -369,14 +392,14 @@ def test_the_readme_walkthrough_runs_as_printed(machine: Machine, tmp_path: Path
             assert status == 0, f"`{step.command}` failed ({status}):\n{printed}{logs()}"
             for shows in step.shows:
                 assert re.search(shows, printed), f"`{step.command}` printed:\n{printed}{logs()}"
-        # Terminal 6 showed the model change as the README shows it (other lines between).
+        # Terminal 6 showed the model change as the page shows it (other lines between).
         seen = [
             (row.split()[2], row.split()[3], row.split()[4])
             for row in terminal(6).output().splitlines()
             if row.startswith("chat ")
         ]
         remaining = iter(seen)
-        assert all(line in remaining for line in watch_sample(readme)), seen
+        assert all(line in remaining for line in watch_sample(page)), seen
         # Terminals 2 and 4 saw the CRD come; the gateway, sandbox and engines warned of nothing.
         assert "the InferenceModel CRD is installed" in terminal(4).output()
         for quiet in (1, 3, 4):

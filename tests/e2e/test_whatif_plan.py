@@ -48,6 +48,7 @@ def figures(plan: dict[str, Any]) -> None:
         result,
     )
     assert readme_row in pages.readme_section()
+    assert readme_row in pages.docs()  # its headline table
     docs = " ".join(pages.docs().split())  # a sentence may run over lines
     assert pages.docs_row(f"the plan ({devices} pools)", result) in docs
     for pool in plan["pools"]:

@@ -1,4 +1,4 @@
-"""The `snooze` command offers every subcommand the README documents, each with its help."""
+"""The `snooze` command offers every subcommand the docs document, each with its help."""
 
 from __future__ import annotations
 
@@ -108,11 +108,11 @@ def test_the_gateway_logs_json_lines(tmp_path: Path) -> None:
     assert record["severity"] == "info" and "gateway listening on" in record["message"]
 
 
-def test_the_readme_names_every_option_of_the_demo() -> None:
+def test_the_docs_name_every_option_of_the_demo() -> None:
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "getting-started.md").read_text()
     out = subprocess.run(
         [sys.executable, "-m", "snooze.cli", "demo", "--help"],
         capture_output=True,
@@ -120,10 +120,10 @@ def test_the_readme_names_every_option_of_the_demo() -> None:
         check=True,
     ).stdout
     usage = out[: out.index("\n\n")]
-    # `[--hybrid-wake-crash | --no-hybrid-wake-crash]`: the README names the one that changes
+    # `[--hybrid-wake-crash | --no-hybrid-wake-crash]`: the page names the one that changes
     # the default.
     options = set(re.findall(r"(?<![\w-])(--[a-z-]+|-v)\b", usage)) - {"-h", "--hybrid-wake-crash"}
     assert "--duration" in options and "--no-hybrid-wake-crash" in options
-    paragraph = readme[readme.index("`snooze demo --help` lists its options") :]
+    paragraph = page[page.index("`snooze demo --help` lists its options") :]
     paragraph = paragraph[: paragraph.index("\n\n")]
     assert [o for o in sorted(options) if f"`{o}`" not in paragraph] == []

@@ -1,4 +1,5 @@
-"""The README's layout table matches the tree: each path it names exists, each package is named."""
+"""The layout table (docs/layout.md) matches the tree: each path it names exists, each package is
+named; and every test the docs cite as proof exists."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ PACKAGE = ROOT / "operator" / "snooze"
 
 
 def layout_rows() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
-    return [line for line in section.splitlines() if line.startswith("| `")]
+    page = (ROOT / "docs" / "layout.md").read_text()
+    return [line for line in page.splitlines() if line.startswith("| `")]
 
 
 def named_paths() -> set[Path]:
@@ -29,7 +29,7 @@ def named_paths() -> set[Path]:
 
 def test_every_path_in_the_layout_table_exists() -> None:
     missing = sorted(str(p.relative_to(ROOT)) for p in named_paths() if not p.exists())
-    assert not missing, f"README's layout table names paths that do not exist: {missing}"
+    assert not missing, f"docs/layout.md's table names paths that do not exist: {missing}"
 
 
 def test_every_package_and_top_level_module_is_in_the_table() -> None:
@@ -37,7 +37,7 @@ def test_every_package_and_top_level_module_is_in_the_table() -> None:
     parts = [p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()]
     parts += [p for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
     unnamed = sorted(p.name for p in parts if p not in named)
-    assert not unnamed, f"README's layout table does not mention {unnamed}"
+    assert not unnamed, f"docs/layout.md's table does not mention {unnamed}"
 
 
 def test_the_rows_of_the_core_packages_name_each_of_their_modules() -> None:
@@ -54,12 +54,12 @@ def test_every_package_says_what_lives_there() -> None:
         assert text.startswith('"""'), f"{init.relative_to(ROOT)} has no docstring"
 
 
-def test_every_test_the_readme_cites_exists() -> None:
-    """The README's tables say which test proves each guarantee: each cited file exists (a
-    bare file name is the one file of that name under tests/), and so does each cited test."""
-    readme = (ROOT / "README.md").read_text()
+def test_every_test_the_docs_cite_exists() -> None:
+    """The docs' tables say which test proves each guarantee: each cited file exists (a bare
+    file name is the one file of that name under tests/), and so does each cited test."""
+    text = "\n".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
     missing = []
-    cited = re.findall(r"`((?:tests/[a-z_/]+/)?test_[a-z0-9_]+\.py)(?:::([a-z0-9_]+))?", readme)
+    cited = re.findall(r"`((?:tests/[a-z_/]+/)?test_[a-z0-9_]+\.py)(?:::([a-z0-9_]+))?", text)
     assert len(cited) > 10  # the pattern finds what the tables cite
     for name, function in cited:
         found = [ROOT / name] if "/" in name else list((ROOT / "tests").rglob(name))
@@ -67,4 +67,4 @@ def test_every_test_the_readme_cites_exists() -> None:
             missing.append(name)
         elif function and f"def {function}(" not in found[0].read_text():
             missing.append(f"{name}::{function}")
-    assert not missing, f"README cites tests that do not exist, or are ambiguous: {missing}"
+    assert not missing, f"the docs cite tests that do not exist, or are ambiguous: {missing}"

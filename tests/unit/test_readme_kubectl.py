@@ -14,8 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
     ROOT / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
     ROOT / "charts" / "snooze" / "README.md",
     ROOT / "benchmarks" / "README.md",
+    ROOT / "benchmarks" / "HISTORY.md",
     ROOT / "images" / "vllm" / "README.md",
 ]
 # A resource argument that names InferenceModels without their group.

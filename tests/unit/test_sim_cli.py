@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import docs_pages
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -227,16 +228,14 @@ def test_bad_flags_are_refused_by_name(flag: str, value: str, complaint: str) ->
     assert f"argument {flag}: {complaint}" in done.stderr
 
 
-def readme_commands() -> list[str]:
-    """The commands of the README's block on sharing a GPU, as printed."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("**Several engines on one GPU.**", 1)[1]
-    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
-    return [line for line in block.splitlines() if line and not line.startswith("#")]
+def page_commands() -> list[str]:
+    """The commands of docs/simulator.md's block on sharing a GPU, as printed."""
+    section = docs_pages.section("docs/simulator.md", "## Several engines on one GPU")
+    return docs_pages.commands(section)
 
 
-def test_the_readme_shared_gpu_commands_as_printed(tmp_path: Path) -> None:
-    serve, scrape = readme_commands()
+def test_the_page_shared_gpu_commands_as_printed(tmp_path: Path) -> None:
+    serve, scrape = page_commands()
     assert serve.startswith("snooze sim ") and scrape.startswith("curl ")
     hosts = [f"127.0.0.{20 + i}" for i in range(4)]
     if any(answers(f"http://{host}:8000/metrics") is not None for host in hosts):

@@ -26,6 +26,7 @@ def test_the_readme_compare_command_gives_its_figures(tmp_path: Path) -> None:
     readme, docs = pages.readme_section(), pages.docs()
     for p in policies:
         assert pages.readme_row(pages.LABELS[p["name"]], p) in readme, p["name"]
+        assert pages.readme_row(pages.LABELS[p["name"]], p) in docs, p["name"]
         assert pages.docs_row(f"`{p['name']}`", p) in docs, p["name"]
     by = {p["name"]: p for p in policies}
     # What the README says of them: sleep alone holds every device; scale to zero averages

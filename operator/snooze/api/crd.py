@@ -1,4 +1,4 @@
-"""Render the InferenceModel CRD from the pydantic models as a structural schema."""
+"""Render the CRDs (InferenceModel, GPUPool) from the pydantic models as structural schemas."""
 
 from __future__ import annotations
 

@@ -64,8 +64,8 @@ class Settings:
     """How often a model's status may be written when only its activity times moved (a phase,
     a count or a condition that changes is written at once)."""
     crd_poll_interval: float = 5.0
-    """How often an operator started before the InferenceModel CRD asks whether it is
-    installed yet."""
+    """How often an operator started before its CRDs (InferenceModel, GPUPool) asks whether
+    they are installed yet."""
     peering_lifetime: int = 60
     """With peering: how long a replica's keep-alive counts; a standby takes over this long
     after the active replica's last one (kopf refreshes it 5 to 10 s before it expires)."""

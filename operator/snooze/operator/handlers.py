@@ -51,7 +51,7 @@ class Runtime:
     restart: Callable[[], None] = lambda: None
     """Stop kopf so that it starts again and sees resources installed since (runner.py)."""
     crd_watch: asyncio.Task[None] | None = None
-    """Polls discovery while the InferenceModel CRD is not installed."""
+    """Polls discovery while a CRD (InferenceModel, GPUPool) is not installed."""
     closing: bool = False
     """kopf is stopping: a daemon that it still spawns from a late event ends at once."""
     loops: dict[tuple[str, str], ModelLoop] = dataclasses.field(default_factory=dict)

@@ -1,4 +1,5 @@
-"""Run kopf with Snooze's handlers, and once more when the InferenceModel CRD appears.
+"""Run kopf with Snooze's handlers, and once more when a CRD it lacked (InferenceModel, GPUPool)
+appears.
 
 kopf learns at start-up which resources the cluster serves. To see a CRD installed later it
 would list and watch every CustomResourceDefinition of the cluster (and, for a namespaced
