@@ -249,8 +249,10 @@ def test_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_the_command_line_says_what_is_wrong(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # In a folder of its own: a failed run leaves no output folder behind (checked below).
+    monkeypatch.chdir(tmp_path)
     assert main(["whatif", "--policy", "fixed:10m"]) == 2
     assert "give --trace FILE" in capsys.readouterr().err
     path = tmp_path / "trace.csv"
@@ -259,6 +261,12 @@ def test_the_command_line_says_what_is_wrong(
     assert "not a duration" in capsys.readouterr().err
     assert main(["whatif", "--trace", str(tmp_path / "none.csv"), "--policy", "always-on"]) == 2
     assert "cannot read the trace" in capsys.readouterr().err
+    assert not (tmp_path / "snooze-whatif").exists()
+    # A folder that was there before is left alone, empty or not.
+    (tmp_path / "mine").mkdir()
+    args = ["whatif", "--trace", str(tmp_path / "none.csv"), "--policy", "always-on"]
+    assert main([*args, "--out", str(tmp_path / "mine")]) == 2
+    assert (tmp_path / "mine").is_dir()
 
 
 def test_simulation_fields_are_all_set() -> None:

@@ -74,9 +74,11 @@ def run(args: argparse.Namespace) -> int:
 
         return compare.run(args)
     except (TraceError, LayoutError, PolicyError, flags.UsageError) as exc:
+        flags.forget_out(args)
         print(f"snooze whatif: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # writing the results: a full disk, a folder where a file goes
+        flags.forget_out(args)
         print(f"snooze whatif: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
 

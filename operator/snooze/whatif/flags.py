@@ -4,6 +4,7 @@ to read, what to count, the engines' latencies, and the GPU pools given as manif
 from __future__ import annotations
 
 import argparse
+import contextlib
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -107,16 +108,27 @@ def add_common(parser: argparse.ArgumentParser, *, out: str, within: bool = Fals
 
 
 def out_folder(args: argparse.Namespace, default: str) -> Path:
-    """`--out` (or `default`), made now (before a long replay, not after it)."""
+    """`--out` (or `default`), made now (before a long replay, not after it); a folder this
+    made is remembered, so that a run that fails leaves nothing behind (`forget_out`)."""
     folder: Path = args.out or Path(default)
     args.out = folder
+    made = not folder.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(
             f"--out {folder}: cannot make that folder: {exc.strerror or exc}"
         ) from None
+    args.out_made = made
     return folder
+
+
+def forget_out(args: argparse.Namespace) -> None:
+    """After a failed run: remove the output folder if this run made it and left it empty."""
+    folder = getattr(args, "out", None)
+    if getattr(args, "out_made", False) and folder is not None:
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only if empty: never what another run or the user put there
 
 
 def latencies(args: argparse.Namespace) -> Latencies:
