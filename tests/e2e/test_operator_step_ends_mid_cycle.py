@@ -17,7 +17,7 @@ import httpx
 import pytest
 from conftest import _addresses
 
-from snooze.api.models import STATE_LABEL, WAKE_REQUESTED_ANNOTATION
+from snooze.api.agreed import STATE_LABEL, WAKE_REQUESTED_ANNOTATION
 from snooze.engine.client import new_http_client
 from snooze.engine.http import Answer, EngineHttp
 from snooze.engine.probe import Prober

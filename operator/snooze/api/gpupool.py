@@ -22,8 +22,6 @@ KIND = "GPUPool"
 PLURAL = "gpupools"
 SINGULAR = "gpupool"
 SHORT_NAMES = ["gpool"]
-# A pod opts into a pool by this label (or by referencing the pool's ResourceClaim).
-POOL_LABEL = "snooze.dev/pool"
 
 
 class Eviction(StrEnum):
@@ -189,7 +187,6 @@ class GPUPoolStatus(Status):
 __all__ = [
     "KIND",
     "PLURAL",
-    "POOL_LABEL",
     "SHORT_NAMES",
     "SINGULAR",
     "Eviction",

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
 from snooze.api.models import (
-    WAKE_REQUESTED_ANNOTATION,
     DesiredState,
     EngineState,
     InferenceModelSpec,

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from snooze.api.models import WAKE_REQUESTED_ANNOTATION
+from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
 from snooze.gateway.metrics import GatewayMetrics
 from snooze.gateway.model import Key, Model
 from snooze.gateway.registry import Registry

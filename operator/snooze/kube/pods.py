@@ -7,20 +7,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from snooze.api.models import STATE_LABEL, EngineState
+from snooze.api.agreed import (
+    SLEEP_LEVEL_ANNOTATION,
+    SLEEP_SENT_ANNOTATION,
+    SLEEP_STARTED_ANNOTATION,
+    STATE_LABEL,
+    WAKE_PROGRESS_ANNOTATION,
+)
+from snooze.api.models import EngineState
 from snooze.kube.serveargs import ServeArgs, serve_args
 
-# Progress marks on the pod, so that an operator restarted in the middle of a step resumes
-# it rather than repeats or orphans it.
-SLEEP_STARTED_ANNOTATION = "snooze.dev/sleep-started-at"
-"""When the drain before a sleep began (the pod was labelled draining)."""
-SLEEP_SENT_ANNOTATION = "snooze.dev/sleep-sent-at"
-"""When /sleep was sent for that drain: from then on the engine may be freeing its memory."""
-WAKE_PROGRESS_ANNOTATION = "snooze.dev/wake-progress"
-"""The steps of the wake under way that the engine has done (`weights,reload_weights`)."""
-SLEEP_LEVEL_ANNOTATION = "snooze.dev/sleep-level"
-"""The level the engine went to sleep at (a pool may choose 2 where the model asks for 1);
-its wake follows it (for engines that do not publish vllm:engine_sleep_state)."""
 VLLM_SHARE_FLAG = "--gpu-memory-utilization"
 
 

@@ -13,18 +13,18 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from snooze.api.models import STATE_LABEL, EngineState, InferenceModelSpec
-from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
-from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
-from snooze.kube.api import KubeApi, KubeError, pods_ref
-from snooze.kube.pods import (
+from snooze.api.agreed import (
     SLEEP_LEVEL_ANNOTATION,
     SLEEP_SENT_ANNOTATION,
     SLEEP_STARTED_ANNOTATION,
+    STATE_LABEL,
     WAKE_PROGRESS_ANNOTATION,
-    PodInfo,
-    format_time,
 )
+from snooze.api.models import EngineState, InferenceModelSpec
+from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
+from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
+from snooze.kube.api import KubeApi, KubeError, pods_ref
+from snooze.kube.pods import PodInfo, format_time
 from snooze.operator.memory import EngineMemory, ModelMemory, Process
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.verification import Verifier

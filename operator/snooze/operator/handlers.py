@@ -12,6 +12,7 @@ from typing import Any
 import kopf
 
 from snooze.api import gpupool, models
+from snooze.api.agreed import STATE_LABEL
 from snooze.engine.client import ACTION_LEASE_SECONDS, new_http_client
 from snooze.engine.probe import Prober
 from snooze.kube import api as kube_api
@@ -184,7 +185,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         # patches, which would only echo).
         info = runtime.indexes.pod(body, deleted=event.get("type") == "DELETED")
         key = (namespace or "", info.name)
-        labels = tuple(sorted((k, v) for k, v in info.labels.items() if k != models.STATE_LABEL))
+        labels = tuple(sorted((k, v) for k, v in info.labels.items() if k != STATE_LABEL))
         fingerprint = (info.ready, info.ip, info.uid, event.get("type") == "DELETED", labels)
         before = runtime.routing.get(key)
         if before == fingerprint:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from snooze.api.gpupool import POOL_LABEL, GPUPoolSpec
+from snooze.api.agreed import POOL_LABEL
+from snooze.api.gpupool import GPUPoolSpec
 from snooze.api.models import EngineState, InferenceModelSpec
 from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory, Process

@@ -7,16 +7,17 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from snooze.api.models import STATE_LABEL, SpecError, parse_spec
+from snooze.api.agreed import (
+    SLEEP_SENT_ANNOTATION,
+    SLEEP_STARTED_ANNOTATION,
+    STATE_LABEL,
+    WAKE_PROGRESS_ANNOTATION,
+)
+from snooze.api.models import SpecError, parse_spec
 from snooze.engine.client import EngineClient, EngineHttp
 from snooze.engine.errors import EngineError
 from snooze.kube.api import MERGE_PATCH, KubeApi, KubeError, NotFound, pods_ref
-from snooze.kube.pods import (
-    SLEEP_SENT_ANNOTATION,
-    SLEEP_STARTED_ANNOTATION,
-    WAKE_PROGRESS_ANNOTATION,
-    PodInfo,
-)
+from snooze.kube.pods import PodInfo
 from snooze.operator.actions import engine_url
 from snooze.operator.scaling import scale_path
 
