@@ -21,9 +21,9 @@ from test_gateway import MESSAGES, add_model, engine_config, wait_asleep
 
 from snooze.api import rbac
 from snooze.api.agreed import SLEEP_STARTED_ANNOTATION as SLEEP_STARTED
+from snooze.api.times import format_time, parse_time
 from snooze.gateway.model import Key
 from snooze.kube.api import KubeApi
-from snooze.kube.pods import format_time, parse_time
 from snooze.sandbox import Sandbox
 
 __all__ = ["gateway"]

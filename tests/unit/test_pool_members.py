@@ -11,8 +11,9 @@ import pytest
 from snooze.api import crd, gpupool, models
 from snooze.api.gpupool import parse_pool_spec
 from snooze.api.models import InferenceModelSpec, parse_spec
+from snooze.api.modelstatus import merge_patch
 from snooze.kube.pods import PodInfo, pod_info
-from snooze.operator.memory import EngineMemory, Process
+from snooze.operator.memory import EngineMemory, process_of
 from snooze.operator.metrics import POOL_EVICTION_REASONS, OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
 from snooze.policy.pool import (
@@ -25,6 +26,7 @@ from snooze.policy.pool import (
     Waiting,
 )
 from snooze.policy.probing import Traffic
+from snooze.policy.runs import Process
 from snooze.sandbox.validation import Check
 
 GIB = 2**30
@@ -271,7 +273,7 @@ def test_the_pool_status_written_says_only_what_its_crd_declares() -> None:
         waiting=(),
         used=31 * GIB,
     )
-    status = loop._status(pool_spec, members, decision, generation=1, now=1.0)
+    status = merge_patch(loop._status(pool_spec, members, decision, generation=1, now=1.0))
     assert {m["pod"] for m in status["members"]} == {"m-0", "m-1"}
     stored(status, "Strict")  # raises ApiError naming any field the CRD does not declare
 
@@ -284,7 +286,7 @@ def test_an_operator_restarted_reads_the_copies_from_the_pool_status() -> None:
     first = loop_over(source)
     members, _, _ = first._gather(pool_spec, now=1.0)
     decision = PoolDecision(grant=frozenset(), evict={}, levels={}, waiting=(), used=30 * GIB)
-    status = first._status(pool_spec, members, decision, generation=1, now=1.0)
+    status = merge_patch(first._status(pool_spec, members, decision, generation=1, now=1.0))
     [entry] = status["members"]
     assert (entry["hostCopy"], entry["hostBytes"]) == (True, 29 * GIB)
     assert (entry["podUid"], entry["restarts"]) == ("uid-m-0", 2)
@@ -414,7 +416,7 @@ def test_a_primed_member_is_woken_back_then_forgotten() -> None:
     }
     loop, sources = three_member_pool({"memory": "70Gi", "prime": {}}, engines)
     for name in ("b-0", "c-0"):  # they slept at level 1 before: their copies are pinned
-        engines[name].note_host_copy(Process.of(sources[0].selected[0], 8000))
+        engines[name].note_host_copy(process_of(sources[0].selected[0], 8000))
     asyncio.run(loop.cycle())
     assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": PRIME}
     directive = loop.directive("a-0")
@@ -449,7 +451,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
     }
     loop, sources = three_member_pool({"memory": "70Gi", "prime": {}}, engines)
     for name in ("b-0", "c-0"):
-        engines[name].note_host_copy(Process.of(sources[0].selected[0], 8000))
+        engines[name].note_host_copy(process_of(sources[0].selected[0], 8000))
 
     async def primed_then_stopped() -> dict[str, Any]:
         await loop.cycle()
@@ -459,7 +461,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
         loop.made_room("a-0")
         await loop.cycle()  # written while a-0 drains; then the operator stops
         engines["a-0"].task.cancel()
-        return stored(loop._written)
+        return stored(merge_patch(loop._written))
 
     written = asyncio.run(primed_then_stopped())
     assert {m["pod"]: m["primed"] for m in written["members"]} == {
@@ -477,7 +479,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
     assert again.directive("a-0").rewake
     # c-0, asleep but never primed, sleeps on: only what the status says was primed wakes.
     assert not again.directive("c-0").grant
-    assert {m["pod"]: m["primed"] for m in again._written["members"]}["a-0"]
+    assert {m.pod: m.primed for m in again._written.members}["a-0"]
 
 
 def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> None:
@@ -644,7 +646,7 @@ def test_a_model_and_pod_named_like_a_marker_of_the_pool_change_nothing(name: st
     directive = loop.directive(evicted)
     assert directive.promised and not directive.headroom  # the drain is not cancelled
     asyncio.run(loop.cycle())
-    assert not any(m["primed"] for m in loop._written["members"])
+    assert not any(m.primed for m in loop._written.members)
 
 
 class Writes:
@@ -671,7 +673,7 @@ def test_a_restarted_operator_s_pool_waits_for_every_model_then_keeps_the_copies
     first = loop_over(before)
     members, _, _ = first._gather(parse_pool_spec(spec), now=1.0)
     decision = PoolDecision(grant=frozenset(), evict={}, levels={}, waiting=(), used=30 * GIB)
-    written = stored(first._status(parse_pool_spec(spec), members, decision, 1, 1.0))
+    written = stored(merge_patch(first._status(parse_pool_spec(spec), members, decision, 1, 1.0)))
 
     # The new operator: the model's loop has not cycled yet (it knows no pod, no copy).
     source = Source("m", POOLED, [])

@@ -13,8 +13,8 @@ from test_pool_members import FOR_C, three_member_pool
 from snooze.api.models import parse_spec
 from snooze.operator.memory import EngineMemory
 from snooze.operator.pools import PoolLoop
-from snooze.operator.pooltrust import Trust
 from snooze.policy.pool import BOOKS, Member, MemberState
+from snooze.policy.pooltrust import Trust
 from snooze.policy.sleep import MEMORY_NOT_FREED, ActionKind, EngineView, ModelView, decide
 
 GIB = 2**30
@@ -85,13 +85,13 @@ def test_the_member_whose_sleep_made_the_room_is_blamed_and_counted_whole() -> N
     assert wait.pod == "c-0" and wait.making_room and "books" in wait.reason
     assert not loop.directive("a-0").restart
     status = loop._written
-    assert {m["pod"]: m["untrusted"] for m in status["members"]} == {
+    assert {m.pod: m.untrusted for m in status.members} == {
         "a-0": True,
         "b-0": False,
         "c-0": False,
     }
-    [condition] = [c for c in status["conditions"] if c["type"] == "MemoryNotFreed"]
-    assert condition["status"] == "True" and "a-0" in condition["message"]
+    [condition] = [c for c in status.conditions if c.type == "MemoryNotFreed"]
+    assert condition.status == "True" and "a-0" in condition.message
     # Once b has slept, c's wake is granted again; the wake out of memory is judged once.
     engines["b-0"].sleeping, engines["b-0"].drain_started = True, time.time()
     asyncio.run(loop.cycle())
@@ -146,7 +146,7 @@ def test_a_member_asleep_that_snooze_never_put_to_sleep_counts_whole() -> None:
     [(_, _, message)] = [e for e in told if e[1] == "SleepUnasked"]  # told once
     assert message.startswith("c-0 (c) says it sleeps, but Snooze never put it to sleep")
     assert loop.decision is not None and loop.decision.used == 90 * GIB
-    assert {m["pod"]: m["untrusted"] for m in loop._written["members"]}["c-0"]
+    assert {m.pod: m.untrusted for m in loop._written.members}["c-0"]
 
 
 def member(pod: str, state: MemberState) -> Member:

@@ -15,7 +15,7 @@ from snooze.api.models import (
     Wire,
     describe_validation_error,
 )
-from snooze.api.modelstatus import Condition, Status
+from snooze.api.modelstatus import Condition, Status, parse_leniently
 from snooze.api.quantities import parse_quantity
 
 KIND = "GPUPool"
@@ -184,6 +184,12 @@ class GPUPoolStatus(Status):
     """The metadata.generation the operator last acted on."""
 
 
+def parse_pool_status(raw: object) -> GPUPoolStatus:
+    """A GPUPool's status as the API holds it: the one way the operator reads it (leniently,
+    as modelstatus.parse_leniently says)."""
+    return parse_leniently(GPUPoolStatus, raw)
+
+
 __all__ = [
     "KIND",
     "PLURAL",
@@ -196,4 +202,5 @@ __all__ = [
     "PoolMember",
     "PrimeSpec",
     "parse_pool_spec",
+    "parse_pool_status",
 ]

@@ -20,7 +20,8 @@ from snooze.api.models import (
     SpecError,
     parse_spec,
 )
-from snooze.kube.pods import PodInfo, parse_time
+from snooze.api.times import parse_time
+from snooze.kube.pods import PodInfo
 
 Key = tuple[str, str]
 

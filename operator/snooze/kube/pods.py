@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from snooze.api.agreed import (
@@ -15,6 +14,7 @@ from snooze.api.agreed import (
     WAKE_PROGRESS_ANNOTATION,
 )
 from snooze.api.models import EngineState
+from snooze.api.times import parse_time
 from snooze.kube.serveargs import ServeArgs, serve_args
 
 VLLM_SHARE_FLAG = "--gpu-memory-utilization"
@@ -84,25 +84,6 @@ class PodInfo:
             return EngineState(self.labels.get(STATE_LABEL, ""))
         except ValueError:
             return None
-
-
-def parse_time(text: str | None) -> float | None:
-    """An RFC 3339 time as seconds since the epoch; None if absent or unreadable."""
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-def format_time(seconds: float) -> str:
-    """Seconds since the epoch as the RFC 3339 form Kubernetes writes (UTC, `Z`)."""
-    moment = datetime.fromtimestamp(seconds, tz=UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def pod_info(body: Mapping[str, Any]) -> PodInfo:

@@ -21,11 +21,12 @@ from snooze.api.agreed import (
     WAKE_PROGRESS_ANNOTATION,
 )
 from snooze.api.models import EngineState, InferenceModelSpec
+from snooze.api.times import format_time
 from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
 from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
 from snooze.kube.api import KubeApi, KubeError, pods_ref
-from snooze.kube.pods import PodInfo, format_time
-from snooze.operator.memory import EngineMemory, ModelMemory, Process
+from snooze.kube.pods import PodInfo
+from snooze.operator.memory import EngineMemory, ModelMemory, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.verification import Verifier
 from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH, Verdict
@@ -330,7 +331,7 @@ class Executor:
                 client.base_url,
                 model_name,
                 engine,
-                Process.of(pod, spec.engine.port),
+                process_of(pod, spec.engine.port),
                 # The weights' digests take seconds: never while a wake waits for this room.
                 weights=action.reason != "MakeRoom",
             )
@@ -395,7 +396,7 @@ class Executor:
         engine.sleep_level = level
         engine.sleeping = True  # what the next probe would say: a GPU pool counts on it now
         if level == 1:
-            engine.note_host_copy(Process.of(pod, spec.engine.port))
+            engine.note_host_copy(process_of(pod, spec.engine.port))
         self.memory.last_sleep_time = finished
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Asleep").inc()
         self.metrics.sleep_duration.labels(self.namespace, str(level)).observe(finished - started)
@@ -491,7 +492,7 @@ class Executor:
             # A level-2 wake reloaded the weights: their digests are compared once the engine
             # serves (the check takes seconds; no request waits for it).
             weights = await self.verifier.weights_after_wake(
-                client.base_url, engine, Process.of(pod, spec.engine.port)
+                client.base_url, engine, process_of(pod, spec.engine.port)
             )
             if weights is not None and weights.failed:
                 await self._failed_check(pod, spec, engine, WEIGHTS_MISMATCH, weights.message)
@@ -503,7 +504,7 @@ class Executor:
         if not spec.wake.verify:
             return True
         url = engine_url(spec, pod)
-        process = Process.of(pod, spec.engine.port)
+        process = process_of(pod, spec.engine.port)
         verdict = await self.verifier.output_after_wake(
             url, spec.model_name or self.model, engine, process
         )

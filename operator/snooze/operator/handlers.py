@@ -13,6 +13,7 @@ import kopf
 
 from snooze.api import gpupool, models
 from snooze.api.agreed import STATE_LABEL
+from snooze.api.modelstatus import parse_status
 from snooze.engine.client import ACTION_LEASE_SECONDS, new_http_client
 from snooze.engine.probe import Prober
 from snooze.kube import api as kube_api
@@ -385,7 +386,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             http=runtime.action_http,
             namespace=namespace or "",
             raw_spec=dict(spec),
-            status=dict(status),
+            status=parse_status(status),
             pods=list(index.get(namespace or "", [])),
             emit=emit,
         )

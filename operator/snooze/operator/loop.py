@@ -19,22 +19,18 @@ from snooze.api.models import (
     SpecError,
     SpecMemo,
 )
+from snooze.api.modelstatus import parse_status
 from snooze.api.quantities import format_gib
+from snooze.api.times import parse_time
 from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
-from snooze.kube.pods import PodInfo, parse_time
+from snooze.kube.pods import PodInfo
 from snooze.operator import status
 from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
 from snooze.operator.foresight import Foresight
 from snooze.operator.knownbugs import conduct_of, facts_of, learn_versions
-from snooze.operator.memory import (
-    EngineMemory,
-    Integrity,
-    ModelMemory,
-    Process,
-    rebuild,
-)
+from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, process_of, rebuild
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.observe import (
     Probe,
@@ -53,9 +49,9 @@ from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
 from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
+from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
-JSON = dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,8 +126,9 @@ class ModelLoop:
         self.prober = prober
         self.settings = settings
         self.emit = emit
+        written = parse_status(body.get("status"))
         self.memory: ModelMemory = rebuild(
-            dict(body.get("status") or {}), unwritten=settings.status_interval, now=time.time()
+            written, unwritten=settings.status_interval, now=time.time()
         )
         if self.memory.last_activity is None:
             # The model's idle clock starts when the operator first sees it.
@@ -151,7 +148,6 @@ class ModelLoop:
         self.scaler = Scaler(
             namespace=namespace, model=name, api=api, memory=self.memory, emit=emit, metrics=metrics
         )
-        written: JSON = dict(body.get("status") or {})
         self.foresight = Foresight(
             namespace=namespace,
             name=name,
@@ -471,13 +467,13 @@ class ModelLoop:
                 if p.ready
                 and p.name not in acting
                 and (engine := self.memory.engine(p.name, now=now)).answered
-                and (process := Process.of(p, port)) is not None
+                and (process := process_of(p, port)) is not None
             ],
         )
         views = []
         for pod in pods:
             engine = self.memory.engine(pod.name, now=now)
-            process = Process.of(pod, port)
+            process = process_of(pod, port)
             _new_run(self.memory, pod.name, engine, process)
             if engine.sleep_blocked and engine.sleep_blocked != (pod.uid, self.memory.generation):
                 # A new pod under this name, or a new spec: worth one more try.

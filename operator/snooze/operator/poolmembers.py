@@ -10,9 +10,10 @@ from snooze.api.agreed import POOL_LABEL
 from snooze.api.gpupool import GPUPoolSpec
 from snooze.api.models import EngineState, InferenceModelSpec
 from snooze.kube.pods import PodInfo
-from snooze.operator.memory import EngineMemory, Process
+from snooze.operator.memory import EngineMemory, process_of
 from snooze.policy.pool import Member, MemberState
 from snooze.policy.probing import Traffic
+from snooze.policy.runs import Process
 
 # vLLM's --gpu-memory-utilization when none is given (0.9 before 0.33, 0.92 since): what an
 # engine takes on its device when nothing says otherwise.
@@ -92,7 +93,7 @@ def read_member(
         state, residue = MemberState.ASLEEP, footprint
     if state is MemberState.ASLEEP and engine is not None and engine.sleep_level:
         level = engine.sleep_level
-    process = Process.of(pod, model_spec.engine.port if model_spec is not None else None)
+    process = process_of(pod, model_spec.engine.port if model_spec is not None else None)
     written = copies.get(pod.name)
     awake_since = None if engine is None else engine.state_since.get(EngineState.AWAKE.value)
     member = Member(
@@ -128,10 +129,6 @@ def is_busy(engine: EngineMemory | None, traffic: Traffic | None) -> bool:
         return engine.busy
     seen = max(engine.last_probe or 0.0, engine.busy_at or 0.0)
     return traffic.in_flight > 0 or (engine.busy and seen > traffic.at)
-
-
-def restart_count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def member_state(pod: PodInfo, engine: EngineMemory | None) -> MemberState:

@@ -13,15 +13,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from snooze.api.gpupool import GPUPoolSpec, parse_pool_spec
+from snooze.api.gpupool import GPUPoolSpec, GPUPoolStatus, parse_pool_spec, parse_pool_status
 from snooze.api.models import GROUP, VERSION, InferenceModelSpec, SpecError
+from snooze.api.modelstatus import merge_patch
 from snooze.kube.api import KubeApi, Ref
 from snooze.kube.pods import PodInfo
-from snooze.operator.memory import Process
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.poolmembers import MemberSource, pool_name_of, read_member, restart_count
+from snooze.operator.poolmembers import MemberSource, pool_name_of, read_member
 from snooze.operator.poolstatus import invalid_pool_status, pool_status
-from snooze.operator.pooltrust import OUT_OF_MEMORY, Disagreement, Trust
 from snooze.policy.pool import (
     PRIME,
     Headroom,
@@ -38,10 +37,11 @@ from snooze.policy.pool import (
     decide_pool,
     overcommitted,
 )
+from snooze.policy.pooltrust import OUT_OF_MEMORY, Disagreement, Trust
 from snooze.policy.probing import Traffic
+from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
-JSON = dict[str, Any]
 Emit = Callable[[str, str, str], None]
 
 
@@ -174,8 +174,8 @@ class PoolLoop:
         """Member -> what it was last chosen to make room for: its sleep may begin after the
         decision has moved on (a starting member it made room for is loading by then)."""
         self._granted: set[str] = set()
-        self._written: JSON = dict(body.get("status") or {})
-        self._evictions = int(self._written.get("evictions") or 0)
+        self._written = parse_pool_status(body.get("status"))
+        self._evictions = self._written.evictions
         self._told: str | None = None
         self._sources: dict[str, MemberSource] = {}
         self.watching = False
@@ -184,20 +184,16 @@ class PoolLoop:
         self._processes: dict[str, Process] = {}
         """Member -> its engine's process: which one the status's hostCopy speaks of."""
         self._copies: dict[str, Process] = {
-            str(entry.get("pod")): Process(
-                str(entry.get("podUid")), restart_count(entry.get("restarts"))
-            )
-            for entry in self._written.get("members") or []
-            if isinstance(entry, Mapping) and entry.get("hostCopy") is True
+            entry.pod: Process(entry.pod_uid, entry.restarts)
+            for entry in self._written.members
+            if entry.host_copy
         }
         """Member -> the engine process known to keep a host copy: read from the status once,
         then as the members are seen. A member missing from one cycle (its loop restarted,
         its pod not seen for a moment) keeps its entry: the copy is forgotten only when its
         engine is seen without it."""
         self._sleeping_for: dict[str, RoomFor] = {
-            str(entry.get("pod")): PRIME
-            for entry in self._written.get("members") or []
-            if isinstance(entry, Mapping) and entry.get("primed") is True
+            entry.pod: PRIME for entry in self._written.members if entry.primed
         }
         """Member -> what its sleep under way makes room for (from made_room until its sleep
         action ends): the decision lists only awake members to put to sleep, and a request for
@@ -207,7 +203,7 @@ class PoolLoop:
         """Members whose priming sleep ended asleep: each is woken back into its own room if
         that is still free (a lazy ask)."""
         self.trust = Trust(since=time.time())
-        """Whose sleeps the pool no longer trusts to free their memory (operator/pooltrust.py)."""
+        """Whose sleeps the pool no longer trusts to free their memory (policy/pooltrust.py)."""
         self._restart: set[str] = set()
         """Untrusted members whose model's remedy is a restart: their pods are deleted."""
         self._unasked: set[str] = set()
@@ -581,7 +577,7 @@ class PoolLoop:
         decision: PoolDecision,
         generation: int | None,
         now: float,
-    ) -> JSON:
+    ) -> GPUPoolStatus:
         memory = spec.memory_bytes
         awake = sum(
             m.held
@@ -625,14 +621,16 @@ class PoolLoop:
             now=now,
         )
 
-    def _invalid_status(self, message: str, generation: int | None, now: float) -> JSON:
+    def _invalid_status(self, message: str, generation: int | None, now: float) -> GPUPoolStatus:
         if message != self._told:
             self.emit("Warning", "InvalidSpec", message)
             self._told = message
         return invalid_pool_status(message, previous=self._written, generation=generation, now=now)
 
-    async def _write_status(self, new: JSON) -> None:
-        if new == {k: self._written.get(k) for k in new}:
+    async def _write_status(self, new: GPUPoolStatus) -> None:
+        if new == self._written:
             return
-        await self.api.patch(pools_ref(self.namespace), self.name, {"status": new}, sub="status")
+        await self.api.patch(
+            pools_ref(self.namespace), self.name, {"status": merge_patch(new)}, sub="status"
+        )
         self._written = new

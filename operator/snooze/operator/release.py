@@ -14,6 +14,7 @@ from snooze.api.agreed import (
     WAKE_PROGRESS_ANNOTATION,
 )
 from snooze.api.models import SpecError, parse_spec
+from snooze.api.modelstatus import InferenceModelStatus
 from snooze.engine.client import EngineClient, EngineHttp
 from snooze.engine.errors import EngineError
 from snooze.kube.api import MERGE_PATCH, KubeApi, KubeError, NotFound, pods_ref
@@ -30,7 +31,7 @@ async def release(
     http: EngineHttp,
     namespace: str,
     raw_spec: dict[str, Any],
-    status: dict[str, Any],
+    status: InferenceModelStatus,
     pods: Sequence[PodInfo],
     emit: Callable[[str, str, str], None],
 ) -> None:
@@ -69,8 +70,8 @@ async def release(
             }
             with contextlib.suppress(NotFound):  # the pod went meanwhile: nothing to undo
                 await api.patch(pods_ref(namespace), pod.name, patch)
-    scaled_from = status.get("scaledFromReplicas")
-    if spec.scale_target_ref is not None and isinstance(scaled_from, int):
+    scaled_from = status.scaled_from_replicas
+    if spec.scale_target_ref is not None and scaled_from is not None:
         body = {"spec": {"replicas": scaled_from}}
         try:
             await api.request(

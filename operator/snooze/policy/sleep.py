@@ -15,7 +15,7 @@ from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 60.0
 HYBRID_CRASH_REASON = "HybridKVCacheReinit"
-# A GPU pool member whose sleep did not give its device memory back (operator/pooltrust.py).
+# A GPU pool member whose sleep did not give its device memory back (policy/pooltrust.py).
 MEMORY_NOT_FREED = "MemoryNotFreed"
 OUT_OF_MEMORY = "OutOfMemory"
 """A wake that found the device's memory taken: a restart of this engine frees no one else's
