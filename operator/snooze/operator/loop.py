@@ -40,7 +40,8 @@ from snooze.operator.observe import (
     note_reachability,
     probe,
 )
-from snooze.operator.pools import Directive, PoolHub
+from snooze.operator.pools import PoolHub
+from snooze.operator.poolsnapshot import ModelSnapshot, take_snapshot
 from snooze.operator.reporter import StatusReporter
 from snooze.operator.scaling import Scaler
 from snooze.policy import claims, probing
@@ -49,6 +50,7 @@ from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
 from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
+from snooze.policy.poolbooks import Directive
 from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
@@ -204,17 +206,26 @@ class ModelLoop:
                     await self.memory.poke.wait()
             self.memory.poke.clear()
 
-    @property
-    def last_wake_seconds(self) -> float | None:
-        return self.memory.last_wake_seconds
-
     def _made_room(self, pod: PodInfo) -> None:
         _, pool = self.pools.pool_of(self.namespace, pod, self.spec)
         if pool is not None:
             pool.made_room(pod.name)
 
-    def engine_memory(self, pod: str) -> EngineMemory | None:
-        return self.memory.engines.get(pod)
+    def snapshot(self, *, pool: str, claims: Mapping[str, str], now: float) -> ModelSnapshot:
+        """Its pods on GPU pool `pool`, and what it knows of their engines now."""
+        return take_snapshot(
+            name=self.name,
+            cycled=self.cycled,
+            spec=self.spec,
+            min_awake_now=self.min_awake_now,
+            last_wake_seconds=self.memory.last_wake_seconds,
+            selected=self.selected,
+            engines=self.memory.engines,
+            poke=self.poke,
+            pool=pool,
+            claims=claims,
+            now=now,
+        )
 
     def poke(self) -> None:
         self.memory.poke.set()
