@@ -295,7 +295,7 @@ class PoolLoop:
             self.metrics.observe_pool_wait(
                 self.namespace, self.name, grant.model, now - grant.asked_at
             )
-        for pod in decided.changed:
+        for pod in decided.changed(self._owners):
             self._owners[pod].poke()
 
     def _status(

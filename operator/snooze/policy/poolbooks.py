@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from snooze.policy.pooltrust import OUT_OF_MEMORY, Disagreement, Trust
 from snooze.policy.pooltypes import (
@@ -64,9 +65,9 @@ class Asked:
             self.gone = True
 
 
-@dataclass(frozen=True, kw_only=True)
-class Directive:
-    """What a pool says of one member now."""
+class Directive(NamedTuple):
+    """What a pool says of one member now (a tuple: whatif asks for one per member at every
+    decision)."""
 
     grant: bool = False
     evict: bool = False
@@ -129,12 +130,27 @@ class Grant:
 class Decided:
     """What a new decision changed in the books."""
 
+    after: PoolDecision
     chosen: list[tuple[str, RoomFor]]
     """Members newly chosen to sleep, with what for."""
     granted: list[Grant]
     """Wakes newly granted to an ask (not the wakes back of primed members)."""
-    changed: set[str]
-    """Members whose grant, eviction or level changed, and those that wait."""
+    before: PoolDecision | None
+    """The decision it follows."""
+
+    def changed(self, present: Iterable[str]) -> set[str]:
+        """The members whose grant, eviction or level changed, and those that wait: their
+        model loops look again now."""
+        before, after = self.before, self.after
+        found = {
+            pod
+            for pod in present
+            if before is None
+            or (pod in before.grant) != (pod in after.grant)
+            or (pod in before.evict) != (pod in after.evict)
+            or before.levels.get(pod) != after.levels.get(pod)
+        }
+        return found | {w.pod for w in after.waiting}
 
 
 @dataclass(kw_only=True)
@@ -275,7 +291,7 @@ class PoolBooks:
                 asked.follow(held(asked.model), now)
         if self.trust is not None:
             self.trust.follow(members, self.sleeping_for)
-        listed = self._follow_wakes(members)
+        listed = self._follow_wakes(members, present)
         blamed: list[Blame] = []
         told: list[str] = []
         if self.trust is not None:
@@ -293,12 +309,16 @@ class PoolBooks:
         # A wake back not granted lost its room to a wake that asked meanwhile: the member
         # sleeps on, with its copy pinned, as any sleeping member, until it is asked for.
         self.priming &= decision.grant
-        self.chosen = {p: f for p, f in self.chosen.items() if p in present}
-        self.chosen.update(decision.evict)
-        chosen = [(p, f) for p, f in decision.evict.items() if p not in self.announced]
-        self.announced = set(decision.evict)
+        # (Each step is skipped when it has nothing to do: whatif decides after every event.)
+        if self.chosen:
+            self.chosen = {p: f for p, f in self.chosen.items() if p in present}
+        chosen = []
+        if decision.evict or self.announced:
+            self.chosen.update(decision.evict)
+            chosen = [(p, f) for p, f in decision.evict.items() if p not in self.announced]
+            self.announced = set(decision.evict)
         granted = []
-        for pod in sorted(decision.grant - self.granted):
+        for pod in sorted(decision.grant - self.granted) if decision.grant else ():
             if self.trust is not None:
                 self.trust.granted(pod)
             asked = self.asks.get(pod)
@@ -306,16 +326,7 @@ class PoolBooks:
                 self.woken_for[pod] = asked.at
                 granted.append(Grant(pod=pod, model=asked.model, asked_at=asked.at))
         self.granted = decision.grant
-        changed = {
-            pod
-            for pod in present
-            if before is None
-            or (pod in before.grant) != (pod in decision.grant)
-            or (pod in before.evict) != (pod in decision.evict)
-            or before.levels.get(pod) != decision.levels.get(pod)
-        }
-        changed |= {w.pod for w in decision.waiting}
-        return Decided(chosen=chosen, granted=granted, changed=changed)
+        return Decided(after=decision, chosen=chosen, granted=granted, before=before)
 
     def untrusted(self, members: Iterable[Member]) -> set[str]:
         """The members counted whole: not trusted to free their memory, or asleep unasked."""
@@ -324,18 +335,20 @@ class PoolBooks:
 
     # -- its parts -----------------------------------------------------------------------
 
-    def _follow_wakes(self, members: Sequence[Member]) -> list[Member]:
+    def _follow_wakes(self, members: Sequence[Member], present: set[str]) -> list[Member]:
         """Each member woken for an ask, with when that ask was made (forgotten once it
-        sleeps again, and not granted)."""
+        sleeps again, and not granted). A member may come with it already (whatif's do: it
+        saves a copy of each in every round)."""
         asleep = {m.pod for m in members if m.state is MemberState.ASLEEP}
-        present = {m.pod for m in members}
         self.woken_for = {
             p: t
             for p, t in self.woken_for.items()
             if p in present and (p not in asleep or p in self.granted)
         }
         return [
-            replace(m, woken_for=self.woken_for[m.pod]) if m.pod in self.woken_for else m
+            m
+            if m.woken_for == self.woken_for.get(m.pod)
+            else replace(m, woken_for=self.woken_for.get(m.pod))
             for m in members
         ]
 

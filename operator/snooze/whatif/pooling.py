@@ -129,6 +129,7 @@ class PoolSim:
                         recent_requests=e.recent_requests(now),
                         weights=size.weights,
                         host_copy=e.pinned,
+                        woken_for=self.books.woken_for.get(e.pod),
                     )
                 )
         return members
