@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -24,45 +23,15 @@ from snooze.operator.discovery import restart_when_served
 from snooze.operator.events import teller
 from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.gateways import stop as stop_task
-from snooze.operator.indexes import Indexes, candidates
+from snooze.operator.indexes import candidates
 from snooze.operator.loop import ModelLoop, Neighbours
-from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.pools import PoolHub, PoolLoop
+from snooze.operator.pools import PoolLoop
 from snooze.operator.release import release
+from snooze.operator.runtime import Runtime, until_stopped
 from snooze.operator.startup import first_reads
 
 PREFIX = models.GROUP
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class Runtime:
-    """What every handler shares, kept in kopf's memo."""
-
-    settings: Settings
-    metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
-    api: KubeApi | None = None
-    gateways: GatewayTraffic | None = None
-    """The gateway's per-engine counters, scraped every probe interval (if it is given)."""
-    gateway_task: asyncio.Task[None] | None = None
-    prober: Prober | None = None
-    """Every model's probes, over one aiohttp session with one bound for the operator."""
-    action_http: Any = None
-    """For sleeps and wakes, which take seconds to minutes: kept apart so that a wave of
-    them never holds up the probes' slots."""
-    restart: Callable[[], None] = lambda: None
-    """Stop kopf so that it starts again and sees resources installed since (runner.py)."""
-    crd_watch: asyncio.Task[None] | None = None
-    """Polls discovery while a CRD (InferenceModel, GPUPool) is not installed."""
-    closing: bool = False
-    """kopf is stopping: a daemon that it still spawns from a late event ends at once."""
-    loops: dict[tuple[str, str], ModelLoop] = dataclasses.field(default_factory=dict)
-    pools: PoolHub = dataclasses.field(default_factory=PoolHub)
-    routing: dict[tuple[str, str], tuple[Any, ...]] = dataclasses.field(default_factory=dict)
-    namespaces: tuple[str, ...] = ()
-    """The namespaces (or patterns) kopf watches; none: all."""
-    indexes: Indexes = dataclasses.field(default_factory=Indexes)
-    """Pods and models as the last watch events showed them (indexes.py)."""
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -392,28 +361,6 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         )
 
     return registry
-
-
-async def until_stopped(
-    run: Callable[[Callable[[], bool]], Awaitable[None]],
-    poke: Callable[[], None],
-    stopped: kopf.DaemonStopped,
-    runtime: Runtime,
-    name: str,
-) -> None:
-    """Run a daemon's loop until kopf stops it (or the operator closes). The loop waits for a
-    poke between cycles: a stop must end that wait, or kopf cancels the daemon and warns on
-    every deletion of its object."""
-
-    async def wake_on_stop() -> None:
-        await stopped.wait()
-        poke()
-
-    waker = asyncio.create_task(wake_on_stop(), name=f"stop-waker:{name}")
-    try:
-        await run(lambda: bool(stopped) or runtime.closing)
-    finally:
-        waker.cancel()
 
 
 def _no_traffic(namespace: str, pod: str) -> None:
