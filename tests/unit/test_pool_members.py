@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
+from prometheus_client import start_http_server
 
 from snooze.api import crd, gpupool, models
 from snooze.api.gpupool import GPUPoolSpec, parse_pool_spec
 from snooze.api.models import InferenceModelSpec, parse_spec
 from snooze.api.modelstatus import merge_patch
+from snooze.gateway.metrics import GatewayMetrics
 from snooze.kube.pods import PodInfo, pod_info
+from snooze.operator.gateways import GatewayTraffic
+from snooze.operator.lifecycle import pools_reading
 from snooze.operator.memory import EngineMemory, process_of
 from snooze.operator.metrics import POOL_EVICTION_REASONS, OperatorMetrics
 from snooze.operator.poolmembers import Gathered, gather
@@ -396,6 +401,50 @@ def test_a_wake_waiting_for_busy_members_reads_every_scrape_of_the_gateway() -> 
     sources[1].engines["b-0"].last_probe = 13.0
     asyncio.run(loop.cycle())
     assert not loop.decision.evict and loop.watching
+
+
+def test_the_start_ups_hub_reads_the_gateway_and_hears_of_each_of_its_scrapes() -> None:
+    """The hub the operator's start-up builds reads a real gateway replica's page: a pool that
+    waits for busy members hurries the gateway's scraper, and each scrape pokes it."""
+    gateway = GatewayMetrics()
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=gateway.registry)
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    gateways = GatewayTraffic(api=None, urls=[url], interval=60)
+    hub = pools_reading(gateways)
+    loop, _ = busy_pool(hub)
+
+    async def scraped_once() -> None:
+        task = asyncio.create_task(gateways.run())
+        try:
+            async with asyncio.timeout(10):
+                await loop.poke_event.wait()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    try:
+        with gateway.sending("ns", "a-0"), gateway.sending("ns", "b-0"):
+            assert hub.traffic("ns", "a-0") is None  # nothing scraped yet: probes alone judge
+            loop.ask("c", ["c-0"], now=11.0)
+            asyncio.run(loop.cycle())
+            assert loop.watching and gateways.hurried_until > 0
+            loop.poke_event.clear()
+            asyncio.run(scraped_once())
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    busy = hub.traffic("ns", "a-0")
+    assert busy is not None and busy.in_flight == 1
+    assert hub.held("ns", "c") == 0
+
+
+def test_without_a_gateway_the_start_ups_hub_reads_nothing() -> None:
+    gateways = GatewayTraffic(api=None, interval=60)
+    hub = pools_reading(gateways)
+    assert hub.traffic("ns", "a-0") is None and hub.held("ns", "c") is None
+    assert gateways.scraped == []
 
 
 def test_engines_with_traffic_the_gateway_does_not_see_are_judged_by_probes_alone() -> None:

@@ -19,6 +19,7 @@ from snooze.operator.actions import Settings
 from snooze.operator.discovery import restart_when_served
 from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.gateways import stop as stop_task
+from snooze.operator.pools import PoolHub
 from snooze.operator.runtime import Runtime
 from snooze.operator.startup import first_reads
 
@@ -65,6 +66,16 @@ def configure(settings: kopf.OperatorSettings, ours: Settings) -> None:
     settings.background.instant_exit_timeout = 2.0
 
 
+def pools_reading(gateways: GatewayTraffic) -> PoolHub:
+    """The hub of the pool loops, reading what the gateways say when any is given (and nothing
+    otherwise); it hears of each scrape, so that a pool waiting on a busy member looks again."""
+    if not gateways.enabled:
+        return PoolHub()
+    hub = PoolHub(traffic=gateways.traffic, hurry=gateways.hurry, held=gateways.held)
+    gateways.scraped.append(hub.scraped)
+    return hub
+
+
 def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
     """The login, start-up and cleanup handlers, into `registry`."""
 
@@ -91,11 +102,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             timeout=runtime.settings.probe_timeout,
             metrics=runtime.metrics,
         )
-        if runtime.gateways.enabled:
-            runtime.pools.traffic = runtime.gateways.traffic
-            runtime.pools.hurry = runtime.gateways.hurry
-            runtime.pools.held = runtime.gateways.held
-            runtime.gateways.scraped.append(runtime.pools.scraped)
+        # Before kopf starts a daemon: every model and pool loop of this run shares this hub.
+        runtime.pools = pools_reading(runtime.gateways)
         runtime.closing = False
         # Before kopf watches anything: no model's loop starts on a partial view of the pods
         # and of the other models' claims. kopf's events keep them from here on.

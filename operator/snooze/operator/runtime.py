@@ -43,6 +43,8 @@ class Runtime:
     """kopf is stopping: a daemon that it still spawns from a late event ends at once."""
     loops: dict[tuple[str, str], ModelLoop] = dataclasses.field(default_factory=dict)
     pools: PoolHub = dataclasses.field(default_factory=PoolHub)
+    """The pool loops, and what they read of the gateways: built again by each start-up, with
+    that run's gateways (lifecycle.py), before any loop starts."""
     routing: dict[tuple[str, str], tuple[Any, ...]] = dataclasses.field(default_factory=dict)
     namespaces: tuple[str, ...] = ()
     """The namespaces (or patterns) kopf watches; none: all."""
