@@ -35,6 +35,7 @@ ALLOWED_FIRST_PARTY = {
     "snooze.api.times",
     "snooze.api.agreed",
     "snooze.api.enginetimes",
+    "snooze.api.reasons",
 }
 # A pure calculator of cron times (no I/O, no dependencies): schedules are decisions too.
 PURE_THIRD_PARTY = {"cronsim"}

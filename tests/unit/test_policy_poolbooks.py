@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snooze.api.gpupool import Eviction
+from snooze.api.reasons import OUT_OF_MEMORY
 from snooze.policy.pool import (
     BOOKS,
     HEADROOM,
@@ -25,7 +26,7 @@ from snooze.policy.pool import (
     WakeAsk,
     decide_pool,
 )
-from snooze.policy.poolbooks import OUT_OF_MEMORY, Blame, PoolBooks
+from snooze.policy.poolbooks import Blame, PoolBooks
 from snooze.policy.runs import Process
 
 GIB = 2**30

@@ -21,6 +21,7 @@ from snooze.api.agreed import (
     WAKE_PROGRESS_ANNOTATION,
 )
 from snooze.api.models import EngineState, InferenceModelSpec
+from snooze.api.reasons import MEMORY_NOT_FREED, OUTPUT_MISMATCH, WEIGHTS_MISMATCH
 from snooze.api.times import format_time
 from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
 from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
@@ -29,8 +30,8 @@ from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory, ModelMemory, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.verification import Verifier
-from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH, Verdict
-from snooze.policy.sleep import MEMORY_NOT_FREED, Action, ActionKind, retry_delay
+from snooze.policy.integrity import Verdict
+from snooze.policy.sleep import Action, ActionKind, retry_delay
 
 log = logging.getLogger(__name__)
 # What the operator did, one line each (events.teller logs the actions that post an Event).
@@ -107,6 +108,8 @@ class Executor:
         emit: Emit,
         metrics: OperatorMetrics,
         model: str,
+        pool_of: Callable[[PodInfo], str | None] = lambda _: None,
+        made_room: Callable[[PodInfo], None] = lambda _: None,
     ) -> None:
         self.namespace = namespace
         self.model = model
@@ -116,10 +119,10 @@ class Executor:
         self.memory = memory
         self.settings = settings
         self.emit = emit
-        self.pool_of: Callable[[PodInfo], str | None] = lambda _: None
-        """The GPU pool a pod is a member of (set by the model's loop)."""
-        self.made_room: Callable[[PodInfo], None] = lambda _: None
-        """Told when a member's sleep to make room on its pool begins (set by the loop)."""
+        self.pool_of = pool_of
+        """The GPU pool a pod is a member of (None: none)."""
+        self.made_room = made_room
+        """Told when a member's sleep to make room on its pool begins."""
         self.verifier = Verifier(http=http, metrics=metrics, namespace=namespace, model=model)
 
     def start(

@@ -19,8 +19,10 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
     @kopf.on.event(
         models.GROUP, models.VERSION, gpupool.PLURAL, id="pool_changed", registry=registry
     )
-    def pool_changed(namespace: str | None, name: str, **_: Any) -> None:
+    async def pool_changed(namespace: str | None, name: str, **_: Any) -> None:
         # Its spec is read live by its loop: a change is acted on now, not at the next interval.
+        # Async, as the other event handlers: kopf runs a sync one in a thread, where setting
+        # the loop's asyncio.Event is unsafe (the wakeup can be lost).
         loop = runtime.pools.loops.get((namespace or "", name))
         if loop is not None:
             loop.poke()

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from snooze.api.gpupool import GPUPoolSpec
 from snooze.api.models import DesiredState, EngineState
+from snooze.api.reasons import OUT_OF_MEMORY
 from snooze.kube.pods import PodInfo
 from snooze.operator.poolsnapshot import EngineFacts, ModelSnapshot, PodSnapshot
 from snooze.policy.pool import Member, MemberState, ModelNeeds
-from snooze.policy.poolbooks import OUT_OF_MEMORY
 from snooze.policy.probing import Traffic
 from snooze.policy.runs import Process
 

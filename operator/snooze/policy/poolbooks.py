@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from snooze.policy.pooltrust import OUT_OF_MEMORY, Disagreement, Trust
+from snooze.policy.pooltrust import Disagreement, Trust
 from snooze.policy.pooltypes import (
     PRIME,
     Member,
@@ -29,7 +29,6 @@ from snooze.policy.pooltypes import (
 from snooze.policy.runs import Process
 
 __all__ = [
-    "OUT_OF_MEMORY",
     "Asked",
     "Blame",
     "Decided",

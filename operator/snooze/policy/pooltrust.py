@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from snooze.policy.pooltypes import Member, MemberState, RoomFor, RoomKind
 from snooze.policy.runs import Process
 
-OUT_OF_MEMORY = "OutOfMemory"
-
 
 @dataclass(frozen=True, kw_only=True)
 class Disagreement:
