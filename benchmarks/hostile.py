@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 from harness import NS, Bench, bench, free_port, wait_until
 
-from snooze.kube.pods import format_time
+from snooze.api.times import format_time
 
 HOSTILE = ipaddress.ip_address("127.0.79.2")
 HONEST = 'vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:engine_sleep_state{sleep_state="awake"} 1\n'  # noqa: E501

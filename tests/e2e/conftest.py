@@ -184,7 +184,7 @@ class Cluster:
         )
 
     def request_wake(self, name: str, at: float | None = None) -> None:
-        from snooze.kube.pods import format_time
+        from snooze.api.times import format_time
 
         stamp = format_time(time.time() if at is None else at)
         self.patch_model(

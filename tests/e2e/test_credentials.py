@@ -124,7 +124,7 @@ def test_a_refused_token_is_replaced_by_a_fresh_login(guarded: Cluster, tmp_path
 def test_a_credential_is_renewed_before_it_expires(guarded: Cluster, tmp_path: Path) -> None:
     """An exec credential says when it expires: a fresh one is fetched before then, not after
     a refusal."""
-    from snooze.kube.pods import format_time
+    from snooze.api.times import format_time
 
     plugin = Plugin(tmp_path, guarded.sandbox.url)
     guarded.sandbox.accept_tokens("admin", "token-1", "token-2")

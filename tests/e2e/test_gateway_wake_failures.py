@@ -20,10 +20,10 @@ from stand_in import set_label, write_status
 from test_gateway import MESSAGES, add_model, engine_config, wait_asleep
 
 from snooze.api import rbac
+from snooze.api.agreed import SLEEP_STARTED_ANNOTATION as SLEEP_STARTED
+from snooze.api.times import format_time, parse_time
 from snooze.gateway.model import Key
 from snooze.kube.api import KubeApi
-from snooze.kube.pods import SLEEP_STARTED_ANNOTATION as SLEEP_STARTED
-from snooze.kube.pods import format_time, parse_time
 from snooze.sandbox import Sandbox
 
 __all__ = ["gateway"]

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from conftest import FAST, Cluster, OperatorThread, _addresses, wait_for
 
-from snooze.kube.pods import format_time
+from snooze.api.times import format_time
 from snooze.sim.engine import GARBAGE_MARKER
 
 LABELS = {"app": "chat"}

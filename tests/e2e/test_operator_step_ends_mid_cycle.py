@@ -17,12 +17,13 @@ import httpx
 import pytest
 from conftest import _addresses
 
-from snooze.api.models import STATE_LABEL, WAKE_REQUESTED_ANNOTATION
+from snooze.api.agreed import STATE_LABEL, WAKE_REQUESTED_ANNOTATION
+from snooze.api.times import format_time
 from snooze.engine.client import new_http_client
 from snooze.engine.http import Answer, EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi, Ref
-from snooze.kube.pods import PodInfo, format_time
+from snooze.kube.pods import PodInfo
 from snooze.operator.actions import Settings
 from snooze.operator.loop import ModelLoop
 from snooze.operator.metrics import OperatorMetrics

@@ -9,7 +9,7 @@ asleep; C: a member whose wake ran out of memory never granted again)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -22,6 +22,7 @@ from snooze.operator.actions import Executor, Settings
 from snooze.operator.memory import EngineMemory, ModelMemory
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub, PoolLoop
+from snooze.operator.poolsnapshot import ModelSnapshot, take_snapshot
 from snooze.policy.sleep import Action, ActionKind
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 
@@ -36,7 +37,8 @@ class Api:
 
 
 class Member:
-    """One model with one pod on the pool, as the coordinator reads a model loop."""
+    """One model with one pod on the pool: its snapshots, as a model loop hands them to the
+    coordinator."""
 
     def __init__(self, name: str, engine: SimulatedEngine) -> None:
         self.name = name
@@ -68,11 +70,20 @@ class Member:
         """What the model loop's probe records: whether the engine sleeps."""
         self.state.sleeping = self.engine.is_sleeping
 
-    def engine_memory(self, pod: str) -> EngineMemory | None:
-        return self.memory.engines.get(pod)
-
-    def poke(self) -> None:
-        pass
+    def snapshot(self, *, pool: str, claims: Mapping[str, str], now: float) -> ModelSnapshot:
+        return take_snapshot(
+            name=self.name,
+            cycled=self.cycled,
+            spec=self.spec,
+            min_awake_now=self.min_awake_now,
+            last_wake_seconds=self.last_wake_seconds,
+            selected=self.selected,
+            engines=self.memory.engines,
+            poke=lambda: None,
+            pool=pool,
+            claims=claims,
+            now=now,
+        )
 
     async def wake(self, http: EngineHttp) -> None:
         """The operator's wake of this member (label, /wake_up, confirm, label), to its end."""

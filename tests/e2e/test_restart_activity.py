@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 from conftest import FAST, MODELS, Cluster, OperatorThread, wait_for
 
-from snooze.kube.pods import format_time
+from snooze.api.times import format_time
 
 IDLE_AFTER = 10.0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from snooze.api.modelstatus import parse_status
 from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory, ModelMemory, rebuild
 from snooze.policy.pool import RECENT_WINDOW_SECONDS
@@ -46,11 +47,11 @@ def test_a_pod_recreated_while_the_operator_was_down_is_a_new_engine() -> None:
             }
         ]
     }
-    same = rebuild(status)
+    same = rebuild(parse_status(status))
     same.forget_missing([pod("chat-0", "uid-1")])
     assert same.engines["chat-0"].wake_failures == 1  # the same pod: its failures stand
 
-    recreated = rebuild(status)
+    recreated = rebuild(parse_status(status))
     recreated.forget_missing([pod("chat-0", "uid-2")])
     assert "chat-0" not in recreated.engines
 

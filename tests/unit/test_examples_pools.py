@@ -19,12 +19,12 @@ import jsonschema
 import pytest
 import yaml
 
-from snooze.api import gpupool, models
+from snooze.api import agreed, gpupool, models
 from snooze.api.gpupool import GPUPoolSpec
 from snooze.api.models import InferenceModelSpec
 from snooze.api.quantities import GIB, format_gib, parse_quantity
 from snooze.kube.pods import pod_info
-from snooze.operator.poolmembers import pool_name_of
+from snooze.operator.poolsnapshot import pool_name_of
 from snooze.policy.pool import Member, MemberState, PoolView, WakeAsk, decide_pool, overcommitted
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -332,8 +332,8 @@ def time_slicing_problems(docs: list[Doc]) -> list[str]:
     [pool] = of_kind(docs, gpupool.KIND)
     for deployment in deployments:
         labels = deployment["spec"]["template"]["metadata"]["labels"]
-        if labels.get(gpupool.POOL_LABEL) != pool["metadata"]["name"]:
-            problems.append(f"{deployment['metadata']['name']}: no {gpupool.POOL_LABEL} label")
+        if labels.get(agreed.POOL_LABEL) != pool["metadata"]["name"]:
+            problems.append(f"{deployment['metadata']['name']}: no {agreed.POOL_LABEL} label")
         for container in deployment["spec"]["template"]["spec"]["containers"]:
             limits = container.get("resources", {}).get("limits", {})
             if str(limits.get("nvidia.com/gpu")) != "1":

@@ -15,17 +15,11 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from test_gateway_counters import Scrapes, running
 
+from snooze.api.agreed import POD_IN_FLIGHT, PODS_WENT_IDLE
 from snooze.gateway import metrics_port
 from snooze.gateway.metrics import GatewayMetrics
-from snooze.gateway.metrics_port import LONGEST_WAIT, MOST_WAITERS, IdleSignal
-from snooze.operator.gateways import (
-    IN_FLIGHT,
-    LONGEST_IDLE_WAIT,
-    SOONEST,
-    WENT_IDLE,
-    GatewayTraffic,
-    went_idle,
-)
+from snooze.gateway.metrics_port import MOST_WAITERS, IdleSignal
+from snooze.operator.gateways import SOONEST, GatewayTraffic, went_idle
 
 
 @contextmanager
@@ -58,12 +52,7 @@ def test_an_engine_goes_idle_when_its_last_request_ends_not_before() -> None:
 def test_a_count_that_is_no_number_of_times_cannot_be_waited_on(value: str) -> None:
     """Whatever answers at a replica's address is read as a page: a count of +Inf must not
     stop the scraper (int() of it raises), only make that replica one not waited on."""
-    assert went_idle(f"{WENT_IDLE} {value}\n") is None
-
-
-def test_the_operator_waits_no_longer_than_the_gateway_allows() -> None:
-    # The operator may not import the gateway (the layers contract): the bound is copied.
-    assert LONGEST_IDLE_WAIT == LONGEST_WAIT
+    assert went_idle(f"{PODS_WENT_IDLE} {value}\n") is None
 
 
 def test_the_page_counts_an_engine_gone_idle_before_it_shows_its_requests_in_flight() -> None:
@@ -71,12 +60,12 @@ def test_the_page_counts_an_engine_gone_idle_before_it_shows_its_requests_in_fli
     the operator would then wait for the next engine to go idle. Collected in this order,
     a page that counts the end was read after the in-flight count dropped."""
     page = generate_latest(GatewayMetrics().registry).decode()
-    assert page.index(WENT_IDLE) < page.index(IN_FLIGHT)
+    assert page.index(PODS_WENT_IDLE) < page.index(POD_IN_FLIGHT)
 
 
 def test_a_page_without_the_count_cannot_be_waited_on() -> None:
     registry = CollectorRegistry()
-    Gauge(IN_FLIGHT, "in flight", ["namespace", "pod"], registry=registry).labels("ns", "p")
+    Gauge(POD_IN_FLIGHT, "in flight", ["namespace", "pod"], registry=registry).labels("ns", "p")
     assert went_idle(generate_latest(registry).decode()) is None
 
 

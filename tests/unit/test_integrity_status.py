@@ -6,20 +6,20 @@ from __future__ import annotations
 import pytest
 from test_status import wire_names
 
-from snooze.api.modelstatus import InferenceModelStatus, PodVerification
+from snooze.api.modelstatus import (
+    InferenceModelStatus,
+    PodStatus,
+    PodVerification,
+    merge_patch,
+    parse_status,
+)
 from snooze.kube.pods import PodInfo
 from snooze.operator import status
 from snooze.operator.integritystatus import known_bug, verification_entry, wake_verified
-from snooze.operator.memory import (
-    EngineMemory,
-    Integrity,
-    ModelMemory,
-    Process,
-    integrity_of,
-    rebuild,
-)
+from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, integrity_of, rebuild
 from snooze.policy.integrity import Answer, Check
 from snooze.policy.knownbugs import ServeFacts, conduct
+from snooze.policy.runs import Process
 
 NOW = 1_800_000_000.0
 BASELINE = Answer.of(route="/v1/completions", tokens=[5, 6, 7, 8], text="five six")
@@ -50,9 +50,15 @@ def test_the_records_go_on_the_status_and_come_back_after_a_restart() -> None:
     memory = ModelMemory()
     memory.engines["chat-0"] = recorded
     built = status.build(
-        model_name="chat", pods=[pod()], memory=memory, previous={}, generation=1, now=NOW
+        model_name="chat",
+        pods=[pod()],
+        memory=memory,
+        previous=InferenceModelStatus(),
+        generation=1,
+        now=NOW,
     )
-    entry = built["pods"][0]["verification"]
+    written = merge_patch(built)
+    entry = written["pods"][0]["verification"]
     assert entry == {
         "output": "Recorded",
         "weights": "Recorded",
@@ -66,8 +72,7 @@ def test_the_records_go_on_the_status_and_come_back_after_a_restart() -> None:
         "weightTensors": 290,
     }
     assert set(entry) <= wire_names(PodVerification)
-    InferenceModelStatus.model_validate(built)  # the CRD's types read it
-    again = rebuild(built).engines["chat-0"].integrity
+    again = rebuild(parse_status(written)).engines["chat-0"].integrity
     assert again.of(Process("uid-1", 2)) and not again.of(Process("uid-1", 3))
     assert (again.output, again.weights, again.baseline) == (
         Check.RECORDED,
@@ -84,14 +89,24 @@ def test_the_records_go_on_the_status_and_come_back_after_a_restart() -> None:
 
 
 def test_a_mismatch_read_back_is_still_a_quarantine() -> None:
-    entry = {"name": "chat-0", "uid": "u", "verification": {"output": "Mismatch", "restarts": 0}}
-    assert integrity_of(entry).quarantined
-    assert not integrity_of({"name": "chat-0", "verification": {"output": "Mismatch"}}).quarantined
-    assert integrity_of({"uid": "u", "verification": {"output": "Bogus"}}).output is Check.PENDING
+    def read(entry: dict[str, object]) -> PodStatus:
+        [found] = parse_status({"pods": [{"name": "chat-0", "state": "asleep", **entry}]}).pods
+        return found
+
+    mismatch = {"output": "Mismatch", "restarts": 0}
+    assert integrity_of(read({"uid": "u", "verification": mismatch})).quarantined
+    assert not integrity_of(read({"verification": {"output": "Mismatch"}})).quarantined
+    assert integrity_of(read({"uid": "u", "verification": {"output": "Bogus"}})).output is (
+        Check.PENDING
+    )
 
 
 def test_verification_off_says_so() -> None:
-    assert verification_entry(engine(), verify=False) == {"output": "Off", "weights": "Off"}
+    off_entry = verification_entry(engine(), verify=False)
+    assert off_entry.model_dump(by_alias=True, exclude_unset=True) == {
+        "output": "Off",
+        "weights": "Off",
+    }
     off = wake_verified([("chat-0", engine())], verify=False)
     assert (off.status, off.reason) == (False, "VerificationOff")
 

@@ -3,8 +3,9 @@ seen that write yet, so that a lagging index does not make it write the same lab
 
 from __future__ import annotations
 
+from snooze.api.agreed import STATE_LABEL
 from snooze.api.models import EngineState
-from snooze.kube.pods import STATE_LABEL, PodInfo
+from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory
 
 

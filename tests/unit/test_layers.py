@@ -32,6 +32,10 @@ ALLOWED_FIRST_PARTY = {
     "snooze.api.keepawake",
     "snooze.api.durations",
     "snooze.api.quantities",
+    "snooze.api.times",
+    "snooze.api.agreed",
+    "snooze.api.enginetimes",
+    "snooze.api.reasons",
 }
 # A pure calculator of cron times (no I/O, no dependencies): schedules are decisions too.
 PURE_THIRD_PARTY = {"cronsim"}
@@ -115,6 +119,9 @@ API_TYPES = [
     "snooze.api.keepawake",
     "snooze.api.durations",
     "snooze.api.quantities",
+    "snooze.api.times",
+    "snooze.api.agreed",
+    "snooze.api.enginetimes",
 ]
 
 
@@ -126,6 +133,7 @@ def test_policy_layer_imports_only_stdlib_and_the_spec(module: str) -> None:
         "snooze.api.modelstatus",
         "snooze.api.gpupool",
         "snooze.api.keepawake",
+        "snooze.api.times",
     )
     allowed_third_party = PURE_THIRD_PARTY | ({"pydantic", "pydantic_core"} if pydantic else set())
     # The decisions may read each other (the pool's are split by responsibility), never I/O.

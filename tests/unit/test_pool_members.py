@@ -3,28 +3,40 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
+from prometheus_client import start_http_server
 
 from snooze.api import crd, gpupool, models
-from snooze.api.gpupool import parse_pool_spec
+from snooze.api.gpupool import GPUPoolSpec, parse_pool_spec
 from snooze.api.models import InferenceModelSpec, parse_spec
+from snooze.api.modelstatus import merge_patch
+from snooze.gateway.metrics import GatewayMetrics
 from snooze.kube.pods import PodInfo, pod_info
-from snooze.operator.memory import EngineMemory, Process
+from snooze.operator.gateways import GatewayTraffic
+from snooze.operator.lifecycle import pools_reading
+from snooze.operator.memory import EngineMemory, process_of
 from snooze.operator.metrics import POOL_EVICTION_REASONS, OperatorMetrics
+from snooze.operator.poolmembers import Gathered, gather
 from snooze.operator.pools import PoolHub, PoolLoop
+from snooze.operator.poolsnapshot import ModelSnapshot, take_snapshot
 from snooze.policy.pool import (
     HEADROOM,
     PRIME,
+    Member,
     MemberState,
+    ModelNeeds,
     PoolDecision,
     RoomFor,
     RoomKind,
     Waiting,
 )
 from snooze.policy.probing import Traffic
+from snooze.policy.runs import Process
 from snooze.sandbox.validation import Check
 
 GIB = 2**30
@@ -33,7 +45,7 @@ FOR_C = RoomFor(RoomKind.WAKE, "c-0")
 
 
 class Source:
-    """A model loop as a pool sees it."""
+    """A model loop as a pool sees it: its snapshots, taken from what the test sets here."""
 
     def __init__(self, name: str, spec: InferenceModelSpec, pods: list[PodInfo]) -> None:
         self.name, self.spec, self.selected = name, spec, pods
@@ -41,15 +53,20 @@ class Source:
         self.min_awake_now = spec.min_awake
         self.cycled = True
 
-    @property
-    def last_wake_seconds(self) -> float | None:
-        return None
-
-    def engine_memory(self, pod: str) -> EngineMemory | None:
-        return self.engines.get(pod)
-
-    def poke(self) -> None:
-        pass
+    def snapshot(self, *, pool: str, claims: Mapping[str, str], now: float) -> ModelSnapshot:
+        return take_snapshot(
+            name=self.name,
+            cycled=self.cycled,
+            spec=self.spec,
+            min_awake_now=self.min_awake_now,
+            last_wake_seconds=None,
+            selected=self.selected,
+            engines=self.engines,
+            poke=lambda: None,
+            pool=pool,
+            claims=claims,
+            now=now,
+        )
 
 
 def pod(name: str, **status: Any) -> PodInfo:
@@ -72,18 +89,37 @@ POOLED = parse_spec(
 )
 
 
-def loop_over(source: Source, status: dict[str, Any] | None = None) -> PoolLoop:
+def loop_over(
+    source: Source, status: dict[str, Any] | None = None, hub: PoolHub | None = None
+) -> PoolLoop:
     return PoolLoop(
         namespace="ns",
         name="gpu",
         body={"metadata": {"name": "gpu"}, "spec": {"memory": "70Gi"}, "status": status or {}},
-        api=None,  # type: ignore[arg-type]  # _gather makes no API call
-        hub=PoolHub(),
+        api=None,  # type: ignore[arg-type]  # gathered() makes no API call
+        hub=hub or PoolHub(),
         models=lambda: [source],
         emit=lambda *_: None,
         metrics=OperatorMetrics(),
         interval=1.0,
     )
+
+
+def gathered(
+    loop: PoolLoop, spec: GPUPoolSpec, now: float
+) -> tuple[list[Member], dict[str, ModelNeeds], Gathered]:
+    """The pool's members and its models' needs, as its next cycle reads them from its models'
+    snapshots."""
+    claims = loop.hub.claims("ns")
+    models = [m.snapshot(pool=loop.name, claims=claims, now=now) for m in loop.models()]
+    found = gather(
+        spec,
+        models,
+        copies=loop.books.copies,
+        traffic=lambda pod: loop.hub.traffic("ns", pod),
+        now=now,
+    )
+    return found.members, found.needs, found
 
 
 def test_members_their_states_and_footprints() -> None:
@@ -96,7 +132,7 @@ def test_members_their_states_and_footprints() -> None:
     source = Source("m", POOLED, pods)
     source.engines["awake-0"] = EngineMemory(last_activity=0.0, sleeping=False)
     source.engines["asleep-0"] = EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0)
-    members, needs, _ = loop_over(source)._gather(parse_pool_spec({"memory": "70Gi"}), now=100.0)
+    members, needs, _ = gathered(loop_over(source), parse_pool_spec({"memory": "70Gi"}), now=100.0)
     states = {m.pod: m.state for m in members}
     assert states == {
         "awake-0": MemberState.AWAKE,
@@ -106,7 +142,7 @@ def test_members_their_states_and_footprints() -> None:
     assert {m.footprint for m in members} == {30 * GIB}
     assert needs["m"].min_awake == 0
     source.min_awake_now = 1  # a keep-awake window in force: the pool keeps one awake too
-    _, needs, _ = loop_over(source)._gather(parse_pool_spec({"memory": "70Gi"}), now=100.0)
+    _, needs, _ = gathered(loop_over(source), parse_pool_spec({"memory": "70Gi"}), now=100.0)
     assert needs["m"].min_awake == 1
 
 
@@ -117,7 +153,7 @@ def test_the_footprint_falls_back_to_the_engine_then_the_pod_args() -> None:
     said = pod("said-0", **READY)
     source = Source("m", spec, [from_args, said])
     source.engines["said-0"] = EngineMemory(last_activity=0.0, sleeping=False, gpu_share=0.5)
-    members, _, _ = loop_over(source)._gather(parse_pool_spec({"memory": "80Gi"}), now=1.0)
+    members, _, _ = gathered(loop_over(source), parse_pool_spec({"memory": "80Gi"}), now=1.0)
     assert {m.pod: m.footprint for m in members} == {"args-0": 20 * GIB, "said-0": 40 * GIB}
 
 
@@ -135,9 +171,9 @@ def test_an_eviction_counts_under_what_it_was_chosen_for() -> None:
         waiting=(),
         used=0,
     )
-    loop._publish(chosen, [], sources, now=1.0)
+    loop.books.decided(chosen, present=sources)
     moved_on = PoolDecision(grant=frozenset(), evict={}, levels={}, waiting=(), used=0)
-    loop._publish(moved_on, [], sources, now=2.0)
+    loop.books.decided(moved_on, present=sources)
     loop.made_room("old-0")
     evictions = loop.metrics.pool_evictions
     assert evictions.labels("ns", "gpu", "start")._value.get() == 1
@@ -151,7 +187,7 @@ def test_a_member_carries_its_requests_of_the_last_ten_minutes() -> None:
         for at, total in zip((0.0, 50.0, 90.0), totals, strict=True):
             engine.note_served(total, at)
             engine.success_total = total
-    members, _, _ = loop_over(source)._gather(parse_pool_spec({"memory": "70Gi"}), now=100.0)
+    members, _, _ = gathered(loop_over(source), parse_pool_spec({"memory": "70Gi"}), now=100.0)
     assert {m.pod: m.recent_requests for m in members} == {"busy-0": 45, "quiet-0": 1}
 
 
@@ -208,15 +244,15 @@ def test_a_sidecar_that_names_vllm_cannot_make_the_pool_forget_a_copy() -> None:
     engine.note_host_copy(Process("uid-m-0", 0))  # it slept at level 1, then woke
     for at, decoy_restarts in enumerate((1, 2, 7), start=1):
         source.selected = [engine_pod("m-0", [0, decoy_restarts], [engine_only_image, decoy])]
-        [member], _, _ = loop._gather(pool_spec, now=float(at))
+        [member], _, _ = gathered(loop, pool_spec, now=float(at))
         assert member.host_copy
     # Without the port declared, the two containers leave the engine unknown: still counted.
     source.selected = [engine_pod("m-0", [3, 9], [{"name": "engine", "image": "i"}, decoy])]
-    [member], _, _ = loop._gather(pool_spec, now=9.0)
+    [member], _, _ = gathered(loop, pool_spec, now=9.0)
     assert member.host_copy
     # The engine's own container restarted: its process, and the copy, are gone.
     source.selected = [engine_pod("m-0", [1, 9], [engine_only_image, decoy])]
-    [member], _, _ = loop._gather(pool_spec, now=10.0)
+    [member], _, _ = gathered(loop, pool_spec, now=10.0)
     assert not member.host_copy
 
 
@@ -228,13 +264,13 @@ def test_a_pinned_copy_is_counted_until_the_engine_restarts() -> None:
     source = Source("m", POOLED, [engine_pod("m-0", 0)])
     engine = source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
     loop = loop_over(source)
-    [member], _, _ = loop._gather(pool_spec, now=1.0)
+    [member], _, _ = gathered(loop, pool_spec, now=1.0)
     assert not member.host_copy
     engine.note_host_copy(Process("uid-m-0", 0))  # it slept at level 1, then woke
-    [member], _, _ = loop._gather(pool_spec, now=2.0)
+    [member], _, _ = gathered(loop, pool_spec, now=2.0)
     assert member.host_copy and member.state is MemberState.AWAKE
     source.selected = [engine_pod("m-0", 1)]  # its container restarted
-    [member], _, _ = loop._gather(pool_spec, now=3.0)
+    [member], _, _ = gathered(loop, pool_spec, now=3.0)
     assert not member.host_copy
 
 
@@ -263,7 +299,8 @@ def test_the_pool_status_written_says_only_what_its_crd_declares() -> None:
     source.engines["m-0"].note_host_copy(Process("uid-m-0", 2))
     source.engines["m-1"] = EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0)
     loop = loop_over(source)
-    members, _, _ = loop._gather(pool_spec, now=1.0)
+    members, _, found = gathered(loop, pool_spec, now=1.0)
+    loop.books.follow(members, now=1.0, processes=found.processes)
     decision = PoolDecision(
         grant=frozenset(),
         evict={"m-0": RoomFor(RoomKind.WAKE, "m-1")},
@@ -271,7 +308,7 @@ def test_the_pool_status_written_says_only_what_its_crd_declares() -> None:
         waiting=(),
         used=31 * GIB,
     )
-    status = loop._status(pool_spec, members, decision, generation=1, now=1.0)
+    status = merge_patch(loop._status(pool_spec, members, decision, generation=1, now=1.0))
     assert {m["pod"] for m in status["members"]} == {"m-0", "m-1"}
     stored(status, "Strict")  # raises ApiError naming any field the CRD does not declare
 
@@ -282,9 +319,10 @@ def test_an_operator_restarted_reads_the_copies_from_the_pool_status() -> None:
     source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
     source.engines["m-0"].note_host_copy(Process("uid-m-0", 2))
     first = loop_over(source)
-    members, _, _ = first._gather(pool_spec, now=1.0)
+    members, _, found = gathered(first, pool_spec, now=1.0)
+    first.books.follow(members, now=1.0, processes=found.processes)
     decision = PoolDecision(grant=frozenset(), evict={}, levels={}, waiting=(), used=30 * GIB)
-    status = first._status(pool_spec, members, decision, generation=1, now=1.0)
+    status = merge_patch(first._status(pool_spec, members, decision, generation=1, now=1.0))
     [entry] = status["members"]
     assert (entry["hostCopy"], entry["hostBytes"]) == (True, 29 * GIB)
     assert (entry["podUid"], entry["restarts"]) == ("uid-m-0", 2)
@@ -294,11 +332,11 @@ def test_an_operator_restarted_reads_the_copies_from_the_pool_status() -> None:
     # server stored it (fields its CRD does not declare pruned).
     source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
     second = loop_over(source, status=stored(status))
-    [member], _, _ = second._gather(pool_spec, now=2.0)
+    [member], _, _ = gathered(second, pool_spec, now=2.0)
     assert member.host_copy
     # The same pod, its engine container restarted since that status was written: no copy.
     source.selected = [engine_pod("m-0", 3)]
-    [member], _, _ = second._gather(pool_spec, now=3.0)
+    [member], _, _ = gathered(second, pool_spec, now=3.0)
     assert not member.host_copy
 
 
@@ -342,12 +380,10 @@ def test_a_wake_waiting_for_busy_members_reads_every_scrape_of_the_gateway() -> 
     """Two busy members fill the pool and a third model asks for room: the pool asks for the
     gateway's counters more often, and takes the first scrape that shows a member idle
     (its model's loop, reading them once per interval, still says busy)."""
-    hub = PoolHub()
     hurried: list[float] = []
-    hub.hurry = hurried.append
     scraped = {"a-0": Traffic(sent=3, in_flight=1, last=8.0, at=10.0)}
     scraped["b-0"] = scraped["a-0"]
-    hub.traffic = lambda namespace, pod: scraped.get(pod)
+    hub = PoolHub(hurry=hurried.append, traffic=lambda namespace, pod: scraped.get(pod))
     loop, sources = busy_pool(hub)
     loop.ask("c", ["c-0"], now=11.0)
     asyncio.run(loop.cycle())
@@ -367,25 +403,74 @@ def test_a_wake_waiting_for_busy_members_reads_every_scrape_of_the_gateway() -> 
     assert not loop.decision.evict and loop.watching
 
 
+def test_the_start_ups_hub_reads_the_gateway_and_hears_of_each_of_its_scrapes() -> None:
+    """The hub the operator's start-up builds reads a real gateway replica's page: a pool that
+    waits for busy members hurries the gateway's scraper, and each scrape pokes it."""
+    gateway = GatewayMetrics()
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=gateway.registry)
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    gateways = GatewayTraffic(api=None, urls=[url], interval=60)
+    hub = pools_reading(gateways)
+    loop, _ = busy_pool(hub)
+
+    async def scraped_once() -> None:
+        task = asyncio.create_task(gateways.run())
+        try:
+            async with asyncio.timeout(10):
+                await loop.poke_event.wait()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    try:
+        with gateway.sending("ns", "a-0"), gateway.sending("ns", "b-0"):
+            assert hub.traffic("ns", "a-0") is None  # nothing scraped yet: probes alone judge
+            loop.ask("c", ["c-0"], now=11.0)
+            asyncio.run(loop.cycle())
+            assert loop.watching and gateways.hurried_until > 0
+            loop.poke_event.clear()
+            asyncio.run(scraped_once())
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    busy = hub.traffic("ns", "a-0")
+    assert busy is not None and busy.in_flight == 1
+    assert hub.held("ns", "c") == 0
+
+
+def test_without_a_gateway_the_start_ups_hub_reads_nothing() -> None:
+    gateways = GatewayTraffic(api=None, interval=60)
+    hub = pools_reading(gateways)
+    assert hub.traffic("ns", "a-0") is None and hub.held("ns", "c") is None
+    assert gateways.scraped == []
+
+
 def test_engines_with_traffic_the_gateway_does_not_see_are_judged_by_probes_alone() -> None:
     source = Source("m", POOLED, [pod("direct-0", **READY)])
     engine = source.engines["direct-0"] = EngineMemory(
         last_activity=0.0, sleeping=False, busy=True, last_probe=5.0, direct_activity=True
     )
-    loop = loop_over(source)
-    loop.hub.traffic = lambda namespace, pod: Traffic(sent=0, in_flight=0, last=None, at=9.0)
-    [member], _, _ = loop._gather(parse_pool_spec({"memory": "70Gi"}), now=10.0)
+    scraped = Traffic(sent=0, in_flight=0, last=None, at=9.0)
+    loop = loop_over(source, hub=PoolHub(traffic=lambda namespace, pod: scraped))
+    [member], _, _ = gathered(loop, parse_pool_spec({"memory": "70Gi"}), now=10.0)
     assert member.busy
     engine.direct_activity = False
-    [member], _, _ = loop._gather(parse_pool_spec({"memory": "70Gi"}), now=10.0)
+    [member], _, _ = gathered(loop, parse_pool_spec({"memory": "70Gi"}), now=10.0)
     assert not member.busy
 
 
 def three_member_pool(
-    spec: dict[str, Any], engines: dict[str, EngineMemory], status: dict[str, Any] | None = None
+    spec: dict[str, Any],
+    engines: dict[str, EngineMemory],
+    status: dict[str, Any] | None = None,
+    *,
+    hub: PoolHub | None = None,
+    emit: Callable[[str, str, str], None] = lambda *_: None,
 ) -> tuple[PoolLoop, list[Source]]:
     """Models a, b and c with one member each (a-0, b-0, c-0), their engines as given; the
-    pool's status as the API server has it, if any."""
+    pool's status as the API server has it, if any; its Events to `emit`."""
     sources = [Source(app, model_spec(app), [pod(f"{app}-0", **READY)]) for app in "abc"]
     for source in sources:
         source.engines[f"{source.name}-0"] = engines[f"{source.name}-0"]
@@ -394,9 +479,9 @@ def three_member_pool(
         name="gpu",
         body={"metadata": {"name": "gpu"}, "spec": spec, "status": status or {}},
         api=NoApi(),  # type: ignore[arg-type]
-        hub=PoolHub(),
+        hub=hub or PoolHub(),
         models=lambda: sources,
-        emit=lambda *_: None,
+        emit=emit,
         metrics=OperatorMetrics(),
         interval=10.0,
     )
@@ -414,7 +499,7 @@ def test_a_primed_member_is_woken_back_then_forgotten() -> None:
     }
     loop, sources = three_member_pool({"memory": "70Gi", "prime": {}}, engines)
     for name in ("b-0", "c-0"):  # they slept at level 1 before: their copies are pinned
-        engines[name].note_host_copy(Process.of(sources[0].selected[0], 8000))
+        engines[name].note_host_copy(process_of(sources[0].selected[0], 8000))
     asyncio.run(loop.cycle())
     assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": PRIME}
     directive = loop.directive("a-0")
@@ -449,7 +534,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
     }
     loop, sources = three_member_pool({"memory": "70Gi", "prime": {}}, engines)
     for name in ("b-0", "c-0"):
-        engines[name].note_host_copy(Process.of(sources[0].selected[0], 8000))
+        engines[name].note_host_copy(process_of(sources[0].selected[0], 8000))
 
     async def primed_then_stopped() -> dict[str, Any]:
         await loop.cycle()
@@ -459,7 +544,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
         loop.made_room("a-0")
         await loop.cycle()  # written while a-0 drains; then the operator stops
         engines["a-0"].task.cancel()
-        return stored(loop._written)
+        return stored(merge_patch(loop.written))
 
     written = asyncio.run(primed_then_stopped())
     assert {m["pod"]: m["primed"] for m in written["members"]} == {
@@ -477,7 +562,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
     assert again.directive("a-0").rewake
     # c-0, asleep but never primed, sleeps on: only what the status says was primed wakes.
     assert not again.directive("c-0").grant
-    assert {m["pod"]: m["primed"] for m in again._written["members"]}["a-0"]
+    assert {m.pod: m.primed for m in again.written.members}["a-0"]
 
 
 def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> None:
@@ -518,7 +603,7 @@ def test_a_drain_for_headroom_is_not_promised() -> None:
     source = Source("m", POOLED, [pod("a-0", **READY)])
     loop = loop_over(source)
     chosen = PoolDecision(grant=frozenset(), evict={"a-0": HEADROOM}, levels={}, waiting=(), used=0)
-    loop._publish(chosen, [], {"a-0": source}, now=1.0)
+    loop.books.decided(chosen, present={"a-0"})
     loop.made_room("a-0")
     assert not loop.directive("a-0").promised
 
@@ -534,13 +619,12 @@ def test_a_member_spared_as_busy_is_not_chosen_again_on_an_older_scrape() -> Non
         "b-0": EngineMemory(last_activity=5.0, sleeping=False, busy=True, last_probe=11.5),
         "c-0": EngineMemory(last_activity=0.0, sleeping=True, drain_started=1.0),
     }
-    loop, _ = three_member_pool({"memory": "70Gi"}, engines)
     hurried: list[float] = []
-    loop.hub.hurry = hurried.append
     # The last scrape, from before the streams began, says both idle; b's probe since says busy.
     idle = {"a-0": Traffic(sent=1, in_flight=0, last=1.0, at=10.0)}
     idle["b-0"] = Traffic(sent=1, in_flight=0, last=5.0, at=10.0)
-    loop.hub.traffic = lambda namespace, pod: idle.get(pod)
+    hub = PoolHub(hurry=hurried.append, traffic=lambda namespace, pod: idle.get(pod))
+    loop, _ = three_member_pool({"memory": "70Gi"}, engines, hub=hub)
     loop.ask("c", ["c-0"], now=11.0)
     asyncio.run(loop.cycle())
     assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": FOR_C}
@@ -559,12 +643,13 @@ def test_a_member_spared_as_busy_is_not_chosen_again_on_an_older_scrape() -> Non
 
 
 def test_a_wake_whose_requests_are_all_gone_keeps_no_place_until_they_come_back() -> None:
-    hub = PoolHub()
     held = {"c": 0}
-    hub.held = lambda namespace, model: held.get(model) if namespace == "ns" else None
-    loop, _ = busy_pool(hub)
     hurried: list[float] = []
-    hub.hurry = hurried.append
+    hub = PoolHub(
+        held=lambda namespace, model: held.get(model) if namespace == "ns" else None,
+        hurry=hurried.append,
+    )
+    loop, _ = busy_pool(hub)
     loop.ask("c", ["c-0"], now=11.0)
 
     def waiting() -> Waiting:
@@ -581,10 +666,10 @@ def test_a_wake_whose_requests_are_all_gone_keeps_no_place_until_they_come_back(
     gone = waiting()
     assert gone.abandoned and "gone" in gone.reason
     assert not loop.watching  # nobody waits for it: no hurried scrapes on its account
-    assert loop.asks["c-0"].at == 11.0
+    assert loop.books.asks["c-0"].at == 11.0
     held["c"] = 1  # a new request: it asks anew, behind the wakes asked meanwhile
     assert not waiting().abandoned
-    assert loop.asks["c-0"].at > 11.0
+    assert loop.books.asks["c-0"].at > 11.0
 
 
 def test_a_member_woken_for_a_wake_remembers_when_that_wake_was_asked() -> None:
@@ -600,13 +685,13 @@ def test_a_member_woken_for_a_wake_remembers_when_that_wake_was_asked() -> None:
     assert loop.decision.grant == {"c-0"}
     sources[2].engines["c-0"].sleeping = False  # c woke
     loop.ask("c", [], now=13.0)
-    members, _, _ = loop._gather(parse_pool_spec({"memory": "70Gi"}), now=14.0)
-    [c] = loop._follow_wakes([m for m in members if m.pod == "c-0"])
+    members, _, _ = gathered(loop, parse_pool_spec({"memory": "70Gi"}), now=14.0)
+    [c] = [m for m in loop.books.follow(members, now=14.0).members if m.pod == "c-0"]
     assert c.woken_for == 11.0
     sources[2].engines["c-0"].sleeping = True  # asleep again: it passed nobody any more
     asyncio.run(loop.cycle())
-    members, _, _ = loop._gather(parse_pool_spec({"memory": "70Gi"}), now=15.0)
-    assert all(m.woken_for is None for m in loop._follow_wakes(members))
+    members, _, _ = gathered(loop, parse_pool_spec({"memory": "70Gi"}), now=15.0)
+    assert all(m.woken_for is None for m in loop.books.follow(members, now=15.0).members)
 
 
 @pytest.mark.parametrize("name", ["headroom", "prime", "starting", "start", "wake", "books"])
@@ -644,7 +729,7 @@ def test_a_model_and_pod_named_like_a_marker_of_the_pool_change_nothing(name: st
     directive = loop.directive(evicted)
     assert directive.promised and not directive.headroom  # the drain is not cancelled
     asyncio.run(loop.cycle())
-    assert not any(m["primed"] for m in loop._written["members"])
+    assert not any(m.primed for m in loop.written.members)
 
 
 class Writes:
@@ -669,15 +754,17 @@ def test_a_restarted_operator_s_pool_waits_for_every_model_then_keeps_the_copies
     before.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
     before.engines["m-0"].note_host_copy(Process("uid-m-0", 2))
     first = loop_over(before)
-    members, _, _ = first._gather(parse_pool_spec(spec), now=1.0)
+    members, _, found = gathered(first, parse_pool_spec(spec), now=1.0)
+    first.books.follow(members, now=1.0, processes=found.processes)
     decision = PoolDecision(grant=frozenset(), evict={}, levels={}, waiting=(), used=30 * GIB)
-    written = stored(first._status(parse_pool_spec(spec), members, decision, 1, 1.0))
+    written = stored(merge_patch(first._status(parse_pool_spec(spec), members, decision, 1, 1.0)))
 
     # The new operator: the model's loop has not cycled yet (it knows no pod, no copy).
     source = Source("m", POOLED, [])
     source.cycled = False
     source.engines["m-0"] = EngineMemory(last_activity=0.0, sleeping=False)
     writes = Writes()
+    expected = ["m", "other"]  # "other" has no loop yet either
     loop = PoolLoop(
         namespace="ns",
         name="gpu",
@@ -688,14 +775,14 @@ def test_a_restarted_operator_s_pool_waits_for_every_model_then_keeps_the_copies
         emit=lambda *_: None,
         metrics=OperatorMetrics(),
         interval=10.0,
-        expected=lambda: ["m", "other"],  # "other" has no loop yet either
+        expected=lambda: expected,
     )
     asyncio.run(loop.cycle())
     assert loop.decision is None and not writes.statuses
     source.cycled, source.selected = True, [engine_pod("m-0", 2)]
     asyncio.run(loop.cycle())
     assert loop.decision is None and not writes.statuses  # "other" has not cycled yet
-    loop.expected = lambda: ["m"]  # (deleted meanwhile)
+    expected.remove("other")  # (deleted meanwhile)
     asyncio.run(loop.cycle())
     [entry] = writes.statuses[-1]["members"]
     assert entry["hostCopy"] and writes.statuses[-1]["hostUsedBytes"] == 29 * GIB

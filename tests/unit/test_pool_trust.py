@@ -7,23 +7,30 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
-from test_pool_members import FOR_C, three_member_pool
+from test_pool_members import FOR_C, Source, three_member_pool
 
 from snooze.api.models import parse_spec
+from snooze.api.reasons import MEMORY_NOT_FREED
 from snooze.operator.memory import EngineMemory
 from snooze.operator.pools import PoolLoop
-from snooze.operator.pooltrust import Trust
 from snooze.policy.pool import BOOKS, Member, MemberState
-from snooze.policy.sleep import MEMORY_NOT_FREED, ActionKind, EngineView, ModelView, decide
+from snooze.policy.pooltrust import Trust
+from snooze.policy.sleep import ActionKind, EngineView, ModelView, decide
 
 GIB = 2**30
 
 
-def events_of(loop: PoolLoop) -> list[tuple[str, str, str]]:
+def told_pool(
+    spec: dict[str, Any], engines: dict[str, EngineMemory]
+) -> tuple[PoolLoop, list[Source], list[tuple[str, str, str]]]:
+    """three_member_pool, and the Events it tells."""
     told: list[tuple[str, str, str]] = []
-    loop.emit = lambda kind, reason, message: told.append((kind, reason, message))
-    return told
+    loop, sources = three_member_pool(
+        spec, engines, emit=lambda kind, reason, message: told.append((kind, reason, message))
+    )
+    return loop, sources, told
 
 
 def sleep_for_c(loop: PoolLoop, engines: dict[str, EngineMemory]) -> None:
@@ -60,7 +67,7 @@ def engines_for_c() -> dict[str, EngineMemory]:
 
 def test_the_member_whose_sleep_made_the_room_is_blamed_and_counted_whole() -> None:
     engines = engines_for_c()
-    loop, sources = three_member_pool({"memory": "70Gi"}, engines)
+    loop, sources, told = told_pool({"memory": "70Gi"}, engines)
     sources[0].spec = parse_spec(
         {
             "selector": {"matchLabels": {"app": "a"}},
@@ -68,14 +75,13 @@ def test_the_member_whose_sleep_made_the_room_is_blamed_and_counted_whole() -> N
             "wake": {"onFailure": "Report"},
         }
     )
-    told = events_of(loop)
     sleep_for_c(loop, engines)
     asyncio.run(loop.cycle())
     [(kind, _, message)] = [e for e in told if e[1] == "MemoryNotFreed"]
     assert kind == "Warning" and message.startswith("a-0 (a) said it slept")
     assert "its sleep made the room for that wake" in message
     assert "restart its pod" in message  # its model's remedy is Report: the user restarts it
-    assert set(loop.trust.untrusted) == {"a-0"}
+    assert set(loop.books.trust.untrusted) == {"a-0"}
     # The books count a whole now: more than the device holds. b sleeps to make that good;
     # c (counted whole since its wake failed) waits until it is made good, and a is never
     # asked to sleep again (its sleep frees nothing).
@@ -84,14 +90,14 @@ def test_the_member_whose_sleep_made_the_room_is_blamed_and_counted_whole() -> N
     [wait] = loop.decision.waiting
     assert wait.pod == "c-0" and wait.making_room and "books" in wait.reason
     assert not loop.directive("a-0").restart
-    status = loop._written
-    assert {m["pod"]: m["untrusted"] for m in status["members"]} == {
+    status = loop.written
+    assert {m.pod: m.untrusted for m in status.members} == {
         "a-0": True,
         "b-0": False,
         "c-0": False,
     }
-    [condition] = [c for c in status["conditions"] if c["type"] == "MemoryNotFreed"]
-    assert condition["status"] == "True" and "a-0" in condition["message"]
+    [condition] = [c for c in status.conditions if c.type == "MemoryNotFreed"]
+    assert condition.status == "True" and "a-0" in condition.message
     # Once b has slept, c's wake is granted again; the wake out of memory is judged once.
     engines["b-0"].sleeping, engines["b-0"].drain_started = True, time.time()
     asyncio.run(loop.cycle())
@@ -101,7 +107,7 @@ def test_the_member_whose_sleep_made_the_room_is_blamed_and_counted_whole() -> N
 
 def test_where_its_model_says_restart_the_member_s_pod_is_restarted() -> None:
     engines = engines_for_c()
-    loop, sources = three_member_pool({"memory": "70Gi"}, engines)
+    loop, sources, told = told_pool({"memory": "70Gi"}, engines)
     sources[0].spec = parse_spec(
         {
             "selector": {"matchLabels": {"app": "a"}},
@@ -109,7 +115,6 @@ def test_where_its_model_says_restart_the_member_s_pod_is_restarted() -> None:
             "wake": {"onFailure": "Restart"},
         }
     )
-    told = events_of(loop)
     sleep_for_c(loop, engines)
     asyncio.run(loop.cycle())
     assert loop.directive("a-0").restart
@@ -130,23 +135,21 @@ def test_a_wake_out_of_memory_before_the_operator_started_is_not_judged() -> Non
     engines = engines_for_c()
     engines["c-0"].last_failure_reason = "OutOfMemory"
     engines["c-0"].last_failure = time.time() - 60
-    loop, _ = three_member_pool({"memory": "70Gi"}, engines)
-    told = events_of(loop)
+    loop, _, told = told_pool({"memory": "70Gi"}, engines)
     asyncio.run(loop.cycle())
-    assert not loop.trust.untrusted and not [e for e in told if e[1] == "MemoryNotFreed"]
+    assert not loop.books.trust.untrusted and not [e for e in told if e[1] == "MemoryNotFreed"]
 
 
 def test_a_member_asleep_that_snooze_never_put_to_sleep_counts_whole() -> None:
     engines = engines_for_c()
     engines["c-0"].drain_started = None  # asleep, and no mark of a sleep of Snooze's
-    loop, _ = three_member_pool({"memory": "70Gi"}, engines)
-    told = events_of(loop)
+    loop, _, told = told_pool({"memory": "70Gi"}, engines)
     for _ in range(2):
         asyncio.run(loop.cycle())
     [(_, _, message)] = [e for e in told if e[1] == "SleepUnasked"]  # told once
     assert message.startswith("c-0 (c) says it sleeps, but Snooze never put it to sleep")
     assert loop.decision is not None and loop.decision.used == 90 * GIB
-    assert {m["pod"]: m["untrusted"] for m in loop._written["members"]}["c-0"]
+    assert {m.pod: m.untrusted for m in loop.written.members}["c-0"]
 
 
 def member(pod: str, state: MemberState) -> Member:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from snooze.api.modelstatus import Condition, InferenceModelStatus, PodStatus
+from snooze.api.modelstatus import (
+    Condition,
+    InferenceModelStatus,
+    PodStatus,
+    merge_patch,
+    parse_status,
+)
 from snooze.kube.pods import PodInfo
 from snooze.operator import status
 from snooze.operator.memory import EngineMemory, ModelMemory
@@ -43,17 +49,25 @@ def test_every_written_field_is_in_the_models() -> None:
         )
     ]
     built = status.build(
-        model_name="chat", pods=pods, memory=memory, previous={}, generation=3, now=NOW, replicas=2
+        model_name="chat",
+        pods=pods,
+        memory=memory,
+        previous=InferenceModelStatus(),
+        generation=3,
+        now=NOW,
+        replicas=2,
     )
-    assert set(built) <= wire_names(InferenceModelStatus)
-    for pod in built["pods"]:
+    written = merge_patch(built)
+    assert set(written) <= wire_names(InferenceModelStatus)
+    for pod in written["pods"]:
         assert set(pod) <= wire_names(PodStatus)
-    for condition in built["conditions"]:
+    for condition in written["conditions"]:
         assert set(condition) <= wire_names(Condition)
-    # And it reads back through the models it was written from.
-    read = InferenceModelStatus.model_validate(built)
+    # And it reads back through the models it was written from, as it was built.
+    read = parse_status(written)
     assert read.pods[0].failure_reason == "Timeout"
     assert read.scaled_from_replicas == 2
+    assert read == built
 
 
 def test_only_activity_moved_tells_traffic_from_news() -> None:
@@ -67,10 +81,11 @@ def test_only_activity_moved_tells_traffic_from_news() -> None:
         "lastActivityTime": "2026-01-01T00:00:30.000Z",
         "pods": [{"name": "a", "state": "awake", "lastActivityTime": "2026-01-01T00:00:30.000Z"}],
     }
-    assert status.only_activity_moved(old, moved)
-    assert not status.only_activity_moved(old, {**moved, "phase": "Draining"})
+    before = parse_status(old)
+    assert status.only_activity_moved(before, parse_status(moved))
+    assert not status.only_activity_moved(before, parse_status({**moved, "phase": "Draining"}))
     assert not status.only_activity_moved(
-        old, {**moved, "pods": [{"name": "a", "state": "draining"}]}
+        before, parse_status({**moved, "pods": [{"name": "a", "state": "draining"}]})
     )
 
 
@@ -88,14 +103,16 @@ def test_the_status_written_validates_against_the_crd() -> None:
             model_name="chat",
             pods=pods,
             memory=ModelMemory(last_activity=NOW),
-            previous={},
+            previous=InferenceModelStatus(),
             generation=generation,
             now=NOW,
         )
+        written = merge_patch(built)
         # Top-level nulls are merge-patch deletions; a null inside a list would be stored.
-        jsonschema.validate({k: v for k, v in built.items() if v is not None}, schema)
+        assert not any(None in (c or {}).values() for c in written["conditions"] + written["pods"])
+        jsonschema.validate({k: v for k, v in written.items() if v is not None}, schema)
         assert all(
-            ("observedGeneration" in c) == (generation is not None) for c in built["conditions"]
+            ("observedGeneration" in c) == (generation is not None) for c in written["conditions"]
         )
 
 
@@ -111,14 +128,14 @@ def _conditions(
         model_name="chat",
         pods=pods,
         memory=memory or ModelMemory(last_activity=NOW),
-        previous={},
+        previous=InferenceModelStatus(),
         generation=1,
         now=NOW,
         selector="app=chat",
         namespace="ns",
         **kw,  # type: ignore[arg-type]
     )
-    return {c["type"]: (c["status"], c["reason"]) for c in built["conditions"]}
+    return {c.type: (c.status, c.reason) for c in built.conditions}
 
 
 def test_ready_means_it_can_serve_and_awake_means_awake() -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from snooze.cli import main
-from snooze.sim.engine import EngineConfig
 from snooze.whatif import convert, policies, report, trace
 from snooze.whatif.latency import Latencies
 
@@ -26,15 +25,6 @@ SLEEP_AGAIN = 5.7 * (1 - 0.86)  # its later ones reuse the pinned blocks and onl
 def simulate(policy: str, times: list[float], **kw: object) -> report.Result:
     requests = [trace.Request(at=t, model="m") for t in times]
     return report.evaluate(policies.parse(policy), requests, latencies=LAT, **kw)  # type: ignore[arg-type]
-
-
-def test_the_defaults_are_the_simulators() -> None:
-    sim = EngineConfig()
-    names = ("sleep_seconds", "level2_sleep_seconds", "wake_seconds", "kv_wake_seconds")
-    for name in (*names, "reload_seconds", "pinning_share"):
-        assert getattr(LAT, name) == getattr(sim, name), name
-    assert LAT.token_seconds == sim.token_seconds
-    assert LAT.output_tokens == sim.max_tokens_default
 
 
 def test_fixed_ttl_by_hand() -> None:

@@ -15,15 +15,13 @@ from snooze.api.models import (
     Wire,
     describe_validation_error,
 )
-from snooze.api.modelstatus import Condition, Status
+from snooze.api.modelstatus import Condition, Status, parse_leniently
 from snooze.api.quantities import parse_quantity
 
 KIND = "GPUPool"
 PLURAL = "gpupools"
 SINGULAR = "gpupool"
 SHORT_NAMES = ["gpool"]
-# A pod opts into a pool by this label (or by referencing the pool's ResourceClaim).
-POOL_LABEL = "snooze.dev/pool"
 
 
 class Eviction(StrEnum):
@@ -186,10 +184,15 @@ class GPUPoolStatus(Status):
     """The metadata.generation the operator last acted on."""
 
 
+def parse_pool_status(raw: object) -> GPUPoolStatus:
+    """A GPUPool's status as the API holds it: the one way the operator reads it (leniently,
+    as modelstatus.parse_leniently says)."""
+    return parse_leniently(GPUPoolStatus, raw)
+
+
 __all__ = [
     "KIND",
     "PLURAL",
-    "POOL_LABEL",
     "SHORT_NAMES",
     "SINGULAR",
     "Eviction",
@@ -199,4 +202,5 @@ __all__ = [
     "PoolMember",
     "PrimeSpec",
     "parse_pool_spec",
+    "parse_pool_status",
 ]

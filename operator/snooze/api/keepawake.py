@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic.alias_generators import to_camel
 
 from snooze.api.durations import DURATION_PATTERN, parse_duration
+from snooze.api.times import Time
 
 # The same wire conventions as the InferenceModel's own types (models.Wire), which import these.
 _WIRE = ConfigDict(
@@ -192,9 +193,9 @@ class WindowStatus(BaseModel):
 
     name: str
     """The window's name (or its cron expression)."""
-    start: datetime
+    start: Time
     """When it starts (or started)."""
-    end: datetime
+    end: Time
     """When it ends."""
     min_awake: int = 1
     """Engines it keeps awake."""
@@ -212,7 +213,7 @@ class PrewakeStatus(BaseModel):
     """The idle-gap histogram that idle.after: Auto reads: counts per bin, comma-separated."""
     auto_idle_after: str = ""
     """The keep-alive idle.after: Auto chose last."""
-    last_prewake_time: datetime | None = None
+    last_prewake_time: Time | None = None
     """When the operator last woke the model ahead of its traffic."""
     prewakes: int = 0
     """Pre-wakes so far."""

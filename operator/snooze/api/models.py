@@ -37,10 +37,6 @@ PLURAL = "inferencemodels"
 SINGULAR = "inferencemodel"
 SHORT_NAMES = ["im"]
 
-# Label and annotation keys shared by the operator, the gateway and users.
-STATE_LABEL = f"{GROUP}/state"
-WAKE_REQUESTED_ANNOTATION = f"{GROUP}/wake-requested-at"
-
 
 def _positive_duration(text: str) -> str:
     if parse_duration(text) <= 0:

@@ -4,14 +4,15 @@ never chokes on what an older one wrote, and the other way round."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from snooze.api.keepawake import PrewakeStatus, WindowStatus
 from snooze.api.models import Phase
+from snooze.api.times import Time
 
 
 class Status(BaseModel):
@@ -21,6 +22,11 @@ class Status(BaseModel):
         extra="ignore",
         use_attribute_docstrings=True,
     )
+
+
+S = TypeVar("S", bound=Status)
+# A status with this many separate faults is not worth saving a part of.
+_MOST_FAULTS = 64
 
 
 # metav1.Condition's bounds (k8s.io/apimachinery/pkg/apis/meta/v1/types.go): a qualified name
@@ -49,7 +55,7 @@ class Condition(Status):
         default=None, ge=0, json_schema_extra={"format": "int64"}
     )
     """The metadata.generation this condition was computed from."""
-    last_transition_time: datetime
+    last_transition_time: Time
     """When status last changed."""
     reason: str = Field(min_length=1, max_length=1024, pattern=CONDITION_REASON_PATTERN)
     """A CamelCase word for programs."""
@@ -102,16 +108,16 @@ class PodStatus(Status):
     state: str
     """awake, draining, asleep, waking, failed, unready, unknown, unreachable, or shared
     (selected by another InferenceModel too: acted on by neither)."""
-    since: datetime | None = None
+    since: Time | None = None
     """When the pod entered this state."""
-    last_activity_time: datetime | None = None
+    last_activity_time: Time | None = None
     """When the engine last had a request running or waiting, or finished one."""
     wake_failures: int = 0
     """Failed wakes in a row."""
     failure_reason: str = ""
     """Why the last wake failed: HybridKVCacheReinit, Timeout, Unreachable, EngineError,
     OutOfMemory, OutputMismatch (it woke answering differently) or WeightsMismatch."""
-    last_failure_time: datetime | None = None
+    last_failure_time: Time | None = None
     """When the last wake failed."""
     sleep_failures: int = 0
     """Failed sleeps in a row."""
@@ -146,15 +152,15 @@ class InferenceModelStatus(Status):
     """Engines draining before sleep."""
     pods: list[PodStatus] = Field(default_factory=list)
     """Per-pod state."""
-    last_activity_time: datetime | None = None
+    last_activity_time: Time | None = None
     """The latest activity seen on any engine."""
-    activity_written_time: datetime | None = None
+    activity_written_time: Time | None = None
     """When the activity times here were last brought up to date: a busy model's are written
     at most once per the operator's status interval, so later activity may be that much newer
     (a restarted operator counts it so, and never sleeps an engine on older news)."""
-    last_sleep_time: datetime | None = None
+    last_sleep_time: Time | None = None
     """When an engine last went to sleep."""
-    last_wake_time: datetime | None = None
+    last_wake_time: Time | None = None
     """When an engine last finished waking."""
     last_wake_seconds: float | None = None
     """How long the last wake took, in seconds."""
@@ -162,11 +168,11 @@ class InferenceModelStatus(Status):
     """The scaleTargetRef workload's replicas, as last seen."""
     scaled_from_replicas: int | None = None
     """The replicas the workload had before Snooze scaled it to zero; restored on wake."""
-    scaled_to_zero_time: datetime | None = None
+    scaled_to_zero_time: Time | None = None
     """When Snooze scaled the workload to zero."""
-    scale_up_time: datetime | None = None
+    scale_up_time: Time | None = None
     """When Snooze scaled the workload back up, until an engine answers."""
-    manual_scale_time: datetime | None = None
+    manual_scale_time: Time | None = None
     """When someone else scaled the workload while Snooze had it at zero, or scaled it to zero
     themselves: Snooze leaves the scale alone until the model is next active."""
     conditions: list[Condition] = Field(default_factory=list)
@@ -180,3 +186,86 @@ class InferenceModelStatus(Status):
     """The next keep-awake window to start."""
     prewake: PrewakeStatus | None = None
     """What the operator learnt of the model's traffic for pre-wake and idle.after: Auto."""
+
+
+def parse_status(raw: object) -> InferenceModelStatus:
+    """An InferenceModel's status as the API holds it: the one way the operator reads it."""
+    return parse_leniently(InferenceModelStatus, raw)
+
+
+def parse_leniently(kind: type[S], raw: object) -> S:
+    """A status read leniently: what cannot be read (a field of the wrong type, a list entry
+    missing what it needs) is dropped, the rest kept. An operator restarted on a status that
+    an older or newer release wrote, or that someone with rights on it changed, starts from
+    what it can trust, never from nothing, and never fails on it."""
+    data = _plain(raw) if isinstance(raw, Mapping) else {}
+    for _ in range(_MOST_FAULTS):
+        try:
+            return kind.model_validate(data)
+        except ValidationError as exc:
+            for error in exc.errors():
+                _drop(data, error["loc"], missing=error["type"] == "missing")
+            _compact(data)
+    return kind()
+
+
+def merge_patch(status: Status) -> dict[str, Any]:
+    """The status to write as a JSON merge patch: the fields that were set (a None as null,
+    which removes what the API holds), and in lists, whose items a merge patch replaces whole,
+    no null (the API server would keep it)."""
+    return {
+        key: _without_nulls(value) if isinstance(value, list) else value
+        for key, value in status.model_dump(mode="json", by_alias=True, exclude_unset=True).items()
+    }
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """A copy made of dicts and lists (kopf's views of a body are neither)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _drop(data: Any, loc: tuple[int | str, ...], *, missing: bool) -> None:
+    """Remove what `loc` points at, as deep as it leads: a field, or a list entry (marked
+    None, so that the places of the other faults hold until _compact); for a missing field,
+    the object that lacks it (no top-level field is required)."""
+    path = loc[:-1] if missing else loc
+    container: Any = None
+    step: int | str = ""
+    at = data
+    for part in path:
+        if not _holds(at, part):
+            break  # the rest names no place in the data (a type's tag, say)
+        container, step, at = at, part, at[part]
+    if isinstance(container, dict):
+        container.pop(step, None)
+    elif isinstance(container, list) and isinstance(step, int):
+        container[step] = None
+
+
+def _holds(value: Any, part: int | str) -> bool:
+    if isinstance(value, dict):
+        return part in value
+    return isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value)
+
+
+def _compact(value: Any) -> None:
+    """Drop the list entries that _drop marked."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _compact(item)
+    elif isinstance(value, list):
+        value[:] = [item for item in value if item is not None]
+        for item in value:
+            _compact(item)

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from snooze.api.agreed import STATE_LABEL
 from snooze.demo import timeline
 from snooze.demo.controller import ReplicaSetStandIn
 from snooze.gateway.embedded import GatewayThread
@@ -20,7 +21,6 @@ PODS = f"/api/v1/namespaces/{NS}/pods"
 EVENTS = f"/api/v1/namespaces/{NS}/events"
 # The pool's Event for each member it puts to sleep (operator/pools.py words it).
 MAKING_ROOM = re.compile(r"^(?P<pod>\S+) \((?P<model>[^)]*)\) sleeps to make room for (?P<for>.+)$")
-STATE_LABEL = "snooze.dev/state"
 # Operator counters whose every increment is an incident, and what it is called then.
 INCIDENTS = {
     "snooze_wake_failures_total": "wake failed",

@@ -6,6 +6,8 @@ import json
 import re
 from typing import Any
 
+from snooze.api import reasons
+
 # What vLLM 0.12.0 to 0.26.0 says when a hybrid model with a quantized KV cache wakes up
 # (vLLM issue #41564): `init_fp8_kv_scales` calls `.zero_()` on a list of state tensors.
 HYBRID_SIGNATURES = ("'list' object has no attribute 'zero_'", "init_fp8_kv_scales")
@@ -58,19 +60,19 @@ class EngineError(Exception):
 class EngineUnreachableError(EngineError):
     """No connection to the engine, or the connection broke before a whole answer."""
 
-    reason = "Unreachable"
+    reason = reasons.UNREACHABLE
 
 
 class EngineTimeoutError(EngineError):
     """The engine accepted the connection but did not answer within the timeout."""
 
-    reason = "Timeout"
+    reason = reasons.TIMEOUT
 
 
 class EngineHTTPError(EngineError):
     """The engine answered with an error status, or with a body the client cannot read."""
 
-    reason = "EngineError"
+    reason = reasons.ENGINE_ERROR
 
     def __init__(self, text: str, *, url: str, status: int, message: str) -> None:
         super().__init__(text, url=url)
@@ -81,31 +83,31 @@ class EngineHTTPError(EngineError):
 class AnswerTooLargeError(EngineHTTPError):
     """The engine's answer was longer than the most the client reads of one."""
 
-    reason = "AnswerTooLarge"
+    reason = reasons.ANSWER_TOO_LARGE
 
 
 class InvalidAnswerError(EngineHTTPError):
     """The engine answered 2xx with something the client cannot read or cannot believe."""
 
-    reason = "InvalidAnswer"
+    reason = reasons.INVALID_ANSWER
 
 
 class HybridKVCacheReinitError(EngineHTTPError):
     """The wake-up crashed re-initialising a hybrid model's quantized KV cache (vLLM #41564)."""
 
-    reason = "HybridKVCacheReinit"
+    reason = reasons.HYBRID_KV_CACHE_REINIT
 
 
 class OutOfMemoryError(EngineHTTPError):
     """A wake-up could not allocate device memory: something else holds it."""
 
-    reason = "OutOfMemory"
+    reason = reasons.OUT_OF_MEMORY
 
 
 class SleepModeDisabledError(EngineHTTPError):
     """The engine has no sleep endpoints, or was started without sleep mode."""
 
-    reason = "SleepModeDisabled"
+    reason = reasons.SLEEP_MODE_DISABLED
 
 
 def error_message(body: str) -> str:

@@ -23,6 +23,13 @@ from prometheus_client import (
 )
 
 from snooze import __version__
+from snooze.api.agreed import (
+    HELD_REQUESTS,
+    POD_IN_FLIGHT,
+    POD_LAST_REQUEST,
+    POD_REQUESTS,
+    PODS_WENT_IDLE,
+)
 from snooze.gateway.metrics_port import IdleSignal
 
 # `_created` samples double every counter's and histogram's series and no panel or rule
@@ -98,7 +105,7 @@ class GatewayMetrics:
             registry=r,
         )
         self.held_requests = Gauge(
-            "snooze_gateway_held_requests",
+            HELD_REQUESTS,
             "Requests waiting now for their model to wake.",
             ["namespace", "model"],
             registry=r,
@@ -127,7 +134,7 @@ class GatewayMetrics:
         # Per pod, for the operator (operator/gateways.py): which engines served requests and
         # when, so that it need not probe an engine whose traffic all comes through here.
         self.pod_requests = Counter(
-            "snooze_gateway_pod_requests",
+            POD_REQUESTS,
             "Requests sent to each engine (pod) and answered, or failed after being sent.",
             ["namespace", "pod"],
             registry=r,
@@ -136,7 +143,7 @@ class GatewayMetrics:
         # counts an engine gone idle also shows it with nothing in flight (operator/gateways.py
         # waits on /idle for a count other than the page's).
         self.went_idle = Counter(
-            "snooze_gateway_pods_went_idle",
+            PODS_WENT_IDLE,
             "Times an engine's (pod's) last request in flight through this replica ended.",
             registry=r,
         )
@@ -144,13 +151,13 @@ class GatewayMetrics:
         self._flying: dict[tuple[str, str], int] = {}
         # (What the in-flight gauge holds, kept here too: a gauge's value is not public API.)
         self.pod_in_flight = Gauge(
-            "snooze_gateway_pod_requests_in_flight",
+            POD_IN_FLIGHT,
             "Requests being sent to, or answered by, each engine (pod) now.",
             ["namespace", "pod"],
             registry=r,
         )
         self.pod_last_request = Gauge(
-            "snooze_gateway_pod_last_request_timestamp_seconds",
+            POD_LAST_REQUEST,
             "When the last request to each engine (pod) ended, in seconds since the epoch.",
             ["namespace", "pod"],
             registry=r,

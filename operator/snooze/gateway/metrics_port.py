@@ -13,12 +13,13 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+from snooze.api.agreed import IDLE_LONGEST_WAIT, IDLE_PATH
 from snooze.metricsport import server
 from snooze.metricsport.server import App, StartResponse
 
 # A wait is short (the operator asks for a tenth of its probe interval) and every waiter holds
-# a thread: whoever can reach the port may ask, so both are bounded.
-LONGEST_WAIT = 30.0
+# a thread: whoever can reach the port may ask, so both are bounded (the longest wait is
+# IDLE_LONGEST_WAIT, which the operator knows too).
 MOST_WAITERS = 16
 
 
@@ -54,7 +55,7 @@ class IdleSignal:
 
 def idle_app(signal: IdleSignal) -> App:
     """`GET /idle?after=N&timeout=S`: answers with the count of engines gone idle once it is
-    not N, or after S seconds (at most LONGEST_WAIT) with the count as it is."""
+    not N, or after S seconds (at most IDLE_LONGEST_WAIT) with the count as it is."""
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         def answer(status: str, text: str) -> list[bytes]:
@@ -67,8 +68,10 @@ def idle_app(signal: IdleSignal) -> App:
             timeout = float(query.get("timeout", ["0"])[0])
         except (KeyError, ValueError):
             return answer("400 Bad Request", "give after=N (an integer) and timeout=SECONDS\n")
-        if not 0 <= timeout <= LONGEST_WAIT:  # NaN fails both comparisons
-            return answer("400 Bad Request", f"timeout must be 0 to {LONGEST_WAIT:g} seconds\n")
+        if not 0 <= timeout <= IDLE_LONGEST_WAIT:  # NaN fails both comparisons
+            return answer(
+                "400 Bad Request", f"timeout must be 0 to {IDLE_LONGEST_WAIT:g} seconds\n"
+            )
         count = signal.wait(after, timeout)
         if count is None:
             return answer("429 Too Many Requests", f"{MOST_WAITERS} callers already wait\n")
@@ -85,7 +88,9 @@ def serve(
     page, idle = make_wsgi_app(registry), idle_app(signal)
 
     def routed(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        chosen = idle if environ.get("PATH_INFO") == "/idle" else page
+        chosen = idle if environ.get("PATH_INFO") == IDLE_PATH else page
         return chosen(environ, start_response)
 
-    return server.serve(port, routed, name="metrics port", longest_wait=LONGEST_WAIT, addr=addr)
+    return server.serve(
+        port, routed, name="metrics port", longest_wait=IDLE_LONGEST_WAIT, addr=addr
+    )

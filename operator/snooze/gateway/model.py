@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
 from snooze.api.models import (
-    WAKE_REQUESTED_ANNOTATION,
     DesiredState,
     EngineState,
     InferenceModelSpec,
@@ -20,7 +20,8 @@ from snooze.api.models import (
     SpecError,
     parse_spec,
 )
-from snooze.kube.pods import PodInfo, parse_time
+from snooze.api.times import parse_time
+from snooze.kube.pods import PodInfo
 
 Key = tuple[str, str]
 

@@ -15,12 +15,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from snooze.api.models import WAKE_REQUESTED_ANNOTATION
+from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
+from snooze.api.times import format_time
 from snooze.gateway.metrics import GatewayMetrics
 from snooze.gateway.model import Key, Model
 from snooze.gateway.registry import Registry
 from snooze.kube.api import KubeApi, models_ref
-from snooze.kube.pods import format_time
 
 log = logging.getLogger(__name__)
 

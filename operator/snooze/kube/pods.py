@@ -4,23 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from snooze.api.models import STATE_LABEL, EngineState
+from snooze.api.agreed import (
+    SLEEP_LEVEL_ANNOTATION,
+    SLEEP_SENT_ANNOTATION,
+    SLEEP_STARTED_ANNOTATION,
+    STATE_LABEL,
+    WAKE_PROGRESS_ANNOTATION,
+)
+from snooze.api.models import EngineState
+from snooze.api.times import parse_time
 from snooze.kube.serveargs import ServeArgs, serve_args
 
-# Progress marks on the pod, so that an operator restarted in the middle of a step resumes
-# it rather than repeats or orphans it.
-SLEEP_STARTED_ANNOTATION = "snooze.dev/sleep-started-at"
-"""When the drain before a sleep began (the pod was labelled draining)."""
-SLEEP_SENT_ANNOTATION = "snooze.dev/sleep-sent-at"
-"""When /sleep was sent for that drain: from then on the engine may be freeing its memory."""
-WAKE_PROGRESS_ANNOTATION = "snooze.dev/wake-progress"
-"""The steps of the wake under way that the engine has done (`weights,reload_weights`)."""
-SLEEP_LEVEL_ANNOTATION = "snooze.dev/sleep-level"
-"""The level the engine went to sleep at (a pool may choose 2 where the model asks for 1);
-its wake follows it (for engines that do not publish vllm:engine_sleep_state)."""
 VLLM_SHARE_FLAG = "--gpu-memory-utilization"
 
 
@@ -88,25 +84,6 @@ class PodInfo:
             return EngineState(self.labels.get(STATE_LABEL, ""))
         except ValueError:
             return None
-
-
-def parse_time(text: str | None) -> float | None:
-    """An RFC 3339 time as seconds since the epoch; None if absent or unreadable."""
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-def format_time(seconds: float) -> str:
-    """Seconds since the epoch as the RFC 3339 form Kubernetes writes (UTC, `Z`)."""
-    moment = datetime.fromtimestamp(seconds, tz=UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def pod_info(body: Mapping[str, Any]) -> PodInfo:

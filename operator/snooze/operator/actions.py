@@ -13,23 +13,25 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from snooze.api.models import STATE_LABEL, EngineState, InferenceModelSpec
-from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
-from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
-from snooze.kube.api import KubeApi, KubeError, pods_ref
-from snooze.kube.pods import (
+from snooze.api.agreed import (
     SLEEP_LEVEL_ANNOTATION,
     SLEEP_SENT_ANNOTATION,
     SLEEP_STARTED_ANNOTATION,
+    STATE_LABEL,
     WAKE_PROGRESS_ANNOTATION,
-    PodInfo,
-    format_time,
 )
-from snooze.operator.memory import EngineMemory, ModelMemory, Process
+from snooze.api.models import EngineState, InferenceModelSpec
+from snooze.api.reasons import MEMORY_NOT_FREED, OUTPUT_MISMATCH, WEIGHTS_MISMATCH
+from snooze.api.times import format_time
+from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
+from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
+from snooze.kube.api import KubeApi, KubeError, pods_ref
+from snooze.kube.pods import PodInfo
+from snooze.operator.memory import EngineMemory, ModelMemory, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.verification import Verifier
-from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH, Verdict
-from snooze.policy.sleep import MEMORY_NOT_FREED, Action, ActionKind, retry_delay
+from snooze.policy.integrity import Verdict
+from snooze.policy.sleep import Action, ActionKind, retry_delay
 
 log = logging.getLogger(__name__)
 # What the operator did, one line each (events.teller logs the actions that post an Event).
@@ -106,6 +108,8 @@ class Executor:
         emit: Emit,
         metrics: OperatorMetrics,
         model: str,
+        pool_of: Callable[[PodInfo], str | None] = lambda _: None,
+        made_room: Callable[[PodInfo], None] = lambda _: None,
     ) -> None:
         self.namespace = namespace
         self.model = model
@@ -115,10 +119,10 @@ class Executor:
         self.memory = memory
         self.settings = settings
         self.emit = emit
-        self.pool_of: Callable[[PodInfo], str | None] = lambda _: None
-        """The GPU pool a pod is a member of (set by the model's loop)."""
-        self.made_room: Callable[[PodInfo], None] = lambda _: None
-        """Told when a member's sleep to make room on its pool begins (set by the loop)."""
+        self.pool_of = pool_of
+        """The GPU pool a pod is a member of (None: none)."""
+        self.made_room = made_room
+        """Told when a member's sleep to make room on its pool begins."""
         self.verifier = Verifier(http=http, metrics=metrics, namespace=namespace, model=model)
 
     def start(
@@ -330,7 +334,7 @@ class Executor:
                 client.base_url,
                 model_name,
                 engine,
-                Process.of(pod, spec.engine.port),
+                process_of(pod, spec.engine.port),
                 # The weights' digests take seconds: never while a wake waits for this room.
                 weights=action.reason != "MakeRoom",
             )
@@ -395,7 +399,7 @@ class Executor:
         engine.sleep_level = level
         engine.sleeping = True  # what the next probe would say: a GPU pool counts on it now
         if level == 1:
-            engine.note_host_copy(Process.of(pod, spec.engine.port))
+            engine.note_host_copy(process_of(pod, spec.engine.port))
         self.memory.last_sleep_time = finished
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Asleep").inc()
         self.metrics.sleep_duration.labels(self.namespace, str(level)).observe(finished - started)
@@ -491,7 +495,7 @@ class Executor:
             # A level-2 wake reloaded the weights: their digests are compared once the engine
             # serves (the check takes seconds; no request waits for it).
             weights = await self.verifier.weights_after_wake(
-                client.base_url, engine, Process.of(pod, spec.engine.port)
+                client.base_url, engine, process_of(pod, spec.engine.port)
             )
             if weights is not None and weights.failed:
                 await self._failed_check(pod, spec, engine, WEIGHTS_MISMATCH, weights.message)
@@ -503,7 +507,7 @@ class Executor:
         if not spec.wake.verify:
             return True
         url = engine_url(spec, pod)
-        process = Process.of(pod, spec.engine.port)
+        process = process_of(pod, spec.engine.port)
         verdict = await self.verifier.output_after_wake(
             url, spec.model_name or self.model, engine, process
         )

@@ -124,8 +124,8 @@ def run(args: argparse.Namespace) -> int:
     import random
 
     from snooze.kube import credentials
-    from snooze.operator.handlers import Runtime
     from snooze.operator.runner import serve
+    from snooze.operator.runtime import Runtime
 
     settings = settings_from(args)
     credentials.use_or_exit("snooze operator", args.kubeconfig, args.context)

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from snooze.kube.pods import format_time
-
-JSON = dict[str, Any]
+from snooze.api.modelstatus import Condition
+from snooze.api.times import moment
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,27 +19,28 @@ class ConditionValue:
 
 
 def conditions(
-    previous: Sequence[JSON],
+    previous: Sequence[Condition],
     values: Sequence[ConditionValue],
     *,
     now: float,
     generation: int | None,
-) -> list[JSON]:
+) -> list[Condition]:
     """Conditions with lastTransitionTime kept while a condition's status stays the same."""
-    before = {c.get("type"): c for c in previous}
+    before = {c.type: c for c in previous}
     out = []
     for value in values:
         status = "True" if value.status else "False"
-        old = before.get(value.type, {})
-        since = old.get("lastTransitionTime") if old.get("status") == status else None
-        condition: JSON = {
-            "type": value.type,
-            "status": status,
-            "reason": value.reason,
-            "message": value.message,
-            "lastTransitionTime": since or format_time(now),
-        }
-        if generation is not None:  # metav1.Condition's is an integer, never null
-            condition["observedGeneration"] = generation
-        out.append(condition)
+        old = before.get(value.type)
+        kept = old is not None and old.status == status
+        out.append(
+            Condition(
+                type=value.type,
+                status=status,
+                reason=value.reason,
+                message=value.message,
+                last_transition_time=old.last_transition_time if old and kept else moment(now),
+                # metav1.Condition's is an integer, never null: None is left out when written.
+                observed_generation=generation,
+            )
+        )
     return out

@@ -37,8 +37,8 @@ class OperatorThread:
         return self
 
     def _main(self) -> None:
-        from snooze.operator.handlers import Runtime
         from snooze.operator.runner import serve
+        from snooze.operator.runtime import Runtime
 
         runtime = Runtime(settings=self.settings, metrics=self.metrics)
 

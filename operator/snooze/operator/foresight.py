@@ -5,11 +5,11 @@ decisions read (a window's minAwake, Auto's keep-alive, a pre-wake), what the tr
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
+from snooze.api.keepawake import PrewakeStatus, WindowStatus
 from snooze.api.models import AUTO, InferenceModelSpec
-from snooze.kube.pods import format_time, parse_time
+from snooze.api.modelstatus import InferenceModelStatus
+from snooze.api.times import format_time, moment, seconds_of
 from snooze.operator.actions import Emit
 from snooze.operator.memory import ModelMemory
 from snooze.operator.metrics import OperatorMetrics
@@ -18,7 +18,6 @@ from snooze.policy import schedule as schedule_policy
 from snooze.policy.prewake import GapHistogram, Learnt, Prewake, Profile, ProfileError
 
 log = logging.getLogger(__name__)
-JSON = dict[str, Any]
 
 
 class Foresight:
@@ -29,7 +28,7 @@ class Foresight:
         *,
         namespace: str,
         name: str,
-        status: Mapping[str, Any],
+        status: InferenceModelStatus,
         emit: Emit,
         metrics: OperatorMetrics,
         probe_interval: float = 10.0,
@@ -37,13 +36,12 @@ class Foresight:
         self.namespace, self.name = namespace, name
         self.gap_floor = max(prewake_policy.GAP_RESOLUTION_SECONDS, 1.5 * probe_interval)
         self.emit, self.metrics = emit, metrics
-        stored = dict(status.get("prewake") or {})
-        self._stored = stored
+        self._stored = status.prewake or PrewakeStatus()
         self.learnt: Learnt | None = None
         """Read from the status once the spec (the profile's time zone) is known."""
-        active = status.get("activeWindow") or {}
+        active = status.active_window
         self.window: tuple[str, float | None] | None = (
-            (str(active.get("name", "")), parse_time(active.get("end"))) if active else None
+            (active.name, seconds_of(active.end)) if active is not None else None
         )
         """The window in force as last told by an Event (restored, so a restart tells no edge
         twice)."""
@@ -55,12 +53,13 @@ class Foresight:
         zone = spec.prewake.time_zone if spec.prewake is not None else "UTC"
         stored = self._stored
         try:
-            profile = Profile.decode(str(stored.get("profile") or ""), zone)
-            gaps = GapHistogram.decode(str(stored.get("idleGaps") or ""))
+            profile = Profile.decode(stored.profile, zone)
+            gaps = GapHistogram.decode(stored.idle_gaps)
         except ProfileError as exc:
             log.warning("%s/%s: learning afresh: %s", self.namespace, self.name, exc)
             profile, gaps = Profile(zone=zone), GapHistogram()
-        last = parse_time(stored.get("lastPrewakeTime"))
+        when = stored.last_prewake_time
+        last = None if when is None else seconds_of(when)
         pending = None
         if last is not None and spec.prewake is not None:
             slot = prewake_policy.slot_start(last + spec.prewake.lead_seconds, zone)
@@ -74,9 +73,9 @@ class Foresight:
             pending=pending,
             last_slot=None if last is None else prewake_policy.slot_start(last + _lead(spec), zone),
             last_prewake=last,
-            prewakes=int(stored.get("prewakes") or 0),
-            hits=int(stored.get("hits") or 0),
-            misses=int(stored.get("misses") or 0),
+            prewakes=stored.prewakes,
+            hits=stored.hits,
+            misses=stored.misses,
         )
 
     def learns(self, spec: InferenceModelSpec) -> bool:
@@ -180,30 +179,34 @@ class Foresight:
             )
         self.window = current
 
-    def status(self, spec: InferenceModelSpec, now: float) -> JSON:
-        """The status fields this module owns."""
-        out: JSON = {
-            "activeWindow": _window(schedule_policy.active(spec.schedule, now)),
-            "nextWindow": _window(schedule_policy.upcoming(spec.schedule, now)),
-            "prewake": None,
-        }
+    def report(
+        self, status: InferenceModelStatus, spec: InferenceModelSpec, now: float
+    ) -> InferenceModelStatus:
+        """`status` with the fields this module owns."""
+        prewake = None
         learnt = self.learnt
         if learnt is not None and self.learns(spec):
             chosen = ""
             if spec.idle.after == AUTO:
                 chosen = prewake_policy.effective_spec(spec, learnt.gaps).idle.after
-            out["prewake"] = {
-                "profile": learnt.profile.encode() if spec.prewake is not None else "",
-                "idleGaps": learnt.gaps.encode(),
-                "autoIdleAfter": chosen,
-                "lastPrewakeTime": None
+            prewake = PrewakeStatus(
+                profile=learnt.profile.encode() if spec.prewake is not None else "",
+                idle_gaps=learnt.gaps.encode(),
+                auto_idle_after=chosen,
+                last_prewake_time=None
                 if learnt.last_prewake is None
-                else format_time(learnt.last_prewake),
-                "prewakes": learnt.prewakes,
-                "hits": learnt.hits,
-                "misses": learnt.misses,
+                else moment(learnt.last_prewake),
+                prewakes=learnt.prewakes,
+                hits=learnt.hits,
+                misses=learnt.misses,
+            )
+        return status.model_copy(
+            update={
+                "active_window": _window(schedule_policy.active(spec.schedule, now)),
+                "next_window": _window(schedule_policy.upcoming(spec.schedule, now)),
+                "prewake": prewake,
             }
-        return out
+        )
 
 
 def _same(a: tuple[str, float | None], b: tuple[str, float | None]) -> bool:
@@ -219,12 +222,12 @@ def _zone(spec: InferenceModelSpec) -> str:
     return spec.prewake.time_zone if spec.prewake is not None else "UTC"
 
 
-def _window(window: schedule_policy.Window | None) -> JSON | None:
+def _window(window: schedule_policy.Window | None) -> WindowStatus | None:
     if window is None:
         return None
-    return {
-        "name": window.name,
-        "start": format_time(window.start),
-        "end": format_time(window.end),
-        "minAwake": window.min_awake,
-    }
+    return WindowStatus(
+        name=window.name,
+        start=moment(window.start),
+        end=moment(window.end),
+        min_awake=window.min_awake,
+    )

@@ -17,6 +17,15 @@ from urllib.parse import urljoin
 
 import aiohttp
 
+from snooze.api.agreed import (
+    HELD_REQUESTS,
+    IDLE_LONGEST_WAIT,
+    IDLE_PATH,
+    POD_IN_FLIGHT,
+    POD_LAST_REQUEST,
+    POD_REQUESTS,
+    PODS_WENT_IDLE,
+)
 from snooze.engine.activity import REQUESTS_LIMIT
 from snooze.engine.exposition import COUNTER_LIMIT, Labels, Page, checked_count
 from snooze.engine.http import TooLarge, read_bounded
@@ -25,20 +34,13 @@ from snooze.operator.metrics import OperatorMetrics
 from snooze.policy.probing import Traffic
 
 log = logging.getLogger(__name__)
-SENT = "snooze_gateway_pod_requests_total"
-IN_FLIGHT = "snooze_gateway_pod_requests_in_flight"
-LAST = "snooze_gateway_pod_last_request_timestamp_seconds"
-FAMILIES = frozenset({SENT, IN_FLIGHT, LAST})
-WENT_IDLE = "snooze_gateway_pods_went_idle_total"
-HELD = "snooze_gateway_held_requests"
+FAMILIES = frozenset({POD_REQUESTS, POD_IN_FLIGHT, POD_LAST_REQUEST})
 # While a GPU pool waits for a busy member to finish, the replicas are scraped this many times
 # per interval, and also as soon as one says an engine went idle: a burst's idle gaps last
 # seconds, and the pool must see one to use it...
 HURRIED = 10
 # ... but never more often than this many times per interval.
 SOONEST = 100
-# The gateway's own bound on a wait at /idle (gateway/metrics_port.py: LONGEST_WAIT).
-LONGEST_IDLE_WAIT = 30.0
 # The most read of a replica's page: three series of about 120 bytes per engine it sent
 # requests to, so about 45,000 engines.
 PAGE_LIMIT = 16 << 20
@@ -56,8 +58,14 @@ class ReplicaPage:
 
     def __init__(self, at: float = 0.0) -> None:
         self.at = at
-        self._page = Page(FAMILIES | {WENT_IDLE, HELD}, self._sample, series_limit=SERIES_LIMIT)
-        self._values: dict[str, dict[Key, float]] = {SENT: {}, IN_FLIGHT: {}, LAST: {}}
+        self._page = Page(
+            FAMILIES | {PODS_WENT_IDLE, HELD_REQUESTS}, self._sample, series_limit=SERIES_LIMIT
+        )
+        self._values: dict[str, dict[Key, float]] = {
+            POD_REQUESTS: {},
+            POD_IN_FLIGHT: {},
+            POD_LAST_REQUEST: {},
+        }
         self._went_idle: int | None = None
         self._held: dict[Key, int] = {}
 
@@ -66,7 +74,9 @@ class ReplicaPage:
 
     def result(self) -> tuple[dict[Key, Traffic], int | None, dict[Key, int]]:
         self._page.close()
-        sent, flight, last = (self._values[name] for name in (SENT, IN_FLIGHT, LAST))
+        sent, flight, last = (
+            self._values[name] for name in (POD_REQUESTS, POD_IN_FLIGHT, POD_LAST_REQUEST)
+        )
         traffic = {
             key: Traffic(
                 sent=sent.get(key, 0.0),
@@ -79,14 +89,14 @@ class ReplicaPage:
         return traffic, self._went_idle, self._held
 
     def _sample(self, name: str, labels: Labels, value: float) -> None:
-        if name == HELD:
+        if name == HELD_REQUESTS:
             # Requests held for a (namespace, model)'s wake; a value that is not a count reads
             # as one: some request is held.
             model = (labels.get("namespace") or "", labels.get("model") or "")
             count = min(int(value), REQUESTS_LIMIT) if math.isfinite(value) and value >= 0 else 1
             self._held[model] = self._held.get(model, 0) + count
             return
-        if name == WENT_IDLE:
+        if name == PODS_WENT_IDLE:
             # A count that is no number of times only makes the replica one not waited on.
             self._went_idle = int(value) if math.isfinite(value) and value >= 0 else None
             return
@@ -95,7 +105,7 @@ class ReplicaPage:
         if key in values:
             raise ValueError(f"two series of {name} for {key[0]}/{key[1]}")
         values[key] = checked_count(
-            name, value, REQUESTS_LIMIT if name == IN_FLIGHT else COUNTER_LIMIT
+            name, value, REQUESTS_LIMIT if name == POD_IN_FLIGHT else COUNTER_LIMIT
         )
 
 
@@ -126,7 +136,7 @@ def went_idle(text: str) -> int | None:
 def idle_url(metrics_url: str) -> str:
     """A replica's /idle, beside its metrics page (http://10.0.0.7:9091/metrics ->
     http://10.0.0.7:9091/idle)."""
-    return urljoin(metrics_url, "idle")
+    return urljoin(metrics_url, IDLE_PATH.lstrip("/"))
 
 
 def merge(pages: Iterable[dict[tuple[str, str], Traffic]]) -> dict[tuple[str, str], Traffic]:
@@ -255,7 +265,7 @@ class GatewayTraffic:
         """A replica's page, its count of engines gone idle and the requests it holds per
         model; None if it did not answer, or answered what cannot be used (too long, too
         slow, a value no gateway writes)."""
-        query = [("name[]", name) for name in sorted(FAMILIES | {WENT_IDLE, HELD})]
+        query = [("name[]", name) for name in sorted(FAMILIES | {PODS_WENT_IDLE, HELD_REQUESTS})]
         page = ReplicaPage(began)
         try:
             # The whole page within the timeout, a chunk at a time, nothing kept but counts.
@@ -304,7 +314,7 @@ class GatewayTraffic:
         went idle, or the replica restarted); else (no change, no answer, a gateway without
         /idle) not before `wait` seconds."""
         deadline = time.monotonic() + wait
-        query = {"after": str(after), "timeout": f"{min(wait, LONGEST_IDLE_WAIT):.3f}"}
+        query = {"after": str(after), "timeout": f"{min(wait, IDLE_LONGEST_WAIT):.3f}"}
         try:
             async with (
                 asyncio.timeout(wait + self.timeout),

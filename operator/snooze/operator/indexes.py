@@ -20,6 +20,7 @@ from kopf._cogs.structs.references import (  # kopf is pinned (pyproject.toml)
 )
 
 from snooze.api import models
+from snooze.api.modelstatus import parse_status
 from snooze.kube.api import KubeApi, NotFound, models_ref, pods_ref
 from snooze.kube.index import Index, LabelKey, PodIndex
 from snooze.kube.pods import PodInfo, pod_info
@@ -42,16 +43,13 @@ def claim_of(
         return None
     meta = body.get("metadata") or {}
     model_name = spec.model_name or str(meta.get("name", ""))
-    status = body.get("status") or {}
-    conflicted = any(
-        c.get("type") == "Conflict" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
+    status = parse_status(body.get("status"))
+    conflicted = any(c.type == "Conflict" and c.status == "True" for c in status.conditions)
     claim = Claim(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
         created=str(meta.get("creationTimestamp", "")),
-        holds=status.get("modelName") == model_name and not conflicted,
+        holds=status.model_name == model_name and not conflicted,
     )
     return model_name, claim
 

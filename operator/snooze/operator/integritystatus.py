@@ -4,37 +4,36 @@ condition, and the KnownBug condition; pure, so it is tested as data."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from snooze.api.modelstatus import OutputRecord, PodVerification
 from snooze.operator.conditions import ConditionValue as Reading
 from snooze.operator.memory import EngineMemory, Integrity
 from snooze.policy.integrity import Check
 from snooze.policy.knownbugs import describe
 
-JSON = dict[str, Any]
 NO_CHECKER = "no /weight_checker (vLLM 0.32.0 and later serve one, in dev mode)"
 
 
-def verification_entry(engine: EngineMemory, *, verify: bool) -> JSON:
+def verification_entry(engine: EngineMemory, *, verify: bool) -> PodVerification:
     """The pod entry's `verification`: what its wakes are checked against."""
     if not verify:
-        return {"output": Check.OFF.value, "weights": Check.OFF.value}
+        return PodVerification(output=Check.OFF.value, weights=Check.OFF.value)
     integrity = engine.integrity
-    entry: JSON = {"output": integrity.output.value, "weights": integrity.weights.value}
-    if integrity.process is not None:
-        entry["restarts"] = integrity.process.restarts
+    entry = PodVerification(output=integrity.output.value, weights=integrity.weights.value)
+    if integrity.process is not None and integrity.process.restarts is not None:
+        entry.restarts = integrity.process.restarts
     baseline = integrity.baseline
     if baseline is not None:
-        record: JSON = {"route": baseline.route, "textSha256": baseline.text_sha256}
+        record = OutputRecord(route=baseline.route, text_sha256=baseline.text_sha256)
         if baseline.tokens is not None:
-            record["tokens"] = list(baseline.tokens)
-        entry["baseline"] = record
+            record.tokens = list(baseline.tokens)
+        entry.baseline = record
     if integrity.weights_digest is not None:
-        entry["weightsDigest"] = integrity.weights_digest
-        entry["weightTensors"] = integrity.weights_count
+        entry.weights_digest = integrity.weights_digest
+        entry.weight_tensors = integrity.weights_count
     if integrity.message:
-        entry["message"] = integrity.message
-    return {k: v for k, v in entry.items() if v is not None}
+        entry.message = integrity.message
+    return entry
 
 
 # The state that stands for a model where engines differ: the most worth saying first.

@@ -12,8 +12,9 @@ from snooze.engine.errors import EngineError
 from snooze.engine.http import EngineHttp
 from snooze.engine.verify import version
 from snooze.kube.pods import PodInfo
-from snooze.operator.memory import EngineMemory, Process
+from snooze.operator.memory import EngineMemory
 from snooze.policy.knownbugs import Conduct, ServeFacts, conduct, could_apply
+from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
 VERSION_TIMEOUT = 5.0

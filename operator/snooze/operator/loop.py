@@ -11,30 +11,27 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
 from snooze.api.models import (
-    WAKE_REQUESTED_ANNOTATION,
     EngineState,
     InferenceModelSpec,
     LabelSelector,
     SpecError,
     SpecMemo,
 )
+from snooze.api.modelstatus import parse_status
 from snooze.api.quantities import format_gib
+from snooze.api.reasons import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
+from snooze.api.times import parse_time
 from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
-from snooze.kube.pods import PodInfo, parse_time
+from snooze.kube.pods import PodInfo
 from snooze.operator import status
 from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
 from snooze.operator.foresight import Foresight
 from snooze.operator.knownbugs import conduct_of, facts_of, learn_versions
-from snooze.operator.memory import (
-    EngineMemory,
-    Integrity,
-    ModelMemory,
-    Process,
-    rebuild,
-)
+from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, process_of, rebuild
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.observe import (
     Probe,
@@ -44,18 +41,19 @@ from snooze.operator.observe import (
     note_reachability,
     probe,
 )
-from snooze.operator.pools import Directive, PoolHub
+from snooze.operator.pools import PoolHub
+from snooze.operator.poolsnapshot import ModelSnapshot, take_snapshot
 from snooze.operator.reporter import StatusReporter
-from snooze.operator.scaling import Scaler
+from snooze.operator.scaling import Scaler, Workload
 from snooze.policy import claims, probing
 from snooze.policy import scale as scale_policy
 from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
-from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
+from snooze.policy.poolbooks import Directive
+from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
-JSON = dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +65,29 @@ class Neighbours:
     selectors: Callable[[str, Mapping[str, str]], Iterable[tuple[str, LabelSelector]]]
     """(name, selector) of the valid models in a namespace that may select a pod with these
     labels (at least every one that does)."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The pods a cycle works on."""
+
+    selected: list[PodInfo]
+    """Every pod the selector matches."""
+    pods: list[PodInfo]
+    """Those this model acts on: not shared with another model."""
+    conflicts: status.Conflicts
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a cycle decided, for its actions."""
+
+    decided: InferenceModelSpec
+    """The spec as the schedule and pre-wake have it now, bounded to the engines it can have."""
+    wake_requested: float | None
+    actions: list[sleep_policy.Action]
+    replicas: int | None
+    """The workload's replicas as read (None: no workload, or not known)."""
 
 
 # A cycle meant for an idle deadline comes this long after it: the clock read in the cycle
@@ -130,8 +151,9 @@ class ModelLoop:
         self.prober = prober
         self.settings = settings
         self.emit = emit
+        written = parse_status(body.get("status"))
         self.memory: ModelMemory = rebuild(
-            dict(body.get("status") or {}), unwritten=settings.status_interval, now=time.time()
+            written, unwritten=settings.status_interval, now=time.time()
         )
         if self.memory.last_activity is None:
             # The model's idle clock starts when the operator first sees it.
@@ -145,13 +167,12 @@ class ModelLoop:
             emit=emit,
             metrics=metrics,
             model=name,
+            pool_of=lambda pod: self.pools.pool_of(namespace, pod, self.spec)[0],
+            made_room=self._made_room,
         )
-        self.executor.pool_of = lambda pod: self.pools.pool_of(namespace, pod, self.spec)[0]
-        self.executor.made_room = self._made_room
         self.scaler = Scaler(
             namespace=namespace, model=name, api=api, memory=self.memory, emit=emit, metrics=metrics
         )
-        written: JSON = dict(body.get("status") or {})
         self.foresight = Foresight(
             namespace=namespace,
             name=name,
@@ -208,17 +229,26 @@ class ModelLoop:
                     await self.memory.poke.wait()
             self.memory.poke.clear()
 
-    @property
-    def last_wake_seconds(self) -> float | None:
-        return self.memory.last_wake_seconds
-
     def _made_room(self, pod: PodInfo) -> None:
         _, pool = self.pools.pool_of(self.namespace, pod, self.spec)
         if pool is not None:
             pool.made_room(pod.name)
 
-    def engine_memory(self, pod: str) -> EngineMemory | None:
-        return self.memory.engines.get(pod)
+    def snapshot(self, *, pool: str, claims: Mapping[str, str], now: float) -> ModelSnapshot:
+        """Its pods on GPU pool `pool`, and what it knows of their engines now."""
+        return take_snapshot(
+            name=self.name,
+            cycled=self.cycled,
+            spec=self.spec,
+            min_awake_now=self.min_awake_now,
+            last_wake_seconds=self.memory.last_wake_seconds,
+            selected=self.selected,
+            engines=self.memory.engines,
+            poke=self.poke,
+            pool=pool,
+            claims=claims,
+            now=now,
+        )
 
     def poke(self) -> None:
         self.memory.poke.set()
@@ -234,15 +264,29 @@ class ModelLoop:
                 engine.task.cancel()
 
     async def cycle(self) -> None:
+        """One look at the model, in six steps: validate its spec, select its pods, observe
+        their engines, decide, act, report."""
         self._idle_deadline = None
         now = time.time()
-        meta = self.body.get("metadata", {})
-        generation = meta.get("generation")
+        valid = await self._validate(now)
+        if valid is None:
+            return
+        spec, workload = valid
+        chosen = self._select(spec)
+        views = await self._observe(spec, chosen.pods, now)
+        plan = self._decide(spec, workload, chosen.pods, views, now)
+        replicas, waiting = await self._act(spec, plan, chosen.pods, views, now)
+        await self._report(spec, chosen, replicas=replicas, waiting=waiting, now=now)
+
+    async def _validate(self, now: float) -> tuple[InferenceModelSpec, Workload | None] | None:
+        """The spec, and the workload it scales, if both are valid; else the status says why
+        (and the cycle ends there)."""
+        generation = self.body.get("metadata", {}).get("generation")
         self.memory.generation = generation
         parsed = self.spec_memo.validate(dict(self.body.get("spec") or {}))
         if isinstance(parsed, SpecError):
             await self.reporter.invalid(str(parsed), generation, now)
-            return
+            return None
         spec = parsed
         workload = await self.scaler.workload(spec)
         target = spec.scale_target_ref
@@ -255,20 +299,33 @@ class ModelLoop:
             )
             if problem is not None:
                 await self.reporter.invalid(problem, generation, now)
-                return
+                return None
         self.reporter.valid()
+        return spec, workload
 
+    def _select(self, spec: InferenceModelSpec) -> Selection:
+        """The pods the selector matches, and of those the ones this loop acts on."""
         self.selector = spec.selector
         selected = [p for p in self.pods(spec.selector) if spec.selector.matches(p.labels)]
         self._tell_no_pods(spec, selected)
         self.memory.forget_missing(selected)
         conflicts = self._conflicts_of(spec, selected)
-        shared = conflicts.shared
         # A pod two models select is acted on by neither: each would undo what the other did.
-        pods = [p for p in selected if p.name not in shared]
+        pods = [p for p in selected if p.name not in conflicts.shared]
         self.spec, self.selected = spec, pods
-        views = await self._observe(spec, pods, now)
-        wake_requested = parse_time((meta.get("annotations") or {}).get(WAKE_REQUESTED_ANNOTATION))
+        return Selection(selected=selected, pods=pods, conflicts=conflicts)
+
+    def _decide(
+        self,
+        spec: InferenceModelSpec,
+        workload: Workload | None,
+        pods: list[PodInfo],
+        views: list[sleep_policy.EngineView],
+        now: float,
+    ) -> Plan:
+        """What the policy says of each engine now."""
+        annotations = self.body.get("metadata", {}).get("annotations") or {}
+        wake_requested = parse_time(annotations.get(WAKE_REQUESTED_ANNOTATION))
         # Keep-awake windows, pre-wake and idle.after: Auto speak through the spec and the wake
         # request that the decisions read.
         ready = [v for v in views if v.ready]
@@ -290,19 +347,36 @@ class ModelLoop:
             now=now,
             sleep_grace=sleep_timeout(spec, self.settings),
         )
-        by_name = {p.name: p for p in pods}
-        actions = sleep_policy.decide(views, model)
         self._idle_deadline = sleep_policy.next_idle_deadline(views, model)
+        return Plan(
+            decided=decided,
+            wake_requested=wake_requested,
+            actions=sleep_policy.decide(views, model),
+            replicas=None if workload is None else workload.replicas,
+        )
+
+    async def _act(
+        self,
+        spec: InferenceModelSpec,
+        plan: Plan,
+        pods: list[PodInfo],
+        views: list[sleep_policy.EngineView],
+        now: float,
+    ) -> tuple[int | None, str | None]:
+        """Start the engines' actions, ask the pools for room, scale the workload: the
+        replicas it has now, and why a wake waits (if one does)."""
+        by_name = {p.name: p for p in pods}
         labelling = []
-        for action in actions:
+        for action in plan.actions:
             if action.kind is not sleep_policy.ActionKind.ASK_ROOM:
                 task = self.executor.start(action, by_name[action.pod], spec)
                 if task is not None and action.kind is sleep_policy.ActionKind.LABEL:
                     labelling.append(task)
-        waiting = self._ask_pools(pods, actions, views, now)
-        replicas = None if workload is None else workload.replicas
+        waiting = self._ask_pools(pods, plan.actions, views, now)
+        replicas = plan.replicas
+        # Scaling is decided once the actions have started: it reads what they began.
         scale = self.scaler.view(
-            decided, views, replicas=replicas, wake_requested=wake_requested, now=now
+            plan.decided, views, replicas=replicas, wake_requested=plan.wake_requested, now=now
         )
         decision = scale_policy.decide_scale(scale)
         if decision is not None:
@@ -314,14 +388,34 @@ class ModelLoop:
             # written now would say "unknown" and need a second write (every model wrote its
             # status twice at start-up).
             await asyncio.wait(labelling, timeout=self.settings.probe_timeout)
+        return replicas, waiting
+
+    async def _report(
+        self,
+        spec: InferenceModelSpec,
+        chosen: Selection,
+        *,
+        replicas: int | None,
+        waiting: str | None,
+        now: float,
+    ) -> None:
+        """Write the status (when it changed, or is due)."""
         # Counted as the status counts (after the labels above): a status saying Awake after a
         # scale-up then also carries the wake's duration.
         awake = sum(
-            1 for p in pods if p.ready and status.operator_view(self.memory, p) is EngineState.AWAKE
+            1
+            for p in chosen.pods
+            if p.ready and status.operator_view(self.memory, p) is EngineState.AWAKE
         )
         self.scaler.check_cold_start(spec, awake, now)
         await self.reporter.write(
-            spec, selected, generation, now, replicas=replicas, conflicts=conflicts, waiting=waiting
+            spec,
+            chosen.selected,
+            self.memory.generation,
+            now,
+            replicas=replicas,
+            conflicts=chosen.conflicts,
+            waiting=waiting,
         )
 
     def _ask_pools(
@@ -471,13 +565,13 @@ class ModelLoop:
                 if p.ready
                 and p.name not in acting
                 and (engine := self.memory.engine(p.name, now=now)).answered
-                and (process := Process.of(p, port)) is not None
+                and (process := process_of(p, port)) is not None
             ],
         )
         views = []
         for pod in pods:
             engine = self.memory.engine(pod.name, now=now)
-            process = Process.of(pod, port)
+            process = process_of(pod, port)
             _new_run(self.memory, pod.name, engine, process)
             if engine.sleep_blocked and engine.sleep_blocked != (pod.uid, self.memory.generation):
                 # A new pod under this name, or a new spec: worth one more try.

@@ -10,14 +10,17 @@ import asyncio
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
 
 from snooze.api.models import EngineState
-from snooze.kube.pods import PodInfo, parse_time
+from snooze.api.modelstatus import InferenceModelStatus, PodStatus
+from snooze.api.times import seconds_of
+from snooze.kube.pods import PodInfo
 from snooze.policy.integrity import Answer, Check
 from snooze.policy.knownbugs import Conduct
 from snooze.policy.pool import RECENT_WINDOW_SECONDS
 from snooze.policy.probing import Ledger
+from snooze.policy.runs import Process
 
 # One failed probe can be a hiccup (a busy node, a GC pause); two in a row, an interval apart,
 # mean the engine is gone, frozen or never started: its status stops saying it is awake, so
@@ -27,25 +30,9 @@ UNREACHABLE_AFTER = 2
 SLEEP_MODE_DISABLED = "SleepModeDisabled"
 
 
-@dataclass(frozen=True)
-class Process:
-    """One run of an engine: its pod, and the restart count of the container it runs in."""
-
-    pod_uid: str
-    restarts: int | None
-    """None: the pod does not say which container is the engine's (PodInfo.engine_restarts)."""
-
-    @classmethod
-    def of(cls, pod: PodInfo, port: int | None) -> Process:
-        """The run of the engine serving on `port` in `pod` (None: the port is not known)."""
-        return cls(pod.uid, None if port is None else pod.engine_restarts(port))
-
-    def same_as(self, other: Process) -> bool:
-        """Possibly the same run: the same pod, and no restart between them that both counts
-        show (an unknown count proves nothing, so it is taken as the same run)."""
-        return self.pod_uid == other.pod_uid and (
-            self.restarts is None or other.restarts is None or self.restarts == other.restarts
-        )
+def process_of(pod: PodInfo, port: int | None) -> Process:
+    """The run of the engine serving on `port` in `pod` (None: the port is not known)."""
+    return Process(pod.uid, None if port is None else pod.engine_restarts(port))
 
 
 @dataclass(kw_only=True)
@@ -278,7 +265,7 @@ class ModelMemory:
 
 
 def rebuild(
-    status: dict[str, Any] | None, *, unwritten: float = 0.0, now: float | None = None
+    status: InferenceModelStatus | None, *, unwritten: float = 0.0, now: float | None = None
 ) -> ModelMemory:
     """Memory as the last status recorded it: what an operator restarted mid-way starts from.
 
@@ -287,9 +274,9 @@ def rebuild(
     was last written: its activity counts as that recent (never later than `now`), so that a
     restart never sleeps an engine sooner than the operator before it would have."""
     memory = ModelMemory()
-    if not status:
+    if status is None:
         return memory
-    written = parse_time(status.get("activityWrittenTime"))
+    written = _seconds(status.activity_written_time)
     unsure = None if written is None else written + unwritten
     if unsure is not None and now is not None:
         unsure = min(unsure, now)
@@ -299,85 +286,77 @@ def rebuild(
             return recorded
         return max(recorded, unsure)
 
-    memory.last_sleep_time = parse_time(status.get("lastSleepTime"))
-    memory.last_wake_time = parse_time(status.get("lastWakeTime"))
-    seconds = status.get("lastWakeSeconds")
-    memory.last_wake_seconds = float(seconds) if isinstance(seconds, int | float) else None
-    memory.last_activity = activity_at_least(parse_time(status.get("lastActivityTime")))
-    scaled_from = status.get("scaledFromReplicas")
-    memory.scaled_from = scaled_from if isinstance(scaled_from, int) else None
-    memory.scaled_at = parse_time(status.get("scaledToZeroTime"))
-    memory.manual_at = parse_time(status.get("manualScaleTime"))
-    memory.scale_up_time = parse_time(status.get("scaleUpTime"))
+    memory.last_sleep_time = _seconds(status.last_sleep_time)
+    memory.last_wake_time = _seconds(status.last_wake_time)
+    memory.last_wake_seconds = status.last_wake_seconds
+    memory.last_activity = activity_at_least(_seconds(status.last_activity_time))
+    memory.scaled_from = status.scaled_from_replicas
+    memory.scaled_at = _seconds(status.scaled_to_zero_time)
+    memory.manual_at = _seconds(status.manual_scale_time)
+    memory.scale_up_time = _seconds(status.scale_up_time)
     blocked_generation = None
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "WakeFailed" and condition.get("status") == "True":
-            pod, _, message = str(condition.get("message") or "").partition(": ")
-            memory.failure = (pod, str(condition.get("reason") or ""), message)
-        if condition.get("type") == "SleepFailed" and condition.get("status") == "True":
-            blocked_generation = condition.get("observedGeneration")
-    for pod in status.get("pods") or []:
-        name = pod.get("name")
-        activity = activity_at_least(parse_time(pod.get("lastActivityTime")))
-        if not name or activity is None:
+    for condition in status.conditions:
+        if condition.type == "WakeFailed" and condition.status == "True":
+            pod, _, message = condition.message.partition(": ")
+            memory.failure = (pod, condition.reason, message)
+        if condition.type == "SleepFailed" and condition.status == "True":
+            blocked_generation = condition.observed_generation
+    for entry in status.pods:
+        activity = activity_at_least(_seconds(entry.last_activity_time))
+        if activity is None:
             continue
         # Known before the restart: its idle clock stands (one still loading starts it anew).
         engine = EngineMemory(
             last_activity=activity,
-            answered=pod.get("state") != "unready",
-            uid=str(pod.get("uid") or ""),  # a pod recreated meanwhile is a new engine
+            answered=entry.state != "unready",
+            uid=entry.uid,  # a pod recreated meanwhile is a new engine
         )
-        engine.wake_failures = int(pod.get("wakeFailures") or 0)
-        engine.last_failure_reason = str(pod.get("failureReason") or "")
-        engine.last_failure = parse_time(pod.get("lastFailureTime"))
-        engine.sleep_failures = int(pod.get("sleepFailures") or 0)
-        engine.sleep_failure_reason = str(pod.get("sleepFailureReason") or "")
-        if engine.sleep_failure_reason == SLEEP_MODE_DISABLED and pod.get("uid"):
-            engine.sleep_blocked = (str(pod["uid"]), blocked_generation)
-        since = parse_time(pod.get("since"))
-        state = pod.get("state")
-        if since is not None and state in {s.value for s in EngineState}:
-            engine.state_since[state] = since
-        engine.integrity = integrity_of(pod)
-        memory.engines[name] = engine
+        engine.wake_failures = entry.wake_failures
+        engine.last_failure_reason = entry.failure_reason
+        engine.last_failure = _seconds(entry.last_failure_time)
+        engine.sleep_failures = entry.sleep_failures
+        engine.sleep_failure_reason = entry.sleep_failure_reason
+        if engine.sleep_failure_reason == SLEEP_MODE_DISABLED and entry.uid:
+            engine.sleep_blocked = (entry.uid, blocked_generation)
+        since = _seconds(entry.since)
+        if since is not None and entry.state in {s.value for s in EngineState}:
+            engine.state_since[entry.state] = since
+        engine.integrity = integrity_of(entry)
+        memory.engines[entry.name] = engine
     return memory
 
 
-def integrity_of(entry: dict[str, Any]) -> Integrity:
+def integrity_of(entry: PodStatus) -> Integrity:
     """An engine's records as the status kept them (an entry the operator did not write, or
     an older release's, gives none: they are taken again at its next sleep)."""
-    found = entry.get("verification")
-    uid = entry.get("uid")
-    if not isinstance(found, dict) or not uid:
+    found = entry.verification
+    if found is None or not entry.uid:
         return Integrity()
-    restarts = found.get("restarts")
     integrity = Integrity(
-        process=Process(str(uid), restarts if isinstance(restarts, int) else None),
-        output=_check(found.get("output")),
-        weights=_check(found.get("weights")),
-        weights_digest=found.get("weightsDigest")
-        if isinstance(found.get("weightsDigest"), str)
-        else None,
-        weights_count=int(found.get("weightTensors") or 0),
-        message=str(found.get("message") or ""),
+        process=Process(entry.uid, found.restarts),
+        output=_check(found.output),
+        weights=_check(found.weights),
+        weights_digest=found.weights_digest,
+        weights_count=found.weight_tensors or 0,
+        message=found.message,
     )
-    baseline = found.get("baseline")
-    if isinstance(baseline, dict):
-        tokens = baseline.get("tokens")
-        text = baseline.get("textSha256")
-        route = baseline.get("route")
-        if isinstance(route, str) and isinstance(text, str):
-            ids = (
-                tuple(t for t in tokens if isinstance(t, int)) if isinstance(tokens, list) else None
-            )
-            integrity.baseline = Answer(route=route, tokens=ids, text_sha256=text)
-            integrity.route = route
+    baseline = found.baseline
+    if baseline is not None:
+        tokens = None if baseline.tokens is None else tuple(baseline.tokens)
+        integrity.baseline = Answer(
+            route=baseline.route, tokens=tokens, text_sha256=baseline.text_sha256
+        )
+        integrity.route = baseline.route
     integrity.quarantined = Check.MISMATCH in (integrity.output, integrity.weights)
     return integrity
 
 
-def _check(value: object) -> Check:
+def _seconds(moment: datetime | None) -> float | None:
+    return None if moment is None else seconds_of(moment)
+
+
+def _check(value: str) -> Check:
     try:
-        return Check(str(value))
+        return Check(value)
     except ValueError:
         return Check.PENDING

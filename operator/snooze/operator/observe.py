@@ -13,7 +13,7 @@ from snooze.engine.errors import EngineError
 from snooze.engine.probe import Prober
 from snooze.kube.pods import PodInfo
 from snooze.operator.actions import Emit
-from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory, Process
+from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory, process_of
 from snooze.policy import probing
 from snooze.policy.sleep import ActionKind
 
@@ -130,7 +130,7 @@ def note_answer(
         engine.last_probe = now
         level = engine.sleep_level or pod.sleep_level or spec.sleep.level
         if result.sleeping and level == 1:
-            engine.note_host_copy(Process.of(pod, spec.engine.port))
+            engine.note_host_copy(process_of(pod, spec.engine.port))
 
 
 def note_reachability(pod: str, engine: EngineMemory, result: Probe, emit: Emit) -> None:

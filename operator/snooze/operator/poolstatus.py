@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
 
-from snooze.api.gpupool import GPUPoolSpec
+from snooze.api.gpupool import GPUPoolSpec, GPUPoolStatus, PoolMember
 from snooze.api.quantities import format_gib
-from snooze.operator.memory import Process
 from snooze.operator.status import ConditionValue, conditions
 from snooze.policy.pool import (
     Member,
@@ -16,8 +14,7 @@ from snooze.policy.pool import (
     holds_host_memory,
     host_memory_used,
 )
-
-JSON = dict[str, Any]
+from snooze.policy.runs import Process
 
 
 def pool_status(
@@ -33,10 +30,10 @@ def pool_status(
     primed: Collection[str],
     untrusted: Collection[str] = (),
     evictions: int,
-    previous: Mapping[str, Any],
+    previous: GPUPoolStatus,
     generation: int | None,
     now: float,
-) -> JSON:
+) -> GPUPoolStatus:
     """The status of a valid pool. `awake` and `asleep` are the bytes held by members awake
     and asleep, `problem` the Overcommitted message, `claim_holder` another pool that names
     this one's ResourceClaim, `processes` each member's engine run, `primed` the members
@@ -75,46 +72,57 @@ def pool_status(
             message=problem or "every member fits awake beside the others asleep",
         ),
     ]
-    return {
-        "memoryBytes": memory,
-        "usedBytes": decision.used,
-        "awakeBytes": awake,
-        "asleepBytes": asleep,
-        "freeBytes": memory - decision.used,
-        "used": f"{format_gib(decision.used)}/{format_gib(memory)}",
-        "awake": sum(1 for m in members if m.state is MemberState.AWAKE),
-        "hostMemoryBytes": spec.host_memory_bytes,
-        "hostUsedBytes": host_memory_used(members),
-        "members": [
-            {
-                "pod": m.pod,
-                "model": m.model,
-                "state": _shown_state(m, decision),
-                "footprintBytes": m.footprint,
-                "holdsBytes": 0 if m.pod in decision.unplaced else m.held,
-                "hostBytes": m.weights if holds_host_memory(m) else 0,
-                "hostCopy": m.host_copy,
-                **_process_fields(processes.get(m.pod)),
-                "priority": m.priority,
-                "primed": m.pod in primed,
-                "untrusted": m.pod in untrusted,
-            }
+    return GPUPoolStatus(
+        memory_bytes=memory,
+        used_bytes=decision.used,
+        awake_bytes=awake,
+        asleep_bytes=asleep,
+        free_bytes=memory - decision.used,
+        used=f"{format_gib(decision.used)}/{format_gib(memory)}",
+        awake=sum(1 for m in members if m.state is MemberState.AWAKE),
+        host_memory_bytes=spec.host_memory_bytes,
+        host_used_bytes=host_memory_used(members),
+        members=[
+            _member(m, decision, processes.get(m.pod), primed=m.pod in primed, untrusted=untrusted)
             for m in sorted(members, key=lambda m: m.pod)
         ],
-        "waiting": len(decision.waiting),
-        "waitingModels": list(dict.fromkeys(w.model for w in decision.waiting)),
-        "evictions": evictions,
-        "conditions": conditions(
-            previous.get("conditions") or [], values, now=now, generation=generation
-        ),
-        "observedGeneration": generation,
-    }
+        waiting=len(decision.waiting),
+        waiting_models=list(dict.fromkeys(w.model for w in decision.waiting)),
+        evictions=evictions,
+        conditions=conditions(previous.conditions, values, now=now, generation=generation),
+        observed_generation=generation,
+    )
+
+
+def _member(
+    m: Member,
+    decision: PoolDecision,
+    process: Process | None,
+    *,
+    primed: bool,
+    untrusted: Collection[str],
+) -> PoolMember:
+    return PoolMember(
+        pod=m.pod,
+        model=m.model,
+        state=_shown_state(m, decision),
+        footprint_bytes=m.footprint,
+        holds_bytes=0 if m.pod in decision.unplaced else m.held,
+        host_bytes=m.weights if holds_host_memory(m) else 0,
+        host_copy=m.host_copy,
+        pod_uid="" if process is None else process.pod_uid,
+        restarts=None if process is None else process.restarts,
+        priority=m.priority,
+        primed=primed,
+        untrusted=m.pod in untrusted,
+    )
 
 
 def invalid_pool_status(
-    message: str, *, previous: Mapping[str, Any], generation: int | None, now: float
-) -> JSON:
-    """The status of a pool whose spec is invalid: SpecValid False, saying what to fix."""
+    message: str, *, previous: GPUPoolStatus, generation: int | None, now: float
+) -> GPUPoolStatus:
+    """The status of a pool whose spec is invalid: SpecValid False, saying what to fix (what
+    the pool said before stands)."""
     values = [
         ConditionValue(
             type="SpecValid",
@@ -123,18 +131,12 @@ def invalid_pool_status(
             message=f"{message}. Fix the spec: its members wake for nobody until then.",
         )
     ]
-    return {
-        "conditions": conditions(
-            previous.get("conditions") or [], values, now=now, generation=generation
-        ),
-        "observedGeneration": generation,
-    }
-
-
-def _process_fields(process: Process | None) -> JSON:
-    if process is None:
-        return {"podUid": "", "restarts": None}
-    return {"podUid": process.pod_uid, "restarts": process.restarts}
+    return previous.model_copy(
+        update={
+            "conditions": conditions(previous.conditions, values, now=now, generation=generation),
+            "observed_generation": generation,
+        }
+    )
 
 
 def _shown_state(member: Member, decision: PoolDecision) -> str:

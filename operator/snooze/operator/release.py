@@ -7,16 +7,18 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from snooze.api.models import STATE_LABEL, SpecError, parse_spec
+from snooze.api.agreed import (
+    SLEEP_SENT_ANNOTATION,
+    SLEEP_STARTED_ANNOTATION,
+    STATE_LABEL,
+    WAKE_PROGRESS_ANNOTATION,
+)
+from snooze.api.models import SpecError, parse_spec
+from snooze.api.modelstatus import InferenceModelStatus
 from snooze.engine.client import EngineClient, EngineHttp
 from snooze.engine.errors import EngineError
 from snooze.kube.api import MERGE_PATCH, KubeApi, KubeError, NotFound, pods_ref
-from snooze.kube.pods import (
-    SLEEP_SENT_ANNOTATION,
-    SLEEP_STARTED_ANNOTATION,
-    WAKE_PROGRESS_ANNOTATION,
-    PodInfo,
-)
+from snooze.kube.pods import PodInfo
 from snooze.operator.actions import engine_url
 from snooze.operator.scaling import scale_path
 
@@ -29,7 +31,7 @@ async def release(
     http: EngineHttp,
     namespace: str,
     raw_spec: dict[str, Any],
-    status: dict[str, Any],
+    status: InferenceModelStatus,
     pods: Sequence[PodInfo],
     emit: Callable[[str, str, str], None],
 ) -> None:
@@ -68,8 +70,8 @@ async def release(
             }
             with contextlib.suppress(NotFound):  # the pod went meanwhile: nothing to undo
                 await api.patch(pods_ref(namespace), pod.name, patch)
-    scaled_from = status.get("scaledFromReplicas")
-    if spec.scale_target_ref is not None and isinstance(scaled_from, int):
+    scaled_from = status.scaled_from_replicas
+    if spec.scale_target_ref is not None and scaled_from is not None:
         body = {"spec": {"replicas": scaled_from}}
         try:
             await api.request(

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 from snooze.api.models import DesiredState, EngineState, InferenceModelSpec
+from snooze.api.modelstatus import InferenceModelStatus, merge_patch
+from snooze.api.times import moment
 from snooze.kube.api import KubeApi, models_ref
-from snooze.kube.pods import PodInfo, format_time
+from snooze.kube.pods import PodInfo
 from snooze.operator import status
 from snooze.operator.actions import Emit, Settings
 from snooze.operator.foresight import Foresight
 from snooze.operator.memory import ModelMemory
 from snooze.operator.metrics import OperatorMetrics
-
-JSON = dict[str, Any]
 
 
 class StatusReporter:
@@ -33,7 +32,7 @@ class StatusReporter:
         metrics: OperatorMetrics,
         memory: ModelMemory,
         foresight: Foresight,
-        written: JSON,
+        written: InferenceModelStatus,
     ) -> None:
         self.namespace, self.name = namespace, name
         self.api, self.settings, self.emit, self.metrics = api, settings, emit, metrics
@@ -94,8 +93,8 @@ class StatusReporter:
             or (spec.desired_state is DesiredState.AUTO and spec.wake.on_request),
             verify=spec.wake.verify,
         )
-        new.update(self.foresight.status(spec, now))
-        self._count(pods, str(new["phase"]), now)
+        new = self.foresight.report(new, spec, now)
+        self._count(pods, new.phase.value, now)
         await self._patch(new)
 
     def _count(self, pods: list[PodInfo], phase: str, now: float) -> None:
@@ -111,8 +110,8 @@ class StatusReporter:
                 )
         self._counted_at = now
 
-    async def _patch(self, new: JSON) -> None:
-        if new == {k: self.written.get(k) for k in new}:
+    async def _patch(self, new: InferenceModelStatus) -> None:
+        if new == self.written:
             return  # nothing changed: no API write
         now = time.monotonic()
         if (
@@ -122,7 +121,9 @@ class StatusReporter:
             # A busy model's activity times move at every probe: written at most once per
             # status interval, so that API writes do not grow with traffic.
             return
-        new = {**new, "activityWrittenTime": format_time(time.time())}
-        await self.api.patch(models_ref(self.namespace), self.name, {"status": new}, sub="status")
+        new = new.model_copy(update={"activity_written_time": moment(time.time())})
+        await self.api.patch(
+            models_ref(self.namespace), self.name, {"status": merge_patch(new)}, sub="status"
+        )
         self.written = new
         self._written_at = now

@@ -17,7 +17,8 @@ from typing import Any
 
 import kopf
 
-from snooze.operator.handlers import Runtime, build_registry
+from snooze.operator.handlers import build_registry
+from snooze.operator.runtime import Runtime
 
 
 async def serve(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
 
 from snooze.api.models import EngineState, Phase
-from snooze.kube.pods import PodInfo, format_time
+from snooze.api.modelstatus import InferenceModelStatus, PodStatus
+from snooze.api.times import moment
+from snooze.kube.pods import PodInfo
 
 # Re-exported: the GPU pools' status (poolstatus.py) builds its conditions from here too.
 from snooze.operator.conditions import ConditionValue as ConditionValue
@@ -16,7 +18,6 @@ from snooze.operator.integritystatus import known_bug, verification_entry, wake_
 from snooze.operator.memory import EngineMemory, ModelMemory
 from snooze.policy.sleep import phase
 
-JSON = dict[str, Any]
 EngineMemoryView = tuple[str, EngineMemory]
 
 # A busy engine's activity time moves at every probe; writing each move would make the
@@ -57,8 +58,8 @@ class Conflicts:
         )
 
 
-def _time(seconds: float | None) -> str | None:
-    return None if seconds is None else format_time(seconds)
+def _time(seconds: float | None) -> datetime | None:
+    return None if seconds is None else moment(seconds)
 
 
 def _coarse(seconds: float) -> float:
@@ -96,7 +97,7 @@ def build(
     model_name: str,
     pods: Sequence[PodInfo],
     memory: ModelMemory,
-    previous: JSON,
+    previous: InferenceModelStatus,
     generation: int | None,
     now: float,
     spec_error: str | None = None,
@@ -107,7 +108,7 @@ def build(
     namespace: str = "",
     can_wake: bool = True,
     verify: bool = True,
-) -> JSON:
+) -> InferenceModelStatus:
     """The whole status to write; `pods` are all the pods selected, shared ones included.
     `selector` and `namespace` (the spec's, as a label selector string) explain a model that
     selects no pod; `can_wake` says whether a request may wake it (wake.onRequest, and no
@@ -138,32 +139,21 @@ def build(
             state = view.value
         if _unreachable(memory, pod):
             state = "unreachable"  # whatever its label says: not to be routed to
-        # The uid, so that a reader (the gateway) never trusts this entry for a pod recreated
-        # under the same name.
-        entry: JSON = {"name": pod.name, "uid": pod.uid or None, "state": state}
+        entry = PodStatus(name=pod.name, state=state)
+        if pod.uid:
+            # So that a reader (the gateway) never trusts this entry for a pod recreated
+            # under the same name.
+            entry.uid = pod.uid
         if pod.name in shared:
-            entry["message"] = f"also selected by {', '.join(shared[pod.name])}"
-            pod_entries.append({k: v for k, v in entry.items() if v is not None})
-            continue
-        if engine is not None:
-            since = engine.state_since.get(state)
-            entry["since"] = _time(since)
-            entry["lastActivityTime"] = format_time(_coarse(engine.last_activity))
-            entry["wakeFailures"] = engine.wake_failures
-            if state == "unreachable":
-                entry["message"] = engine.probe_error
+            entry.message = f"also selected by {', '.join(shared[pod.name])}"
+        elif engine is not None:
+            _engine_fields(entry, engine, state)
+            entry.verification = verification_entry(engine, verify=verify)
             if engine.sleep_failures:
-                entry["sleepFailures"] = engine.sleep_failures
-                entry["sleepFailureReason"] = engine.sleep_failure_reason
-                entry["message"] = engine.sleep_failure_message or None
                 unable_to_sleep.append((pod.name, engine))
             if engine.wake_failures:
-                entry["failureReason"] = engine.last_failure_reason
-                entry["lastFailureTime"] = _time(engine.last_failure)
-                entry["message"] = engine.last_failure_message
                 failing.append((pod.name, engine.last_failure_reason, engine.last_failure_message))
-            entry["verification"] = verification_entry(engine, verify=verify)
-        pod_entries.append({k: v for k, v in entry.items() if v is not None})
+        pod_entries.append(entry)
 
     awake, asleep = count[EngineState.AWAKE], count[EngineState.ASLEEP]
     engines = [(p.name, memory.engines[p.name]) for p in ready if p.name in memory.engines]
@@ -233,53 +223,72 @@ def build(
         wake_verified(engines, verify=verify),
         known_bug(engines),
     ]
-    return {
-        "phase": model_phase.value,
-        "modelName": model_name,
-        "engines": len(every),
-        "awake": awake,
-        "asleep": asleep + count[EngineState.FAILED],
-        "waking": count[EngineState.WAKING],
-        "draining": count[EngineState.DRAINING],
-        "pods": pod_entries,
-        "lastActivityTime": _time(
+    return InferenceModelStatus(
+        phase=model_phase,
+        model_name=model_name,
+        engines=len(every),
+        awake=awake,
+        asleep=asleep + count[EngineState.FAILED],
+        waking=count[EngineState.WAKING],
+        draining=count[EngineState.DRAINING],
+        pods=pod_entries,
+        last_activity_time=_time(
             None if memory.last_activity is None else _coarse(memory.last_activity)
         ),
-        # Set when the status is written (operator/loop.py): the activity times are then current.
-        "activityWrittenTime": previous.get("activityWrittenTime"),
-        "lastSleepTime": _time(memory.last_sleep_time),
-        "lastWakeTime": _time(memory.last_wake_time),
-        "lastWakeSeconds": (
+        # Set when the status is written (operator/reporter.py): the activity times are then
+        # current.
+        activity_written_time=previous.activity_written_time,
+        last_sleep_time=_time(memory.last_sleep_time),
+        last_wake_time=_time(memory.last_wake_time),
+        last_wake_seconds=(
             None if memory.last_wake_seconds is None else round(memory.last_wake_seconds, 3)
         ),
-        "replicas": replicas,
-        "scaledFromReplicas": memory.scaled_from,
-        "scaledToZeroTime": _time(memory.scaled_at),
-        "scaleUpTime": _time(memory.scale_up_time),
-        "manualScaleTime": _time(memory.manual_at),
-        "conditions": conditions(
-            previous.get("conditions") or [], values, now=now, generation=generation
-        ),
-        "observedGeneration": generation,
-    }
+        replicas=replicas,
+        scaled_from_replicas=memory.scaled_from,
+        scaled_to_zero_time=_time(memory.scaled_at),
+        scale_up_time=_time(memory.scale_up_time),
+        manual_scale_time=_time(memory.manual_at),
+        conditions=conditions(previous.conditions, values, now=now, generation=generation),
+        observed_generation=generation,
+        # What the foresight owns (operator/foresight.py) stands until it is written anew.
+        active_window=previous.active_window,
+        next_window=previous.next_window,
+        prewake=previous.prewake,
+    )
 
 
-# Fields that move with traffic alone; everything else is a change worth writing at once.
-ACTIVITY_FIELDS = ("lastActivityTime", "activityWrittenTime")
+def _engine_fields(entry: PodStatus, engine: EngineMemory, state: str) -> None:
+    """What a pod entry says of an engine the operator has followed, and why it is in its
+    state when that is worth saying (a failed wake's message outranks a failed sleep's)."""
+    entry.since = _time(engine.state_since.get(state))
+    entry.last_activity_time = moment(_coarse(engine.last_activity))
+    entry.wake_failures = engine.wake_failures
+    message: str | None = engine.probe_error if state == "unreachable" else None
+    if engine.sleep_failures:
+        entry.sleep_failures = engine.sleep_failures
+        entry.sleep_failure_reason = engine.sleep_failure_reason
+        message = engine.sleep_failure_message or None
+    if engine.wake_failures:
+        entry.failure_reason = engine.last_failure_reason
+        entry.last_failure_time = _time(engine.last_failure)
+        message = engine.last_failure_message
+    if message is not None:
+        entry.message = message
 
 
-def only_activity_moved(old: JSON, new: JSON) -> bool:
+def only_activity_moved(old: InferenceModelStatus, new: InferenceModelStatus) -> bool:
     """Whether `new` differs from `old` only in activity times (the model's, its pods')."""
+    return _without_activity(old) == _without_activity(new)
 
-    def without_activity(status: JSON) -> JSON:
-        stripped = {k: v for k, v in status.items() if k not in ACTIVITY_FIELDS}
-        stripped["pods"] = [
-            {k: v for k, v in pod.items() if k not in ACTIVITY_FIELDS}
-            for pod in status.get("pods") or []
-        ]
-        return stripped
 
-    return without_activity(old) == without_activity(new)
+def _without_activity(status: InferenceModelStatus) -> InferenceModelStatus:
+    return status.model_copy(
+        update={
+            "last_activity_time": None,
+            "activity_written_time": None,
+            "pods": [p.model_copy(update={"last_activity_time": None}) for p in status.pods],
+        }
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ from snooze.engine.client import EngineClient
 from snooze.engine.errors import EngineError
 from snooze.engine.http import EngineHttp
 from snooze.engine.verify import NoGenerationRoute, digest, greedy, weight_checksums
-from snooze.operator.memory import EngineMemory, Integrity, Process
+from snooze.operator.memory import EngineMemory, Integrity
 from snooze.operator.metrics import OperatorMetrics
 from snooze.policy.integrity import (
     CHECKED,
@@ -27,6 +27,7 @@ from snooze.policy.integrity import (
     recorded,
     weights_verdict,
 )
+from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
 

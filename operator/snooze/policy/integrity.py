@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-OUTPUT_MISMATCH = "OutputMismatch"
-WEIGHTS_MISMATCH = "WeightsMismatch"
 MAX_SHOWN = 8
 """Token ids shown in a message; the rest elided."""
 

@@ -9,18 +9,21 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from snooze.api.models import DesiredState, EngineState, InferenceModelSpec, Phase
-from snooze.policy.integrity import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
+from snooze.api.reasons import (
+    HYBRID_KV_CACHE_REINIT,
+    MEMORY_NOT_FREED,
+    OUT_OF_MEMORY,
+    OUTPUT_MISMATCH,
+    WEIGHTS_MISMATCH,
+)
 
 # Wake retries back off exponentially from this, up to the cap; failureThreshold bounds them.
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 60.0
-HYBRID_CRASH_REASON = "HybridKVCacheReinit"
-# A GPU pool member whose sleep did not give its device memory back (operator/pooltrust.py).
-MEMORY_NOT_FREED = "MemoryNotFreed"
-OUT_OF_MEMORY = "OutOfMemory"
-"""A wake that found the device's memory taken: a restart of this engine frees no one else's
-memory, so it is never this failure's remedy (a pool makes room; the wake is tried again)."""
-NOT_RETRIED = (HYBRID_CRASH_REASON, OUTPUT_MISMATCH, WEIGHTS_MISMATCH)
+# OUT_OF_MEMORY: a restart of this engine frees no one else's memory, so it is never this
+# failure's remedy (a pool makes room; the wake is tried again). MEMORY_NOT_FREED: a GPU pool
+# member whose sleep did not give its device memory back (policy/pooltrust.py).
+NOT_RETRIED = (HYBRID_KV_CACHE_REINIT, OUTPUT_MISMATCH, WEIGHTS_MISMATCH)
 """Failed wakes no retry mends: the hybrid KV-cache crash leaves the engine unable to wake,
 and an engine that woke answering differently is awake already. Only a restart recovers them."""
 REQUEST_RESOLUTION_SECONDS = 1.0

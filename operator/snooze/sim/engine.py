@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from snooze.api import enginetimes
 from snooze.sim import outputs
 from snooze.sim.contract import DEFAULT_VERSION, Contract
 from snooze.sim.device import KV_CACHE, WAKE_OUT_OF_MEMORY, WEIGHTS, DeviceShare, SimulatedDevice
@@ -49,28 +50,15 @@ class EngineConfig:
     """The loopback address to listen on."""
     port: int = 8000
     """The port; 0 picks a free one (read it back from `SimulatedEngine.port`)."""
-    sleep_seconds: float = 5.7
-    """Time the engine's first level-1 sleep takes: it pins host RAM for the weights' copy,
-    then copies them."""
-    pinning_share: float = 0.86
-    """The part of that first sleep spent pinning host RAM, which later level-1 sleeps of the
-    same process skip: PyTorch's caching host allocator keeps the pinned blocks after the wake,
-    and the next sleep reuses them (vLLM PR #58066: the first level-1 sleep "can spend most of
-    its time allocating pinned host buffers"). 0.86: a 16 GiB copy at about 20 GiB/s, 0.8 s of
-    the 5.7 s."""
-    level2_sleep_seconds: float = 0.3
-    """Time a level-2 sleep takes: it copies nothing, only unmaps (vLLM's allocator offloads
-    the `weights` tag at level 1 alone), so it is much faster; level 0 only pauses, at once."""
-    wake_seconds: float = 0.3
-    """Time to bring the weights back (from host RAM after level 1, allocation after level 2)."""
-    kv_wake_seconds: float = 0.05
-    """Time to re-allocate the KV cache on wake."""
-    reload_seconds: float = 20.0
-    """Time `collective_rpc reload_weights` takes (weights from disk or page cache)."""
-    token_seconds: float = 0.02
-    """Pacing between generated tokens."""
-    max_tokens_default: int = 16
-    """Tokens generated when a request gives no `max_tokens` (finish reason `stop`)."""
+    # The engine's timings (api/enginetimes.py says what each is).
+    sleep_seconds: float = enginetimes.SLEEP_SECONDS
+    pinning_share: float = enginetimes.PINNING_SHARE
+    level2_sleep_seconds: float = enginetimes.LEVEL2_SLEEP_SECONDS
+    wake_seconds: float = enginetimes.WAKE_SECONDS
+    kv_wake_seconds: float = enginetimes.KV_WAKE_SECONDS
+    reload_seconds: float = enginetimes.RELOAD_SECONDS
+    token_seconds: float = enginetimes.TOKEN_SECONDS
+    max_tokens_default: int = enginetimes.DEFAULT_MAX_TOKENS
     max_concurrency: int = 8
     """Requests running at once; the rest count as waiting."""
     gpu_memory_gib: float = 16.0

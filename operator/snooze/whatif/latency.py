@@ -1,36 +1,37 @@
 """How long an engine takes to sleep, wake, reload and start, in a whatif simulation.
 
-The defaults are the engine simulator's (`snooze.sim.engine.EngineConfig`, from vLLM's published
-figures), written here by value because whatif stands apart from the simulator; a unit test
-keeps the two equal. The cold start, which the simulator does not model (its pods start at
-once), is the middle of the published 30 to 100+ s for a full vLLM start."""
+The defaults are the engine simulator's, from vLLM's published figures (api/enginetimes.py).
+The cold start, which the simulator does not model (its pods start at once), is the middle of
+the published 30 to 100+ s for a full vLLM start."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from snooze.api import enginetimes
+
 
 @dataclass(frozen=True, kw_only=True)
 class Latencies:
-    sleep_seconds: float = 5.7
+    sleep_seconds: float = enginetimes.SLEEP_SECONDS
     """An engine's first level-1 sleep, which pins host RAM and copies the weights there (the
     engine counts as awake until it ends)."""
-    pinning_share: float = 0.86
+    pinning_share: float = enginetimes.PINNING_SHARE
     """The part of that first sleep spent pinning host RAM: later level-1 sleeps of the same
     engine reuse the pinned blocks (kept after the wake) and only copy."""
-    level2_sleep_seconds: float = 0.3
+    level2_sleep_seconds: float = enginetimes.LEVEL2_SLEEP_SECONDS
     """A level-2 sleep, which discards them instead."""
-    wake_seconds: float = 0.3
+    wake_seconds: float = enginetimes.WAKE_SECONDS
     """Bringing the weights back (host RAM after level 1, allocation after level 2)."""
-    kv_wake_seconds: float = 0.05
+    kv_wake_seconds: float = enginetimes.KV_WAKE_SECONDS
     """Re-allocating the KV cache on wake."""
-    reload_seconds: float = 20.0
+    reload_seconds: float = enginetimes.RELOAD_SECONDS
     """Reloading the weights from disk or page cache after a level-2 sleep."""
     cold_start_seconds: float = 60.0
     """A pod scaled up from zero until its engine answers (scheduling, image, load)."""
-    token_seconds: float = 0.02
+    token_seconds: float = enginetimes.TOKEN_SECONDS
     """Per generated token: a request's service time is output_tokens times this."""
-    output_tokens: int = 16
+    output_tokens: int = enginetimes.DEFAULT_MAX_TOKENS
     """Tokens of a request whose trace line gives none (the simulator's max_tokens default)."""
 
     def sleep(self, level: int, *, pinned: bool = False) -> float:

@@ -47,8 +47,6 @@ class Pool(Protocol):
 
     def made_room(self, model: ModelSim, engine: Engine, now: float) -> None: ...
 
-    def granted(self, engine: Engine, now: float) -> None: ...
-
 
 class ModelSim:
     """One model, one policy: `arrive` for each of its requests, `event` for its engines'
@@ -274,8 +272,6 @@ class ModelSim:
             self._open(engine, now)
             if self._measured(now):
                 self.out.wakes += 1
-            if self.pool is not None:
-                self.pool.granted(engine, now)
             self.clock.push(now + self.lat.wake(engine.sleep_level or 1), "action", self.index,
                             engine.index)  # fmt: skip
             return True

@@ -1,7 +1,8 @@
 """A GPU pool in a whatif simulation: the members' engines as the pool's coordinator sees them,
-its real decision (policy.pool.decide_pool) taken after every change, and what it tells each
-member's model (wake now, sleep to make room, at which level), as the operator's pool loop
-does; plus what it costs: swaps and waits for room."""
+its real decision (policy.pool.decide_pool) taken after every change over the same books as the
+operator's pool loop keeps (policy.poolbooks), and what it tells each member's model (wake now,
+sleep to make room, at which level), as that loop does; plus what it costs: swaps and waits for
+room."""
 
 from __future__ import annotations
 
@@ -20,10 +21,9 @@ from snooze.policy.pool import (
     PoolDecision,
     PoolView,
     Prime,
-    RoomFor,
-    WakeAsk,
     decide_pool,
 )
+from snooze.policy.poolbooks import Directive, PoolBooks
 from snooze.policy.sleep import EngineView
 from snooze.whatif.engines import Engine
 from snooze.whatif.model import EPSILON, ModelSim
@@ -52,10 +52,6 @@ class Footprint:
     priority: int = 0
 
 
-Directive = tuple[bool, bool, bool, bool, bool, int | None]
-"""grant, evict, headroom, promised, rewake, level: as the operator's pool tells a member."""
-
-
 class PoolSim:
     """The coordinator of one pool whose members are the engines of `models`."""
 
@@ -68,16 +64,11 @@ class PoolSim:
         self.settings = settings
         self.models = list(models)
         self.footprints = footprints
-        self.asks: dict[str, float] = {}
-        """Pod -> when it first asked for room."""
-        self.decision: PoolDecision | None = None
-        self.sleeping_for: dict[str, RoomFor | None] = {}
-        """Member -> what its sleep under way makes room for (a promised drain is not
-        cancelled; a prime's is followed by a wake back)."""
-        self.priming: set[str] = set()
-        self.woken_for: dict[str, float] = {}
-        """Member -> when the wake that woke it was asked (see Member.woken_for)."""
+        self.books = PoolBooks()
+        """What the pool remembers between decisions, as the operator's pool loop keeps it
+        (whatif judges no trust: its engines free what they say)."""
         self.directives: dict[str, Directive] = {}
+        """What the last decision tells each member."""
         self._owner = {e.pod: m for m in self.models for e in m.engines}
         self._needs = {_key(m): _needs(m) for m in self.models}
         for model in self.models:
@@ -85,44 +76,31 @@ class PoolSim:
 
     # --- what the members' models call ---------------------------------------------------
 
+    @property
+    def decision(self) -> PoolDecision | None:
+        return self.books.decision
+
     def view(self, engine: Engine, view: EngineView) -> EngineView:
-        grant, evict, headroom, promised, rewake, level = self.directives.get(
-            engine.pod, (False, False, False, False, False, None)
-        )
+        told = self.directives.get(engine.pod, Directive())
         return dataclasses.replace(
             view,
             pooled=True,
-            pool_grant=grant,
-            pool_evict=evict,
-            pool_headroom=headroom,
-            pool_promised=promised,
-            pool_rewake=rewake,
-            pool_level=level,
+            pool_grant=told.grant,
+            pool_evict=told.evict,
+            pool_headroom=told.headroom,
+            pool_promised=told.promised,
+            pool_rewake=told.rewake,
+            pool_level=told.level,
         )
 
     def ask(self, model: ModelSim, pods: list[str], now: float) -> None:
         """The model's members that want room now (the others of the model withdraw)."""
-        mine = {e.pod for e in model.engines}
-        for pod in [p for p in self.asks if p in mine and p not in pods]:
-            del self.asks[pod]
-        for pod in pods:
-            self.asks.setdefault(pod, now)
+        self.books.ask(_key(model), pods, now)
 
     def made_room(self, model: ModelSim, engine: Engine, now: float) -> None:
-        why = self.decision.evict.get(engine.pod) if self.decision is not None else None
-        self.sleeping_for[engine.pod] = why
+        why = self.books.made_room(engine.pod)
         if why != PRIME and now >= model.measure_from:
             model.out.swaps += 1
-
-    def granted(self, engine: Engine, now: float) -> None:
-        asked = self.asks.get(engine.pod)
-        if asked is not None:
-            # It passed every wake asked before this one: minResidency does not shield it
-            # from those (the pool's rule against starvation), as the operator's pool says.
-            self.woken_for[engine.pod] = asked
-        model = self._owner[engine.pod]
-        if asked is not None and asked >= model.measure_from:
-            model.out.room_waits.append(now - asked)
 
     # --- the coordinator -----------------------------------------------------------------
 
@@ -151,7 +129,7 @@ class PoolSim:
                         recent_requests=e.recent_requests(now),
                         weights=size.weights,
                         host_copy=e.pinned,
-                        woken_for=self.woken_for.get(e.pod),
+                        woken_for=self.books.woken_for.get(e.pod),
                     )
                 )
         return members
@@ -161,25 +139,8 @@ class PoolSim:
         s = self.settings
         for model in self.models:
             model.retire(now, inclusive=True)
-        members = self._members(now)
-        states = {m.pod: m.state for m in members}
-        granted = self.decision.grant if self.decision is not None else frozenset()
-        self.woken_for = {
-            p: t
-            for p, t in self.woken_for.items()
-            if p in states and (states[p] is not MemberState.ASLEEP or p in granted)
-        }
-        for pod, why in self.sleeping_for.items():
-            if why == PRIME and states.get(pod) is MemberState.ASLEEP:
-                self.priming.add(pod)
-        self.sleeping_for = {
-            p: f for p, f in self.sleeping_for.items() if states.get(p) is MemberState.DRAINING
-        }
-        self.priming = {
-            p for p in self.priming if states.get(p) is MemberState.ASLEEP and p not in self.asks
-        }
-        asks = [WakeAsk(pod=p, asked_at=t) for p, t in self.asks.items()]
-        asks += [WakeAsk(pod=p, asked_at=0.0, lazy=True) for p in sorted(self.priming)]
+        followed = self.books.follow(self._members(now), now=now)
+        members = followed.members
         decision = decide_pool(
             PoolView(
                 memory=s.memory,
@@ -187,18 +148,22 @@ class PoolSim:
                 eviction=s.eviction,
                 min_residency=s.min_residency,
                 members=members,
-                asks=asks,
+                asks=followed.asks,
                 models=self._needs,
                 now=now,
                 headroom=s.headroom,
                 prime=s.prime,
             )
         )
-        self.decision = decision
-        self.priming &= decision.grant
+        decided = self.books.decided(decision, present={m.pod for m in members})
+        for grant in decided.granted:
+            # What a wake waited for room, from its ask (a wake back of a prime asked nothing).
+            model = self._owner[grant.pod]
+            if grant.asked_at >= model.measure_from:
+                model.out.room_waits.append(now - grant.asked_at)
         before, self.directives = (
             self.directives,
-            {m.pod: self._directive(m.pod, decision) for m in members},
+            {m.pod: self.books.directive(m.pod) for m in members},
         )
         changed = {
             p
@@ -206,17 +171,6 @@ class PoolSim:
             if before.get(p) != self.directives.get(p)
         }
         return {self._owner[p].index for p in changed}
-
-    def _directive(self, pod: str, decision: PoolDecision) -> Directive:
-        why = decision.evict.get(pod)
-        return (
-            pod in decision.grant,
-            why is not None,
-            why is not None and not why.promised,
-            (room := self.sleeping_for.get(pod)) is not None and room.promised,
-            pod in decision.grant and pod in self.priming,
-            decision.levels.get(pod),
-        )
 
     def next_look(self, now: float) -> float | None:
         """When the decision may change by the passing of time alone: a member busy while a

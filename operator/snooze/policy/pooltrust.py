@@ -8,10 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from snooze.operator.memory import Process
-from snooze.policy.pool import Member, MemberState, RoomFor, RoomKind
-
-OUT_OF_MEMORY = "OutOfMemory"
+from snooze.policy.pooltypes import Member, MemberState, RoomFor, RoomKind
+from snooze.policy.runs import Process
 
 
 @dataclass(frozen=True, kw_only=True)
