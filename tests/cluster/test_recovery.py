@@ -5,6 +5,7 @@ the same objects. A held request is answered through each, and the state converg
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -46,12 +47,21 @@ def operator_pods(kube: Kube) -> list[Any]:
     return kube.ready_pods(SYSTEM, OPERATOR)
 
 
+def desired(kube: Kube, state: str) -> None:
+    patch = json.dumps({"spec": {"desiredState": state}})
+    kube.kubectl("patch", "im", "chat", "-n", ENGINES, "--type=merge", "-p", patch)
+
+
 @pytest.fixture
 def chat(kube: Kube, release: str) -> Iterator[None]:
-    """examples/simulated/chat.yaml, asleep: its next request is held while it wakes."""
+    """examples/simulated/chat.yaml, asleep: its next request is held while it wakes. Put to
+    sleep at once (desiredState: Asleep, then Auto again) rather than after its idle.after:
+    the walkthrough proves that part, and each test here would wait for it."""
     apply_example(kube)
     try:
+        desired(kube, "Asleep")
         wait_for("chat asleep", lambda: phase(kube) == "Asleep", timeout=120)
+        desired(kube, "Auto")
         yield
     finally:
         kube.delete_and_wait(ENGINES, "app.kubernetes.io/name=chat", "-f", str(EXAMPLE))
