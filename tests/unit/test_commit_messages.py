@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+# tests/needs.py: without git this fails, saying so; tests/run and .ci/run install it.
+pytestmark = pytest.mark.needs("git")
 ROOT = Path(__file__).resolve().parents[2]
 # The last commit before the rule held for every commit; older subjects are left as they are.
 RULE_FROM = "82baf7d3"
@@ -22,8 +24,8 @@ def _git(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _subjects() -> list[str]:
     """The subjects since RULE_FROM; in a clone too shallow to hold it, HEAD's alone."""
-    if _git("rev-parse", "--git-dir").returncode != 0:
-        pytest.skip("not a git checkout: no commits to check")
+    checkout = _git("rev-parse", "--git-dir")
+    assert checkout.returncode == 0, f"the tests run from a git checkout: {checkout.stderr}"
     known = _git("cat-file", "-e", f"{RULE_FROM}^{{commit}}").returncode == 0
     span = [f"{RULE_FROM}..HEAD"] if known else ["-1", "HEAD"]
     listed = _git("log", "--format=%s", *span)
