@@ -459,8 +459,14 @@ class ModelLoop:
             if gone is not None:
                 gone.ask(self.name, (), now)
         self._asked = set(by_pool)
+        # What the pools read of these members: a change must poke them, which otherwise look
+        # again only once per interval. A pod scheduled onto its node is one: Pending, it
+        # holds nothing on the device and the pool leaves it out; once there, it starts.
+        scheduled = {p.name: p.scheduled for p in pods}
         seen = tuple(
-            (v.pod, v.label, v.sleeping, v.busy, v.action_running) for v in views if v.pooled
+            (v.pod, scheduled.get(v.pod), v.ready, v.label, v.sleeping, v.busy, v.action_running)
+            for v in views
+            if v.pooled
         )
         for name, asks in by_pool.items():
             loop = self.pools.loops[(self.namespace, name)]
