@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +39,6 @@ _addresses = (f"127.{_OCTET}.{n // 250}.{n % 250 + 2}" for n in itertools.count(
 def next_address() -> str:
     """A loopback address no engine of this run has had: a pod's IP."""
     return next(_addresses)
-
-
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
-    """Poll until `predicate` returns something truthy; fail with `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 class Cluster:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import docs_pages
 import pytest
-from conftest import wait_for
+from waits import wait_for
 
 pytestmark = pytest.mark.needs("kubectl", "curl", "bash", "unshare", "nsenter", "ip")
 

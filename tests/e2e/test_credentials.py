@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import Cluster, wait_for
+from conftest import Cluster
 from processes import Process, free_port
+from waits import wait_for
 
 from snooze.kube.api import KubeApi, models_ref
 from snooze.kube.credentials import Source

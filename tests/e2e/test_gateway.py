@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import Cluster, OperatorThread, _addresses, wait_for
+from conftest import Cluster, OperatorThread, _addresses
 from gateway_fixtures import GatewayThread, gateway, start_gateway
+from waits import wait_for
 
 from snooze.sim import EngineConfig, SimulatedEngine
 

@@ -21,10 +21,11 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Cluster, _addresses, wait_for
+from conftest import Cluster, _addresses
 from gateway_fixtures import GatewayThread, routable_pods, start_gateway
 from stand_in import write_status
 from test_gateway import MESSAGES
+from waits import wait_for
 
 CHAT = "/v1/chat/completions"
 

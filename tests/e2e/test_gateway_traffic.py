@@ -11,9 +11,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import httpx
-from conftest import FAST, Cluster, OperatorThread, wait_for
+from conftest import FAST, Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, gateway, routable_pods
 from test_gateway import MESSAGES, add_model
+from waits import wait_for
 
 from snooze.gateway import metrics_port
 from snooze.gateway.metrics import GatewayMetrics

@@ -14,10 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Cluster, OperatorThread, wait_for
+from conftest import Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, gateway, routable_pods, start_gateway
 from stand_in import set_label, write_status
 from test_gateway import MESSAGES, add_model, engine_config, wait_asleep
+from waits import wait_for
 
 from snooze.api import rbac
 from snooze.api.agreed import SLEEP_STARTED_ANNOTATION as SLEEP_STARTED

@@ -17,8 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Cluster, next_address, wait_for
+from conftest import Cluster, next_address
 from processes import Process, free_port
+from waits import wait_for
 
 from snooze.engine.exposition import Labels
 from snooze.operator.actions import Settings

@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from conftest import FAST, Cluster, _addresses, wait_for
+from conftest import FAST, Cluster, _addresses
+from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 from snooze.sandbox import Sandbox

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import FAST, Cluster, wait_for
+from conftest import FAST, Cluster
+from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 from snooze.policy import prewake

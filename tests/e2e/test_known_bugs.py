@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 import httpx
-from conftest import Cluster, OperatorThread, wait_for
+from conftest import Cluster, OperatorThread
+from waits import wait_for
 
 from snooze.sim import SimulatedEngine
 

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Cluster, wait_for
+from conftest import Cluster
 from processes import Process, free_port
+from waits import wait_for
 
 from snooze.metricsport.connections import HEAD_TIMEOUT, MOST_CONNECTIONS
 

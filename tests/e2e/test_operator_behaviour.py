@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 import httpx
-from conftest import FAST, Cluster, OperatorThread, wait_for
+from conftest import FAST, Cluster, OperatorThread
+from waits import wait_for
 
 from snooze.sim.engine import GARBAGE_MARKER
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import CRD, Cluster, wait_for
+from conftest import CRD, Cluster
 from processes import Process
+from waits import wait_for
 
 from snooze.sandbox import Sandbox
 from snooze.sim import SimulatorHost

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import httpx
 import yaml
-from conftest import CRD, Cluster, wait_for
+from conftest import CRD, Cluster
 from processes import Process
 from test_operator_crd_later import POOL_CRD, bare
+from waits import wait_for
 
 from snooze.api import models
 

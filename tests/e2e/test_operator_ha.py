@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import Cluster, wait_for
+from conftest import Cluster
+from waits import wait_for
 
 from snooze.sandbox import Sandbox
 

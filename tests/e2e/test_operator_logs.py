@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import Cluster, wait_for
+from conftest import Cluster
 from processes import Process
+from waits import wait_for
 
 LABELS = {"app": "chat"}
 OPERATOR = ["operator", "--probe-interval", "0.2", "--drain-timeout", "2"]

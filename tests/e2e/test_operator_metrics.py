@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import Cluster, wait_for
+from conftest import Cluster
 from prometheus_client import CollectorRegistry
+from waits import wait_for
 
 from snooze.operator.metrics import OperatorMetrics
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from conftest import Cluster, OperatorThread, wait_for
+from conftest import Cluster, OperatorThread
+from waits import wait_for
 
 from snooze.demo.controller import deployment
 

@@ -19,7 +19,8 @@ from dataclasses import replace
 
 import httpx
 import pytest
-from conftest import FAST, Cluster, OperatorThread, _addresses, wait_for
+from conftest import FAST, Cluster, OperatorThread, _addresses
+from waits import wait_for
 
 from snooze.api.times import format_time
 from snooze.sim.engine import GARBAGE_MARKER

@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import CRD, wait_for
+from conftest import CRD
 from processes import SNOOZE, free_port
+from waits import wait_for
 
 from snooze.sandbox import Sandbox
 

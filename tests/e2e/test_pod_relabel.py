@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
-from conftest import FAST, Cluster, wait_for
+from conftest import FAST, Cluster
+from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 

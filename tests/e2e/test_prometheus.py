@@ -22,10 +22,11 @@ from wsgiref.simple_server import WSGIServer
 import httpx
 import pytest
 import yaml
-from conftest import Cluster, OperatorThread, wait_for
+from conftest import Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, routable_pods
 from prometheus_client import CollectorRegistry, start_http_server
 from test_pools import Kubelet
+from waits import wait_for
 
 from snooze.operator.metrics import OperatorMetrics
 

@@ -16,8 +16,9 @@ import docs_pages
 import httpx
 import pytest
 import yaml
-from conftest import FAST, _addresses, wait_for
+from conftest import FAST, _addresses
 from test_pools import Watcher
+from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 from snooze.sandbox import Sandbox

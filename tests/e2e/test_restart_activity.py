@@ -8,7 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
-from conftest import FAST, MODELS, Cluster, OperatorThread, wait_for
+from conftest import FAST, MODELS, Cluster, OperatorThread
+from waits import wait_for
 
 from snooze.api.times import format_time
 

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import openai
 import pytest
-from conftest import Cluster, OperatorThread, _addresses, wait_for
+from conftest import Cluster, OperatorThread, _addresses
 from gateway_fixtures import GatewayThread
+from waits import wait_for
 
 from snooze.demo.controller import ReplicaSetStandIn, deployment
 

@@ -9,7 +9,8 @@ import threading
 from typing import Any
 
 import httpx
-from conftest import Cluster, wait_for
+from conftest import Cluster
+from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 

@@ -8,9 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from conftest import FAST, Cluster, OperatorThread, wait_for
+from conftest import FAST, Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, gateway
 from test_gateway import MESSAGES, add_model, engine_config, wait_asleep
+from waits import wait_for
 
 from snooze.sim import SimulatedEngine
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from waits import wait_for
 
 pytestmark = pytest.mark.needs("kubectl", "curl", "bash")
 

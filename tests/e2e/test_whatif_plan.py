@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import whatif_pages as pages
 import yaml
-from conftest import FAST, Cluster, _addresses, wait_for
+from conftest import FAST, Cluster, _addresses
 from test_pools import Watcher
+from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 from snooze.sandbox import Sandbox

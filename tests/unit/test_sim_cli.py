@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import docs_pages
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from waits import wait_for
 
 SNOOZE_SIM = [sys.executable, "-m", "snooze.cli", "sim"]
 GIB = 1024**3
@@ -24,13 +24,6 @@ def free_port(host: str) -> int:
         probe.bind((host, 0))
         port: int = probe.getsockname()[1]
         return port
-
-
-def wait_for(condition: Callable[[], bool], *, within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def answers(url: str) -> int | None:
@@ -69,7 +62,9 @@ def test_shared_gpu_and_repeated_models(sim: Callable[..., subprocess.Popen[byte
         *("--start-retry-seconds", "0.1", "--sleep-seconds", "0", "--wake-seconds", "0"),
     )
     urls = [f"http://{host}:{port}" for host in hosts]
-    wait_for(lambda: all(answers(f"{url}/metrics") == 200 for url in urls))
+    wait_for(
+        "every engine's /metrics", lambda: all(answers(f"{url}/metrics") == 200 for url in urls), 20
+    )
     # Engine i serves the i-th name, cycling; two 30 GiB engines fit in 70 GiB, the third waits.
     served = [httpx.get(f"{url}/v1/models").json()["data"][0]["id"] for url in urls[:2]]
     assert served == ["chat", "code"]
@@ -82,7 +77,7 @@ def test_shared_gpu_and_repeated_models(sim: Callable[..., subprocess.Popen[byte
     )
 
     assert httpx.post(f"{urls[0]}/sleep", params={"level": 1}).status_code == 200
-    wait_for(lambda: answers(f"{urls[2]}/health") == 200)  # it found the room and loaded
+    wait_for("the third engine found room", lambda: answers(f"{urls[2]}/health") == 200, 20)
     assert httpx.get(f"{urls[2]}/v1/models").json()["data"][0]["id"] == "chat"
     woke = httpx.post(f"{urls[0]}/wake_up")
     assert woke.status_code == 500 and "CUDA Error: out of memory" in woke.text
@@ -158,12 +153,18 @@ def test_engines_of_several_processes_share_a_device_file(
         for i, host in enumerate(hosts)
     ]
     urls = [f"http://{host}:{port}" for host in hosts]
-    wait_for(lambda: all(answers(f"{url}/metrics") == 200 for url in urls))
-    wait_for(lambda: sorted(answers(f"{url}/health") for url in urls) == [200, 200, 503])
+    wait_for(
+        "every engine's /metrics", lambda: all(answers(f"{url}/metrics") == 200 for url in urls), 20
+    )
+    wait_for(
+        "two loaded, one refused",
+        lambda: sorted(answers(f"{url}/health") for url in urls) == [200, 200, 503],
+        20,
+    )
     waiting = next(url for url in urls if answers(f"{url}/health") == 503)
     first = next(i for i, url in enumerate(urls) if url != waiting)
     processes[first].kill()  # SIGKILL: no chance to give anything back itself
-    wait_for(lambda: answers(f"{waiting}/health") == 200)
+    wait_for("the waiting engine loaded", lambda: answers(f"{waiting}/health") == 200, 20)
 
 
 @pytest.mark.parametrize(
@@ -189,7 +190,7 @@ def test_a_device_file_of_another_size_is_refused(tmp_path: Path) -> None:
     first = [*SNOOZE_SIM, "--host", "127.79.3.3", "--port", "0", "--shared-gpu-gib", "70"]
     running = subprocess.Popen([*first, "--shared-gpu-file", str(device)])
     try:
-        wait_for(device.exists)
+        wait_for("the device file", device.exists, 20)
         done = subprocess.run(
             [*SNOOZE_SIM, "--host", "127.79.3.4", "--port", "0", "--shared-gpu-gib", "80",
              "--shared-gpu-file", str(device)],
@@ -245,7 +246,11 @@ def test_the_page_shared_gpu_commands_as_printed(tmp_path: Path) -> None:
     log = (tmp_path / "readme-sim.log").open("wb")
     process = subprocess.Popen(["bash", "-c", f"exec {serve}"], env=env, stdout=log, stderr=log)
     try:
-        wait_for(lambda: all(answers(f"http://{h}:8000/metrics") == 200 for h in hosts))
+        wait_for(
+            "every engine's /metrics",
+            lambda: all(answers(f"http://{h}:8000/metrics") == 200 for h in hosts),
+            20,
+        )
         assert [answers(f"http://{h}:8000/health") for h in hosts] == [200, 200, 503, 503]
         shown = subprocess.run(
             ["bash", "-c", scrape], env=env, capture_output=True, text=True, timeout=30, check=True

@@ -6,37 +6,25 @@ a /sleep that kills a parallel engine with requests in flight (vllm#45520)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any
 
 import httpx
 import pytest
+from test_sim import fast
 
-from snooze.sim import EngineConfig, SimulatedEngine, serve_engines
+from snooze.sim import SimulatedEngine, serve_engines
 from snooze.sim.contract import parse_release
 from snooze.sim.outputs import CORRUPTED, TENSORS
 
-_hosts = (f"127.78.{i // 250}.{i % 250 + 1}" for i in itertools.count())
-FAST = EngineConfig(
-    model="m",
-    port=0,
-    sleep_seconds=0.01,
-    wake_seconds=0.01,
-    kv_wake_seconds=0.0,
-    reload_seconds=0.01,
-    token_seconds=0.0,
-    max_tokens_default=4,
-    checksum_seconds_per_gib=0.0,
-)
 GREEDY = {"model": "m", "prompt": "count: one, two,", "max_tokens": 6, "temperature": 0}
 
 
 @asynccontextmanager
 async def serving(**changes: Any) -> AsyncIterator[tuple[SimulatedEngine, httpx.AsyncClient]]:
-    config = replace(FAST, host=next(_hosts), **changes)
+    # The weights check costs nothing here unless a test gives it a cost.
+    config = fast(**({"checksum_seconds_per_gib": 0.0} | changes))
     async with (
         serve_engines([config]) as [engine],
         httpx.AsyncClient(base_url=engine.url, timeout=5) as http,
