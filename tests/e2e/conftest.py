@@ -19,9 +19,9 @@ import pytest
 import yaml
 from gateway_fixtures import gateway  # noqa: F401 (a fixture for every e2e test)
 
-from snooze.operator.actions import Settings
 from snooze.operator.embedded import OperatorThread
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.settings import Settings
 from snooze.sandbox import Sandbox
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 

@@ -22,7 +22,7 @@ from processes import Process, free_port
 from waits import wait_for
 
 from snooze.engine.exposition import Labels
-from snooze.operator.actions import Settings
+from snooze.operator.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE_ENGINES = ROOT / "benchmarks" / "hostile_engines.py"

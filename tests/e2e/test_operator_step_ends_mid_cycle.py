@@ -24,9 +24,9 @@ from snooze.engine.http import Answer, EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi, Ref
 from snooze.kube.pods import PodInfo
-from snooze.operator.actions import Settings
 from snooze.operator.loop import ModelLoop
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.settings import Settings
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 
 LABELS = {"app.kubernetes.io/name": "chat"}

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from snooze.operator.actions import Settings
 from snooze.operator.cli import add_arguments, settings_from
+from snooze.operator.settings import Settings
 
 
 def parsed(*argv: str) -> Settings:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from snooze.operator.actions import Settings
 from snooze.operator.handlers import build_registry
 from snooze.operator.runtime import Runtime
+from snooze.operator.settings import Settings
 
 
 def test_every_resource_handler_runs_in_the_event_loop() -> None:

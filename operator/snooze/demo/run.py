@@ -24,9 +24,9 @@ from snooze.demo.sampler import Sampler, metric_total, pool_total
 from snooze.demo.services import Prometheus, check_port
 from snooze.demo.timeline import GIB
 from snooze.gateway.embedded import GatewayThread
-from snooze.operator.actions import Settings
 from snooze.operator.embedded import OperatorThread
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.settings import Settings
 
 log = logging.getLogger(__name__)
 NS = "default"

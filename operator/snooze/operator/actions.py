@@ -11,7 +11,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from snooze.api.agreed import (
     SLEEP_LEVEL_ANNOTATION,
@@ -29,6 +28,7 @@ from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory, ModelMemory, process_of
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.settings import Settings, sleep_timeout
 from snooze.operator.verification import Verifier
 from snooze.policy.integrity import Verdict
 from snooze.policy.sleep import Action, ActionKind, retry_delay
@@ -41,38 +41,6 @@ told = logging.getLogger("snooze.operator.events")
 Emit = Callable[[str, str, str], None]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Settings:
-    """Operator-wide knobs, from the command line."""
-
-    probe_interval: float = 10.0
-    drain_timeout: float = 60.0
-    """Longest wait for in-flight requests before a sleep is sent anyway (mode=wait then
-    lets vLLM finish them itself)."""
-    drain_poll: float = 0.25
-    probe_timeout: float = 5.0
-    min_sleep_timeout: float = 60.0
-    """The least time a /sleep may take before it counts as failed (freeing tens of GiB takes
-    seconds; the model's wake.timeout applies when longer)."""
-    gateway_metrics: tuple[str, ...] = ()
-    """Metrics URLs of the gateway's replicas, whose per-engine counters spare probes."""
-    gateway_service: str | None = None
-    """The gateway's metrics Service (`namespace/name`): its replicas found from its
-    EndpointSlices, every probe interval."""
-    drift_interval: float = 60.0
-    """The longest an engine goes unprobed when no decision depends on it (asleep, or known
-    active from the gateway's counters): to notice what nobody told the operator."""
-    status_interval: float = 600.0
-    """How often a model's status may be written when only its activity times moved (a phase,
-    a count or a condition that changes is written at once)."""
-    crd_poll_interval: float = 5.0
-    """How often an operator started before its CRDs (InferenceModel, GPUPool) asks whether
-    they are installed yet."""
-    peering_lifetime: int = 60
-    """With peering: how long a replica's keep-alive counts; a standby takes over this long
-    after the active replica's last one (kopf refreshes it 5 to 10 s before it expires)."""
-
-
 # The marks of a drain, removed when it ends without a sleep.
 UNMARKED: dict[str, str | None] = {SLEEP_STARTED_ANNOTATION: None, SLEEP_SENT_ANNOTATION: None}
 
@@ -83,11 +51,6 @@ RECOVERED: dict[tuple[EngineState | None, EngineState | None], tuple[str, str]] 
     (EngineState.WAKING, EngineState.AWAKE): ("Woke", "awake"),
     (EngineState.WAKING, EngineState.ASLEEP): ("WakeInterrupted", "still asleep"),
 }
-
-
-def sleep_timeout(spec: InferenceModelSpec, settings: Settings) -> float:
-    """How long a /sleep call may take: freeing tens of GiB takes seconds, not minutes."""
-    return max(spec.wake_timeout_seconds, settings.min_sleep_timeout)
 
 
 def engine_url(spec: InferenceModelSpec, pod: PodInfo) -> str:

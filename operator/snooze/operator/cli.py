@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from snooze.api.durations import duration_flag
 
 if TYPE_CHECKING:
-    from snooze.operator.actions import Settings
+    from snooze.operator.settings import Settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -180,7 +180,7 @@ def _cannot_serve(what: str, flag: str, port: int, error: OSError) -> SystemExit
 
 def settings_from(args: argparse.Namespace) -> Settings:
     """The operator's settings from its flags; SystemExit naming the flag that is wrong."""
-    from snooze.operator.actions import Settings
+    from snooze.operator.settings import Settings
 
     if args.gateway_service is not None and args.gateway_service.count("/") != 1:
         raise SystemExit(

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from snooze.operator.actions import Settings
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.settings import Settings
 
 T = TypeVar("T")
 

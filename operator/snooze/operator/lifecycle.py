@@ -15,12 +15,12 @@ from snooze.engine.client import ACTION_LEASE_SECONDS, new_http_client
 from snooze.engine.probe import Prober
 from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
-from snooze.operator.actions import Settings
 from snooze.operator.discovery import restart_when_served
 from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.gateways import stop as stop_task
 from snooze.operator.pools import PoolHub
 from snooze.operator.runtime import Runtime
+from snooze.operator.settings import Settings
 from snooze.operator.startup import first_reads
 
 PREFIX = models.GROUP

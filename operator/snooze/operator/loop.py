@@ -28,7 +28,7 @@ from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo
 from snooze.operator import status
-from snooze.operator.actions import Emit, Executor, Settings, engine_url, sleep_timeout
+from snooze.operator.actions import Emit, Executor, engine_url
 from snooze.operator.foresight import Foresight
 from snooze.operator.knownbugs import conduct_of, facts_of, learn_versions
 from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, process_of, rebuild
@@ -45,6 +45,7 @@ from snooze.operator.pools import PoolHub
 from snooze.operator.poolsnapshot import ModelSnapshot, take_snapshot
 from snooze.operator.reporter import StatusReporter
 from snooze.operator.scaling import Scaler, Workload
+from snooze.operator.settings import Settings, sleep_timeout
 from snooze.policy import claims, probing
 from snooze.policy import scale as scale_policy
 from snooze.policy import schedule as schedule_policy

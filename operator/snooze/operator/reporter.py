@@ -12,10 +12,11 @@ from snooze.api.times import moment
 from snooze.kube.api import KubeApi, models_ref
 from snooze.kube.pods import PodInfo
 from snooze.operator import status
-from snooze.operator.actions import Emit, Settings
+from snooze.operator.actions import Emit
 from snooze.operator.foresight import Foresight
 from snooze.operator.memory import ModelMemory
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.settings import Settings
 
 
 class StatusReporter:

@@ -12,12 +12,12 @@ import kopf
 
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
-from snooze.operator.actions import Settings
 from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.indexes import Indexes
 from snooze.operator.loop import ModelLoop
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub
+from snooze.operator.settings import Settings
 
 
 @dataclasses.dataclass
