@@ -170,7 +170,7 @@ async def test_killed_and_restarted_engine(http: EngineHttp) -> None:
         await client.sleep(1)
         # Killed in the middle of a wake: the open connection is cut.
         wake = asyncio.create_task(client.wake(1, timeout=10))
-        await until(lambda: engine.ops_in_flight["wake"] == 1)
+        await until(lambda: engine.ops_in_flight.get("wake") == 1)
         await pool.kill(engine)
         with pytest.raises(EngineUnreachableError, match="broke"):
             await wake

@@ -75,6 +75,9 @@ class EngineConfig:
     weights' digests stay the same (as the LoRA state lost by vllm#53888)."""
     nondeterministic: bool = False
     """Its greedy answers differ from one request to the next (the last token varies)."""
+    num_layers: int = 32
+    """Decoder layers, as in the model's config: /weight_checker answers a digest per weight
+    tensor per rank, six tensors a layer (a Llama-3-8B has 32 layers; a 70B, 80)."""
     checksum_seconds_per_gib: float = 1.0
     """Time /weight_checker takes per GiB of weights on one rank: vLLM copies every tensor to
     host memory and SHA-256s it. benchmarks/verify.py measured vLLM's own function at 0.95 to
