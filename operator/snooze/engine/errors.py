@@ -165,7 +165,7 @@ def classify_answer(status: int, body: str, *, url: str, path: str) -> EngineHTT
             status=status,
             message=message,
         )
-    if status == 404 and path != "/metrics" and path != "/health":
+    if status == 404 and not path.startswith("/metrics") and path != "/health":
         extra = (
             " /collective_rpc needs vLLM 0.10.2 or later, which level-2 sleep relies on."
             if path == "/collective_rpc"

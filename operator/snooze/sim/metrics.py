@@ -272,6 +272,11 @@ def _full(engine: SimulatedEngine, base: str) -> Iterator[Family]:
         ("request_generation_tokens", "Number of generation tokens processed."),
         ("request_params_max_tokens", "Histogram of the max_tokens request parameter."),
         ("iteration_tokens_total", "Histogram of number of tokens per engine_step."),
+        ("request_params_n", "Histogram of the n request parameter."),
+        ("request_max_num_generation_tokens", "Histogram of maximum number of requested tokens."),
+        ("request_time_per_output_token_seconds", "Histogram of time per output token."),
+        ("request_prefill_kv_computed_tokens", "Histogram of new KV tokens computed in prefill."),
+        ("request_num_preemptions", "Histogram of the number of preemptions per request."),
     ):
         yield _histogram(f"vllm:{name}", help_, hists[name], base)
 
@@ -347,7 +352,23 @@ def render(engine: SimulatedEngine, names: Collection[str] | None = None) -> str
     """
     base = f'model_name="{engine.config.model}",engine="0"'
     fams = families(engine) if engine.loaded else simulator_families(engine, base)
+    if engine.config.full_metrics:
+        fams = [_with_created(fam, engine.created) for fam in fams]
     return _text(fams, set(names) if names is not None else None)
+
+
+def _with_created(fam: Family, created: float) -> Family:
+    """prometheus_client's `_created` sample of each counter and histogram series (vLLM leaves
+    them on): a line per label set on a real page."""
+    if fam.kind not in ("counter", "histogram", "summary"):
+        return fam
+    stem = fam.name.removesuffix("_total")
+    label_sets = dict.fromkeys(
+        ",".join(p for p in labels.split(",") if p and not p.startswith("le="))
+        for _, labels, _ in fam.samples
+    )
+    extra = [(f"{stem}_created", labels, created) for labels in label_sets]
+    return Family(fam.name, fam.kind, fam.help, [*fam.samples, *extra])
 
 
 def _text(fams: Iterable[Family], names: set[str] | None) -> str:
