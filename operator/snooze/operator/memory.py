@@ -59,6 +59,10 @@ class Integrity:
     """Why a check is not Recorded or Verified, when that is worth saying."""
     quarantined: bool = False
     """It woke answering, or weighing, differently: never routed to again in this process."""
+    output_given_up: bool = False
+    weights_given_up: bool = False
+    """Asking failed for a reason this run of the engine will give again (an answer too large
+    or unreadable, a refusal such as a missing API key): not asked again until it restarts."""
 
     def of(self, process: Process) -> bool:
         """These records are of that run."""
