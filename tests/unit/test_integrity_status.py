@@ -176,3 +176,17 @@ def test_known_bug_names_the_pod_release_rows_and_conduct() -> None:
     assert "vllm#53888" in found.message and "onKnownBug" in found.message
     none = known_bug([("chat-1", engine())])
     assert (none.status, none.reason) == (False, "NoKnownBug")
+
+
+def test_known_bug_says_a_refused_level_and_the_release_it_needs() -> None:
+    refused = engine()
+    facts = ServeFacts(version="0.9.2")
+    refused.conduct = conduct(facts, 2, "FallBack")
+    refused.version = (Process("uid-1", 2), "0.9.2")
+    found = known_bug([("chat-0", refused)])
+    assert (found.status, found.reason) == (True, "LevelNotSupported")
+    assert found.message.startswith(
+        "chat-0 (vLLM 0.9.2): sleep level 2 needs vLLM 0.10.2 or later: sleeps at level 1 "
+        "instead of 2. level 2: a level-2 wake must reload"
+    )
+    assert found.message.endswith("Upgrade vLLM")

@@ -100,3 +100,18 @@ async def test_an_output_check_refused_lastingly_is_not_asked_again(
             await verifier.record(url, "m", memory, RUN, weights=False)
         assert memory.integrity.output is Check.UNAVAILABLE
         assert seen["/v1/completions"] == asks
+
+
+async def test_every_engines_release_is_asked_once_and_a_failure_backs_off() -> None:
+    from snooze.operator.knownbugs import learn_versions
+    from snooze.policy.knownbugs import ServeFacts
+
+    async with (
+        engine((404, "{}")) as (without, seen_without),
+        EngineHttp() as http,
+    ):
+        memory = EngineMemory(last_activity=0.0)
+        for _ in range(3):  # three cycles: one ask, then a backoff of 10 s at least
+            await learn_versions(http, [(without, memory, RUN, ServeFacts())])
+        assert seen_without["/version"] == 1 and memory.version is None
+        assert memory.version_failures == 1 and memory.version_retry_at > 0

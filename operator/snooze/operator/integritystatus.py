@@ -159,8 +159,13 @@ def _weights_summary(records: Sequence[Integrity]) -> str:
 
 def known_bug(engines: Sequence[tuple[str, EngineMemory]]) -> Reading:
     """KnownBug: True while an engine's vLLM release and arguments are in the table of known
-    sleep and wake bugs, naming the rows and what Snooze does about them."""
-    found = [(pod, e) for pod, e in engines if e.conduct is not None and e.conduct.bugs]
+    sleep and wake bugs, or its release cannot wake from the level it was to sleep at, naming
+    the rows and what Snooze does about them."""
+    found = [
+        (pod, e)
+        for pod, e in engines
+        if e.conduct is not None and (e.conduct.bugs or e.conduct.refused)
+    ]
     if not found:
         return Reading(
             type="KnownBug",
@@ -170,13 +175,16 @@ def known_bug(engines: Sequence[tuple[str, EngineMemory]]) -> Reading:
             "sleep and wake bugs",
         )
     pod, engine = found[0]
-    assert engine.conduct is not None
+    conduct = engine.conduct
+    assert conduct is not None
     more = f" (and {len(found) - 1} more pods)" if len(found) > 1 else ""
     release = engine.version[1] if engine.version is not None else "release not known yet"
+    reason = "KnownBadCombination" if conduct.bugs else "LevelNotSupported"
+    choose = "Set spec.wake.onKnownBug to choose otherwise" if conduct.bugs else "Upgrade vLLM"
     return Reading(
         type="KnownBug",
         status=True,
-        reason="KnownBadCombination",
-        message=f"{pod}{more} (vLLM {release}): {engine.conduct.why}. "
-        f"{describe(engine.conduct.bugs)}. Set spec.wake.onKnownBug to choose otherwise",
+        reason=reason,
+        message=f"{pod}{more} (vLLM {release}): {conduct.why}. "
+        f"{describe(conduct.bugs, conduct.refused)}. {choose}",
     )

@@ -150,8 +150,10 @@ class EngineMemory:
     """How it sleeps given the known vLLM bugs its release and arguments are in (its last
     cycle's reading: the KnownBug condition says it)."""
     version: tuple[Process, str] | None = None
-    """(engine run, its vLLM version from /version), asked once per run where a known bug
-    could apply."""
+    """(engine run, its vLLM version from /version), asked once per run."""
+    version_failures: int = 0
+    version_retry_at: float = 0.0
+    """Asks of /version that failed in a row, and when it may be asked again (backing off)."""
 
     def note_host_copy(self, process: Process) -> None:
         """It is asleep at level 1: its process holds a pinned copy of its weights from now
