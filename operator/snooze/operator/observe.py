@@ -43,15 +43,18 @@ async def probe(
     share_known: bool,
     urgent: bool = False,
     owner: Hashable = None,
+    confirm_awake: bool = False,
 ) -> Probe:
     """A filtered `/metrics` scrape; `/is_sleeping` too when the engine does not publish
-    `vllm:engine_sleep_state` (before vLLM 0.11.1). One request per probe rather than two:
-    at a thousand models, HTTP requests are most of the operator's CPU. `urgent` probes take
-    their turn before routine ones; the probes of different `owner`s (models) take turns."""
+    `vllm:engine_sleep_state` (before vLLM 0.11.1), or when it says awake and `confirm_awake`
+    (an engine partly woken reads awake there before 0.31). One request per probe rather than
+    two: at a thousand models, HTTP requests are most of the operator's CPU. `urgent` probes
+    take their turn before routine ones; the probes of different `owner`s (models) take turns."""
     try:
         activity = await prober.activity(url, share_known=share_known, urgent=urgent, owner=owner)
-        if activity.sleep_state is not None:
-            sleeping = activity.sleep_state is not SleepState.AWAKE
+        state = activity.sleep_state
+        if state is not None and not (state is SleepState.AWAKE and confirm_awake):
+            sleeping = state is not SleepState.AWAKE
         else:
             sleeping = await prober.is_sleeping(url, urgent=urgent, owner=owner)
     except EngineError as exc:
