@@ -151,6 +151,9 @@ class EngineMemory:
     cycle's reading: the KnownBug condition says it)."""
     version: tuple[Process, str] | None = None
     """(engine run, its vLLM version from /version), asked once per run."""
+    failed_wake_run: Process | None = None
+    """The run of the engine whose last wake failed: while it runs, it is published again only
+    once its answer was checked and matched (operator/wakegate.py)."""
     version_failures: int = 0
     version_retry_at: float = 0.0
     """Asks of /version that failed in a row, and when it may be asked again (backing off)."""
