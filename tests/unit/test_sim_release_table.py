@@ -52,8 +52,9 @@ FIRST = {
     "weight_checker": (0, 32, 0),
     # entrypoints/serve/dev/sleep/api_router.py: @router.post("/release_kv_cache_memory").
     "release_kv_cache_memory": (0, 31, 0),
-    # v1/metrics/loggers.py: AsyncLLM.wake_up records "awake" only when fully awake.
-    "awake_recorded_when_fully_awake": (0, 31, 0),
+    # v1/engine/async_llm.py and v1/engine/core.py: a wake is recorded awake, and resumes the
+    # scheduler (0.17+), only once all the memory is back; before, after any wake.
+    "waits_for_a_full_wake": (0, 31, 0),
 }
 RELEASES = [
     "0.8.0",
@@ -216,7 +217,7 @@ async def test_the_sleep_state_gauge_through_sleeps(version: str) -> None:
         await http.post("/wake_up", params={"tags": "weights"})
         partial = await gauge()
         # Before 0.31 any wake, partial or not, is recorded as awake.
-        assert (partial["awake"] == 0) is has(version, "awake_recorded_when_fully_awake")
+        assert (partial["awake"] == 0) is has(version, "waits_for_a_full_wake")
         await http.post("/wake_up")
         assert await gauge() == {"awake": 1, "weights_offloaded": 0, "discard_all": 0}
 
@@ -336,3 +337,20 @@ async def test_a_request_is_not_lost_between_two_routes() -> None:
             http.post("/v1/completions", json={"model": "m", "prompt": "x"}), 3
         )
         assert "<garbage" not in answer.json()["choices"][0]["text"]
+
+
+@pytest.mark.parametrize("version", ["0.17.0", "0.30.0", "0.31.0", "0.33.0"])
+async def test_a_partial_wake_resumes_the_scheduler_before_0_31(version: str) -> None:
+    async with serving(version) as (engine, http):
+        await http.post("/sleep", params={"level": 1})
+        await http.post("/wake_up", params={"tags": "weights"})
+        resumed = not has(version, "waits_for_a_full_wake")
+        assert (await http.get("/is_paused")).json() == {"is_paused": not resumed}
+        assert (await http.get("/is_sleeping")).json() == {"is_sleeping": True}  # its KV cache
+        if resumed:  # the next request runs on a KV cache that sleeps
+            try:
+                answer = await http.post("/v1/completions", json={"model": "m", "prompt": "x"})
+                assert answer.status_code >= 500
+            except httpx.TransportError:
+                pass
+            await until(lambda: engine.dead)

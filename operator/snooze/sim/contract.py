@@ -101,6 +101,13 @@ class Contract:
         return self._since(0, 31, 0)
 
     @property
+    def waits_for_a_full_wake(self) -> bool:
+        """0.31.0+: a wake resumes the scheduler, and is recorded awake on the sleep-state
+        gauge, only once all the memory is back; before, after any wake, partial or a no-op
+        (EngineCore.wake_up, AsyncLLM.wake_up)."""
+        return self._since(0, 31, 0)
+
+    @property
     def sleep_query_validated(self) -> bool:
         """0.32.0+: /sleep's `level` (0 to 2) and `mode` are declared, and a bad one is a
         validation error (400); before, `int(level)` and the mode are read raw."""

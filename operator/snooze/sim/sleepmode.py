@@ -173,15 +173,18 @@ class SleepMode(EngineState):
                 if fully_awake:
                     self.sleep_level = 0
                     self._spoil_on_wake()
-                    if contract.shared_pause:
-                        self._resume_scheduler()
-                    else:
+                    if not contract.shared_pause:
                         self._paused = self.user_paused
                         self._admitting = not self.user_paused
-                    await self._notify()
-                # Before 0.31 vLLM records the state as awake after any wake, partial or not.
-                if fully_awake or not contract.sleep_checks_weights_tag:
+                # Before 0.31 any wake, partial or not, resumes the scheduler (0.17+) and is
+                # recorded as awake: a partly woken engine then runs requests on the memory
+                # still asleep.
+                whole = fully_awake or not contract.waits_for_a_full_wake
+                if whole and contract.shared_pause:
+                    self._resume_scheduler()
+                if whole:
                     self.recorded_level = None
+                await self._notify()
             return fully_awake
 
     async def _wake_executor(self, tags: list[str] | None) -> None:
