@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
-import pytest
 from conftest import FAST, Cluster, OperatorThread
+from test_operator_recovery import started
 from waits import wait_for
 
+__all__ = ["started"]
 LABELS = {"app": "chat"}
 
 
@@ -39,14 +39,6 @@ class Labels:
         return self.seen
 
 
-@pytest.fixture
-def operators(sandbox: object) -> Iterator[list[OperatorThread]]:
-    threads: list[OperatorThread] = []
-    yield threads
-    for thread in threads:
-        thread.stop()
-
-
 def mark_asleep(cluster: Cluster, pod: str, level: int) -> None:
     """Left as an operator that slept the pod would have."""
     patch = {
@@ -64,7 +56,7 @@ def mark_asleep(cluster: Cluster, pod: str, level: int) -> None:
 
 
 def test_a_release_that_wakes_everything_at_the_first_step_is_not_published(
-    cluster: Cluster, operators: list[OperatorThread]
+    cluster: Cluster, started: list[OperatorThread]
 ) -> None:
     """vLLM 0.8.0 to 0.8.2: /wake_up reads no tags, so the first step of a level-2 wake wakes
     the engine on its discarded weights, and the reload that should follow is a 404. The
@@ -75,7 +67,7 @@ def test_a_release_that_wakes_everything_at_the_first_step_is_not_published(
     mark_asleep(cluster, "chat-0", level=2)
     cluster.create_model("chat", {"selector": {"matchLabels": LABELS}, "desiredState": "Awake"})
     labels = Labels(cluster, "chat-0")
-    operators.append(OperatorThread(FAST).start())
+    started.append(OperatorThread(FAST).start())
     try:
         wait_for("the pod deleted", lambda: cluster.pod("chat-0") is None, timeout=30)
     finally:
@@ -95,7 +87,7 @@ def test_a_release_that_wakes_everything_at_the_first_step_is_not_published(
 
 
 def test_an_engine_that_wakes_after_its_wake_timed_out_is_checked_before_it_serves(
-    cluster: Cluster, operators: list[OperatorThread]
+    cluster: Cluster, started: list[OperatorThread]
 ) -> None:
     """The wake's request times out (wake.timeout), the engine wakes a moment later, answering
     differently than before its sleep: found awake, it is checked, and failed, rather than
@@ -111,7 +103,7 @@ def test_an_engine_that_wakes_after_its_wake_timed_out_is_checked_before_it_serv
             "wake": {"timeout": "1s", "onFailure": "Report"},
         },
     )
-    operators.append(OperatorThread(FAST).start())
+    started.append(OperatorThread(FAST).start())
     wait_for("asleep", lambda: cluster.pod_state("chat-0") == "asleep", timeout=30)
     labels = Labels(cluster, "chat-0")
     cluster.patch_model("chat", {"spec": {"desiredState": "Awake"}})
@@ -131,7 +123,7 @@ def test_an_engine_that_wakes_after_its_wake_timed_out_is_checked_before_it_serv
 
 
 def test_a_partly_woken_engine_of_a_release_before_0_31_is_not_taken_for_awake(
-    cluster: Cluster, operators: list[OperatorThread]
+    cluster: Cluster, started: list[OperatorThread]
 ) -> None:
     """Before 0.31 vLLM records its sleep-state gauge as awake after any wake, of the weights
     alone too. A level-2 wake that crashes at its KV cache (the hybrid-model bug of 0.12 to
@@ -150,7 +142,7 @@ def test_a_partly_woken_engine_of_a_release_before_0_31_is_not_taken_for_awake(
             "wake": {"onFailure": "Report"},
         },
     )
-    operators.append(OperatorThread(FAST).start())
+    started.append(OperatorThread(FAST).start())
     wait_for("asleep", lambda: cluster.pod_state("chat-0") == "asleep", timeout=30)
     recorded = engine.seen["POST /v1/completions"]
     labels = Labels(cluster, "chat-0")

@@ -5,13 +5,13 @@ not asked at every sleep, one that may pass is."""
 from __future__ import annotations
 
 import collections
-import itertools
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
 from aiohttp import web
+from test_engine_verify import Route, stub
 
 from snooze.engine.http import EngineHttp
 from snooze.operator.memory import EngineMemory
@@ -20,7 +20,6 @@ from snooze.operator.verification import Verifier
 from snooze.policy.integrity import Check
 from snooze.policy.runs import Process
 
-_hosts = (f"127.81.{i // 250}.{i % 250 + 1}" for i in itertools.count())
 GREEDY = {"choices": [{"text": "one", "token_ids": [1, 2, 3, 4]}]}
 RUN = Process("uid-1", 0)
 GREEDY_BODY = json.dumps(GREEDY)
@@ -36,25 +35,22 @@ async def engine(
     """An engine that answers the greedy request with `greedy`, /weight_checker with
     `checker` (each a status and a body), and counts what it was asked."""
     seen: collections.Counter[str] = collections.Counter()
-    answers = {"/v1/completions": greedy, "/weight_checker": checker}
 
-    async def route(request: web.Request) -> web.Response:
+    def answering(answer: Answer) -> Route:
+        async def route(request: web.Request) -> web.Response:
+            seen[request.path] += 1
+            status, body = answer
+            return web.Response(status=status, text=body, content_type="application/json")
+
+        return route
+
+    async def counted(request: web.Request) -> web.Response:
         seen[request.path] += 1
-        status, body = answers.get(request.path, (404, '{"detail": "Not Found"}'))
-        return web.Response(status=status, text=body, content_type="application/json")
+        return web.json_response({"detail": "Not Found"}, status=404)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", route)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    host = next(_hosts)
-    site = web.TCPSite(runner, host, 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://{host}:{port}", seen
-    finally:
-        await runner.cleanup()
+    routes = {"/v1/completions": answering(greedy), "/weight_checker": answering(checker)}
+    async with stub({**routes, "/version": counted}) as url:
+        yield url, seen
 
 
 @pytest.mark.parametrize(

@@ -113,7 +113,7 @@ class SleepModeDisabledError(EngineHTTPError):
 def error_message(body: str) -> str:
     """Return the human message inside an error body, shortened to `MESSAGE_LIMIT` characters.
 
-    Pure. Reads OpenAI-style `{"error": {"message": ...}}` (vLLM 0.18+), the flat
+    Pure. Reads OpenAI-style `{"error": {"message": ...}}` (vLLM 0.10.1+), the flat
     `{"message": ...}` of older vLLM, FastAPI's `{"detail": ...}`, or falls back to the text.
     """
     text = body.strip()
