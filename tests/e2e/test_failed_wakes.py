@@ -158,3 +158,27 @@ def test_a_partly_woken_engine_of_a_release_before_0_31_is_not_taken_for_awake(
         seen = labels.stop()
     assert "awake" not in seen, seen
     assert engine.seen["POST /v1/completions"] == recorded  # no check sent to a sleeping engine
+
+
+def test_an_engine_woken_from_outside_is_checked_before_it_serves(
+    cluster: Cluster, started: list[OperatorThread]
+) -> None:
+    """Someone with the engine's port wakes it (not the operator): found awake under its
+    `asleep` label, it is checked as after the operator's own wake, and answering differently
+    it is failed rather than published."""
+    engine = cluster.create_pod("chat-0", labels=LABELS, model="chat", wake_changes_output=True)
+    spec = {"selector": {"matchLabels": LABELS}, "idle": {"after": "1s"}}
+    cluster.create_model("chat", {**spec, "wake": {"onFailure": "Report"}})
+    started.append(OperatorThread(FAST).start())
+    wait_for("asleep", lambda: cluster.pod_state("chat-0") == "asleep", timeout=30)
+    labels = Labels(cluster, "chat-0")
+    try:
+        assert httpx.post(f"{engine.url}/wake_up").status_code == 200
+        wait_for("failed", lambda: cluster.pod_state("chat-0") == "failed", timeout=30)
+    finally:
+        seen = labels.stop()
+    assert "awake" not in seen, seen
+    wait_for(
+        "the WakeFailed Event",
+        lambda: [e for e in cluster.events("WakeFailed") if "OutputMismatch" in e["message"]],
+    )

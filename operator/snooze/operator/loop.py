@@ -653,12 +653,17 @@ class ModelLoop:
             urgent=first_try(engine) or confirms_wake(engine),
             # Models take turns: one with many slow engines delays this one by a turn at most.
             owner=(self.namespace, self.name),
-            confirm_awake=engine.label_of(pod) is not EngineState.AWAKE
+            confirm_awake=engine.label_of(pod) in DOUBTED
             and not awake_gauge_believed(facts_of(pod, engine, process_of(pod, port)).release),
         )
         if result.reason:
             self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
         return result
+
+
+# Labels under which an engine's gauge saying awake is asked again of /is_sleeping, on the
+# releases where a partial wake reads awake there (policy/releases.py).
+DOUBTED = (EngineState.ASLEEP, EngineState.WAKING, EngineState.FAILED)
 
 
 def _new_run(memory: ModelMemory, pod: str, engine: EngineMemory, process: Process) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Hashable
@@ -53,10 +54,13 @@ async def probe(
     try:
         activity = await prober.activity(url, share_known=share_known, urgent=urgent, owner=owner)
         state = activity.sleep_state
-        if state is not None and not (state is SleepState.AWAKE and confirm_awake):
-            sleeping = state is not SleepState.AWAKE
-        else:
+        if state is None:
             sleeping = await prober.is_sleeping(url, urgent=urgent, owner=owner)
+        else:
+            sleeping = state is not SleepState.AWAKE
+            if not sleeping and confirm_awake:
+                with contextlib.suppress(EngineError):  # none to ask: the gauge stands
+                    sleeping = await prober.is_sleeping(url, urgent=urgent, owner=owner)
     except EngineError as exc:
         # Logged once it counts (note_reachability's Event), not at every probe.
         log.debug("probe of %s failed: %s", pod, exc)

@@ -119,15 +119,19 @@ class WakeGate:
     ) -> bool:
         """An engine found awake under another label, about to be published: True when it may
         be. One left `waking` (a wake cut off by a restart of the operator), `asleep` (woken
-        from outside) or `failed` is checked first, as after a wake. One whose last wake
-        failed in this run of the engine (it woke after its wake timed out, say) serves only
-        if its answer was checked and matched; otherwise it is quarantined, and wake.onFailure
-        remedies it; a new run (its container restarted) serves as any."""
+        from outside) or `failed` is checked first, as after a wake, if it slept in this run
+        of the engine (a restarted container has nothing to check). One whose last wake failed
+        in this run (it woke after its wake timed out, say) serves only if its answer was
+        checked and matched; otherwise it is quarantined, and wake.onFailure remedies it."""
         if was not in (EngineState.WAKING, EngineState.ASLEEP, EngineState.FAILED):
             return True
+        process = process_of(pod, spec.engine.port)
         failed = engine.failed_wake_run
-        if failed is None or not failed.same_as(process_of(pod, spec.engine.port)):
-            return await self.checked(pod, spec, engine)  # a new run serves as any
+        if failed is None or not failed.same_as(process):
+            unrecorded = self.verifier.current(engine, process).output is Check.PENDING
+            if unrecorded and was is not EngineState.WAKING:
+                return True  # it has not slept in this run (a restarted container): not woken
+            return await self.checked(pod, spec, engine)
         verdict = await self._verified(pod, spec, engine)
         if verdict is not None and verdict.state is Check.VERIFIED:
             engine.failed_wake_run = None
