@@ -28,6 +28,7 @@ from yarl import URL
 
 from snooze.gateway import paths, proxy
 from snooze.gateway.body import BodyBudget, Parser, Reservation, read_body
+from snooze.gateway.deadlines import Bounds
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
 from snooze.gateway.hold import Holds, Outcome, Waited
 from snooze.gateway.metrics import GatewayMetrics
@@ -70,7 +71,7 @@ class Inference:
         self.bodies = bodies
         self.parser = parser
         self.session = session
-        self.bounds = proxy.Bounds(
+        self.bounds = Bounds(
             first_byte=settings.upstream_first_byte_timeout, idle=settings.upstream_idle_timeout
         )
         self.held_seconds: list[float] = []
