@@ -114,6 +114,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
         "maxUnavailable",
     ),
     ("negative shutdown grace", {"gateway": {"shutdownGraceSeconds": -1}}, "shutdownGrace"),
+    ("zero client read timeout", {"gateway": {"clientReadTimeout": 0}}, "clientReadTimeout"),
     (
         "runbook address with a fragment",
         {"prometheusRule": {"runbookBaseURL": "https://docs/x#y"}},

@@ -30,6 +30,9 @@ _BOUNDS = (
     ("--upstream-idle-timeout", "upstream_idle_timeout", "DURATION",
      "how long an engine may pause between two chunks of an answer; then 504, or a final "
      "SSE error event"),
+    ("--client-read-timeout", "client_read_timeout", "DURATION",
+     "how long a client may take none of its answer; then it is cut and its request ends "
+     "(its model may sleep, its pool make room); well under the models' wake timeouts"),
     ("--client-header-timeout", "client_header_timeout", "DURATION",
      "how long a client may take to send a request's line and headers; then 408"),
     ("--client-body-timeout", "client_body_timeout", "DURATION",

@@ -28,7 +28,7 @@ from yarl import URL
 
 from snooze.gateway import paths, proxy
 from snooze.gateway.body import BodyBudget, Parser, Reservation, read_body
-from snooze.gateway.deadlines import Bounds
+from snooze.gateway.deadlines import Bounds, ClientStalled, abandon, bounded_write
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
 from snooze.gateway.hold import Holds, Outcome, Waited
 from snooze.gateway.metrics import GatewayMetrics
@@ -72,7 +72,9 @@ class Inference:
         self.parser = parser
         self.session = session
         self.bounds = Bounds(
-            first_byte=settings.upstream_first_byte_timeout, idle=settings.upstream_idle_timeout
+            first_byte=settings.upstream_first_byte_timeout,
+            idle=settings.upstream_idle_timeout,
+            client_read=settings.client_read_timeout,
         )
         self.held_seconds: list[float] = []
         """How long each held request waited, for tests and benchmarks."""
@@ -192,16 +194,21 @@ class Inference:
                     else:
                         text = f"waiting for model {current.model_name} to wake"
                     if response is not None:
-                        await response.write(f": {_one_line(text)}\n\n".encode())
+                        comment = f": {_one_line(text)}\n\n".encode()
+                        await bounded_write(response, comment, self.bounds.client_read)
 
-                waited = await self.holds.wait_awake(
-                    model,
-                    name=name,
-                    asked_at=asked_at,
-                    deadline=begun + model.hold_seconds(),
-                    tick=self.settings.keepalive_seconds,
-                    on_tick=keepalive if response is not None else None,
-                )
+                try:
+                    waited = await self.holds.wait_awake(
+                        model,
+                        name=name,
+                        asked_at=asked_at,
+                        deadline=begun + model.hold_seconds(),
+                        tick=self.settings.keepalive_seconds,
+                        on_tick=keepalive if response is not None else None,
+                    )
+                except ClientStalled:
+                    assert response is not None  # only a stream's comments are written
+                    return abandon(request, response)
         finally:
             self.holds.leave(model)
         seconds = time.monotonic() - begun
@@ -209,7 +216,11 @@ class Inference:
             self.held_seconds.append(seconds)
             log.info("held a request for %s for %.3fs", model.model_name, seconds)
             if response is not None:
-                await response.write(f": held {seconds:.3f}s while the model woke\n\n".encode())
+                comment = f": held {seconds:.3f}s while the model woke\n\n".encode()
+                try:
+                    await bounded_write(response, comment, self.bounds.client_read)
+                except ClientStalled:
+                    return abandon(request, response)
             return Held(stream=response, seconds=seconds)
         # After a known failure, retrying helps once the wake request lapses; otherwise soon.
         retry = 1
@@ -221,13 +232,10 @@ class Inference:
             model, waited, retry, name_it=self.settings.expose_model_status
         )
         reason = "shutting_down" if code == "shutting_down" else REASONS[status]
-        if response is None:
-            headers = {"Retry-After": str(retry)} if status == 503 else None
-            return error_response(status, message, code=code, headers=headers, reason=reason)
-        await response.write(sse_error(status, message, code=code))
-        await response.write_eof()
-        response[REJECTED] = reason
-        return response
+        headers = {"Retry-After": str(retry)} if status == 503 else None
+        return await self._refuse(
+            request, response, status, message, code, reason=reason, headers=headers
+        )
 
     def _retry_after(self, model: Model, asked_at: float | None) -> int:
         """Seconds until the wake request a request waited on lapses, and a new request would
@@ -260,12 +268,7 @@ class Inference:
                     + (f" (tried {', '.join(sorted(tried))})" if tried else "")
                     + "; retry shortly"
                 )
-                if started is None:
-                    return error_response(502, message, code="no_pod_reachable")
-                await started.write(sse_error(502, message, code="no_pod_reachable"))
-                await started.write_eof()
-                started[REJECTED] = REASONS[502]
-                return started
+                return await self._refuse(request, started, 502, message, "no_pod_reachable")
             # Built from parts, the path from the allowlist: never the client's own string.
             url = URL.build(
                 scheme=model.spec.engine.scheme,
@@ -294,6 +297,30 @@ class Inference:
                     log.warning("%s; trying another pod", exc)
                     tried.add(pod.name)
                     self.router.unreachable(pod)
+
+    async def _refuse(
+        self,
+        request: web.Request,
+        started: web.StreamResponse | None,
+        status: int,
+        message: str,
+        code: str,
+        *,
+        reason: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> web.StreamResponse:
+        """An error of the gateway's own: an answer, or the final event of a stream begun."""
+        reason = reason or REASONS[status]
+        if started is None:
+            return error_response(status, message, code=code, headers=headers, reason=reason)
+        try:
+            await bounded_write(
+                started, sse_error(status, message, code=code), self.bounds.client_read, eof=True
+            )
+        except ClientStalled:
+            return abandon(request, started)
+        started[REJECTED] = reason
+        return started
 
 
 def _allowed_path(request: web.Request) -> str:

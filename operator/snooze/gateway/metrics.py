@@ -45,6 +45,7 @@ RejectReason = Literal[
     "unavailable",  # the model cannot be woken (wake.onRequest false, no wake possible): 503
     "upstream_error",  # no awake pod could be reached, or it failed while answering: 502
     "upstream_timeout",  # the engine sent nothing for longer than an --upstream-* bound: 504
+    "client_stalled",  # the client took none of its answer for --client-read-timeout: cut
     "shutting_down",  # this replica is draining (SIGTERM): 503, another replica answers
 ]
 REJECT_REASONS: tuple[RejectReason, ...] = get_args(RejectReason)
@@ -56,6 +57,7 @@ _MODEL_REASONS: tuple[RejectReason, ...] = (
     "unavailable",
     "upstream_error",
     "upstream_timeout",
+    "client_stalled",
 )
 
 # A proxied completion: from a cached answer (tens of ms) to a long stream held for a wake.

@@ -23,7 +23,16 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from snooze.gateway.deadlines import FIRST_BYTE_FLAG, Bounds, Deadlines, UpstreamSilent
+from snooze.gateway.deadlines import (
+    FIRST_BYTE_FLAG,
+    Bounds,
+    ClientStalled,
+    ClientWatch,
+    Deadlines,
+    UpstreamSilent,
+    abandon,
+    bounded_write,
+)
 from snooze.gateway.errors import REJECTED, error_response, sse_error
 from snooze.gateway.headers import forward_headers, forwarded_for
 
@@ -64,7 +73,10 @@ async def forward(
     headers.popall("Content-Encoding", None)  # the body was decoded (body.py)
     forwarded_for(headers, request.remote)
     relay = Relay(request, started, extra_headers, pod_name, bounds)
-    return await relay.run(session, url, body, headers)
+    try:
+        return await relay.run(session, url, body, headers)
+    except ClientStalled as exc:
+        return relay.cut(exc)
 
 
 class Relay:
@@ -137,10 +149,11 @@ class Relay:
             await response.prepare(self.request)
             self.response, self.event_stream = response, event_stream
         try:
-            while chunk:
-                await response.write(chunk)
-                chunk = await deadlines.read(upstream)
-            await response.write_eof()
+            async with ClientWatch(self.request.transport, self.bounds.client_read):
+                while chunk:
+                    await response.write(chunk)
+                    chunk = await deadlines.read(upstream)
+                await response.write_eof()
         except UpstreamSilent as exc:
             return await self.silent(exc)
         except UPSTREAM_BROKE as exc:
@@ -162,8 +175,7 @@ class Relay:
         except (UpstreamSilent, *UPSTREAM_BROKE) as exc:
             text = f"(its answer was cut: {exc})"
         event = sse_error(upstream.status, f"pod {self.pod_name} answered: {text}")
-        await self.started.write(event)
-        await self.started.write_eof()
+        await bounded_write(self.started, event, self.bounds.client_read, eof=True)
         return self.started
 
     def _copy_headers(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
@@ -200,7 +212,21 @@ class Relay:
                 transport.abort()
             response[REJECTED] = reason
             return response
-        await response.write(sse_error(status, message, code=code))
-        await response.write_eof()
+        try:
+            await bounded_write(
+                response, sse_error(status, message, code=code), self.bounds.client_read, eof=True
+            )
+        except ClientStalled as exc:
+            return self.cut(exc)
         response[REJECTED] = reason
         return response
+
+    def cut(self, exc: ClientStalled) -> web.StreamResponse:
+        """A client that takes nothing of its answer (deadlines.abandon)."""
+        log.info(
+            "%s %s from %s: cut, %s", self.request.method, self.request.path, self.request.remote,
+            exc,
+        )  # fmt: skip
+        response = self.response
+        assert response is not None  # only a write to a client can stall
+        return abandon(self.request, response)

@@ -30,6 +30,11 @@ class GatewaySettings:
     upstream_idle_timeout: float = 120.0
     """How long an engine may pause between two chunks of an answer: then the answer ends
     (502, or a final SSE error event)."""
+    client_read_timeout: float = 30.0
+    """How long a client may take none of an answer being sent to it (its connection's
+    buffers full): then its connection is cut and its request ends, so that it no longer
+    keeps its model busy (awake, and kept in its GPU pool). Well under a model's wake timeout
+    (2 minutes by default), which a request waiting on that pool's room is held for."""
     client_header_timeout: float = 15.0
     """How long a client may take to send a request's line and headers, from its first byte
     (or from connecting): then 408 and the connection is closed."""
