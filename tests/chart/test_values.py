@@ -116,6 +116,11 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("negative shutdown grace", {"gateway": {"shutdownGraceSeconds": -1}}, "shutdownGrace"),
     ("zero client read timeout", {"gateway": {"clientReadTimeout": 0}}, "clientReadTimeout"),
     (
+        "start timeout not a duration",
+        {"gateway": {"upstreamStartTimeout": "90 s"}},
+        "upstreamStartTimeout",
+    ),
+    (
         "runbook address with a fragment",
         {"prometheusRule": {"runbookBaseURL": "https://docs/x#y"}},
         "runbookBaseURL",

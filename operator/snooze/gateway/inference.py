@@ -16,6 +16,7 @@ Choices a user can observe:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -27,6 +28,7 @@ from aiohttp import web
 from yarl import URL
 
 from snooze.gateway import paths, proxy
+from snooze.gateway import stalls as stalls_
 from snooze.gateway.body import BodyBudget, Parser, Reservation, read_body
 from snooze.gateway.deadlines import Bounds, ClientStalled, abandon, bounded_write
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
@@ -36,6 +38,7 @@ from snooze.gateway.model import Model
 from snooze.gateway.registry import Claim, Registry
 from snooze.gateway.router import Router
 from snooze.gateway.settings import GatewaySettings
+from snooze.gateway.stalls import PROBE_PATH, PROBED_PATHS, Probe, Stalls, probe_engine
 from snooze.gateway.wake import WakeRequestFailed, WakeRequests
 from snooze.gateway.watch import CRD_CHECK_SECONDS
 
@@ -61,6 +64,7 @@ class Inference:
         bodies: BodyBudget,
         parser: Parser,
         session: Callable[[], aiohttp.ClientSession],
+        stalls: Stalls,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -71,6 +75,7 @@ class Inference:
         self.bodies = bodies
         self.parser = parser
         self.session = session
+        self.stalls = stalls
         self.bounds = Bounds(
             first_byte=settings.upstream_first_byte_timeout,
             idle=settings.upstream_idle_timeout,
@@ -134,7 +139,7 @@ class Inference:
                 return result
             started, held = result.stream, result.seconds
             model = self.registry.get(model.key) or model  # its spec may have changed meanwhile
-        return await self._forward(request, model, name, raw, started, held)
+        return await self._forward(request, model, name, raw, started, held, stream=stream)
 
     async def _wait_loaded(self) -> None:
         """A request that comes while the gateway lists models and pods (it has just started,
@@ -253,6 +258,8 @@ class Inference:
         body: bytes,
         started: web.StreamResponse | None,
         held: float,
+        *,
+        stream: bool,
     ) -> web.StreamResponse:
         assert model.spec is not None
         tried: set[str] = set()
@@ -260,9 +267,16 @@ class Inference:
         while True:
             current = self.registry.get(model.key)
             awake = self.registry.awake_pods(current) if current and current.holds(name) else []
-            candidates = [p for p in awake if p.name not in tried]
+            untried = [p for p in awake if p.name not in tried]
+            # An engine found stuck gets nothing for a while: the operator's view that it is
+            # awake stands, but this replica saw it start nothing.
+            avoided = {p.name: self.stalls.avoided((p.namespace, p.name)) for p in untried}
+            candidates = [p for p in untried if not avoided[p.name]]
             pod = self.router.choose(candidates, model.key)
             if pod is None:
+                stuck = {n: s for n, s in avoided.items() if s}
+                if stuck:
+                    return await self._all_stuck(request, model, stuck, started)
                 message = (
                     f"no awake pod of model {model.model_name!r} could be reached"
                     + (f" (tried {', '.join(sorted(tried))})" if tried else "")
@@ -270,12 +284,25 @@ class Inference:
                 )
                 return await self._refuse(request, started, 502, message, "no_pod_reachable")
             # Built from parts, the path from the allowlist: never the client's own string.
+            path = _allowed_path(request)
             url = URL.build(
                 scheme=model.spec.engine.scheme,
                 host=pod.ip or "",
                 port=model.spec.engine.port,
-                path=_allowed_path(request),
+                path=path,
                 query=request.query,
+            )
+            probe: Probe | None = None
+            if path in PROBED_PATHS:
+                probe = functools.partial(
+                    probe_engine,
+                    self.session(),
+                    url.with_path(PROBE_PATH).with_query(None),
+                    name,
+                    request.headers.get("Authorization"),
+                )
+            watch = self.stalls.waiting(
+                (pod.namespace, pod.name), stream=stream or started is not None, probe=probe
             )
             with (
                 self.router.track(pod),
@@ -291,12 +318,38 @@ class Inference:
                         extra_headers=extra,
                         pod_name=pod.name,
                         bounds=self.bounds,
+                        watch=watch,
                     )
                 except proxy.ConnectFailed as exc:
                     sending.not_sent()
                     log.warning("%s; trying another pod", exc)
                     tried.add(pod.name)
                     self.router.unreachable(pod)
+
+    async def _all_stuck(
+        self,
+        request: web.Request,
+        model: Model,
+        stuck: dict[str, float],
+        started: web.StreamResponse | None,
+    ) -> web.StreamResponse:
+        """Every awake pod of the model was found stuck of late: answered at once."""
+        retry = max(1, math.ceil(min(stuck.values())))
+        pods = ", ".join(sorted(stuck))
+        message = (
+            f"every awake pod of model {model.model_name!r} ({pods}) started no answer for "
+            f"{self.stalls.bound:g}s ({stalls_.FLAG}) while requests waited on it of late, and "
+            f"gets no request for now; retry in {retry}s"
+        )
+        return await self._refuse(
+            request,
+            started,
+            502,
+            message,
+            "upstream_stalled",
+            reason="upstream_stalled",
+            headers={"Retry-After": str(retry)},
+        )
 
     async def _refuse(
         self,

@@ -35,6 +35,7 @@ from snooze.gateway.deadlines import (
 )
 from snooze.gateway.errors import REJECTED, error_response, sse_error
 from snooze.gateway.headers import forward_headers, forwarded_for
+from snooze.gateway.stalls import EngineStuck, Waiting
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ NOT_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 ERROR_TEXT_BYTES = 8192
 """What is read of an engine's refusal of a stream already begun: its error event quotes
 2,000 characters of it (8 KiB of UTF-8 at most)."""
+EVENT_START = b"data:"
 
 
 class ConnectFailed(Exception):
@@ -61,6 +63,7 @@ async def forward(
     extra_headers: Mapping[str, str],
     pod_name: str,
     bounds: Bounds,
+    watch: Waiting,
 ) -> web.StreamResponse:
     """Send `body` to `url`; pass the answer on into `started` (an SSE already begun) or a new
     response, as it comes.
@@ -74,7 +77,14 @@ async def forward(
     forwarded_for(headers, request.remote)
     relay = Relay(request, started, extra_headers, pod_name, bounds)
     try:
-        return await relay.run(session, url, body, headers)
+        async with watch:
+            return await relay.run(session, url, body, headers, watch)
+    except EngineStuck as exc:
+        message = (
+            f"the engine in pod {pod_name} is taken as stuck: {exc}; it gets no request for "
+            f"{exc.avoid:g}s; retry"
+        )
+        return await relay.fail(502, message, "upstream_stalled", "upstream_stalled")
     except ClientStalled as exc:
         return relay.cut(exc)
 
@@ -106,6 +116,7 @@ class Relay:
         url: URL,
         body: bytes,
         headers: CIMultiDict[str],
+        watch: Waiting,
     ) -> web.StreamResponse:
         first_byte = asyncio.get_running_loop().time() + self.bounds.first_byte
         try:
@@ -122,16 +133,19 @@ class Relay:
         deadlines = Deadlines(self.bounds, first_byte)
         try:
             async with upstream:
-                return await self._relay(upstream, deadlines)
+                return await self._relay(upstream, deadlines, watch)
         finally:
             deadlines.close()
 
     async def _relay(
-        self, upstream: aiohttp.ClientResponse, deadlines: Deadlines
+        self, upstream: aiohttp.ClientResponse, deadlines: Deadlines, watch: Waiting
     ) -> web.StreamResponse:
         """The engine's answer, its head received, passed on to the client."""
         event_stream = upstream.content_type == "text/event-stream"
-        if self.started is not None and (upstream.status >= 300 or not event_stream):
+        ok = upstream.status < 300
+        if not ok:
+            watch.started()  # an error: the request waits for nothing more
+        if self.started is not None and (not ok or not event_stream):
             # The client already has a 200 SSE head: the engine's refusal becomes an event.
             return await self._refused(upstream, deadlines)
         try:
@@ -151,6 +165,10 @@ class Relay:
         try:
             async with ClientWatch(self.request.transport, self.bounds.client_read):
                 while chunk:
+                    # Anything of a successful answer shows the engine works; of a stream,
+                    # an event, not a comment (vLLM sends comments while idle when asked to).
+                    if ok and (not event_stream or EVENT_START in chunk):
+                        watch.progress()
                     await response.write(chunk)
                     chunk = await deadlines.read(upstream)
                 await response.write_eof()
