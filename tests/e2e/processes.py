@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -107,3 +110,16 @@ class GatewayProcess(Process):
 
     def reset_peak(self) -> None:
         Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+
+
+@contextlib.contextmanager
+def running_gateway(log: Path, *flags: str) -> Iterator[GatewayProcess]:
+    """A GatewayProcess once it is ready; stopped after, as a rollout stops it (exit 0)."""
+    process = GatewayProcess(log, *flags)
+    deadline = time.monotonic() + 60
+    while not process.ready():
+        assert process.popen.poll() is None, process.output()[-3000:]
+        assert time.monotonic() < deadline, "the gateway not ready within 60 s"
+        time.sleep(0.1)
+    yield process
+    assert process.stop() == 0, process.output()[-3000:]

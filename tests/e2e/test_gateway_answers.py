@@ -15,6 +15,7 @@ import httpx
 import pytest
 from conftest import Cluster, next_address
 from processes import GatewayProcess as Gateway
+from processes import running_gateway
 from stand_in import write_status
 from test_gateway import MESSAGES
 from test_hostile_engines import Hostiles
@@ -40,10 +41,8 @@ def hostiles(tmp_path: Path) -> Iterator[Hostiles]:
 
 @pytest.fixture
 def gateway_process(sandbox: Sandbox, tmp_path: Path) -> Iterator[Gateway]:
-    gateway = Gateway(tmp_path / "gateway.log")
-    wait_for("the gateway ready", gateway.ready, timeout=60)
-    yield gateway
-    assert gateway.stop() == 0, gateway.output()[-3000:]
+    with running_gateway(tmp_path / "gateway.log") as process:
+        yield process
 
 
 def hostile_model(cluster: Cluster, hostiles: Hostiles, name: str, **answer: object) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import FAST, Cluster, OperatorThread
-from processes import GatewayProcess
+from processes import GatewayProcess, running_gateway
 from stand_in import write_status
 from test_gateway import MESSAGES
 from test_pool_queue import member_spec
@@ -38,10 +38,10 @@ LONG = 100_000
 
 @pytest.fixture
 def gateway(sandbox: Sandbox, tmp_path: Path) -> Iterator[GatewayProcess]:
-    process = GatewayProcess(tmp_path / "gateway.log", "--client-read-timeout", f"{READ_TIMEOUT}s")
-    wait_for("the gateway ready", process.ready, timeout=60)
-    yield process
-    assert process.stop() == 0, process.output()[-3000:]
+    with running_gateway(
+        tmp_path / "gateway.log", "--client-read-timeout", f"{READ_TIMEOUT}s"
+    ) as process:
+        yield process
 
 
 def unread_stream(gateway: GatewayProcess, model: str) -> socket.socket:

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import Cluster
-from processes import GatewayProcess
+from processes import GatewayProcess, running_gateway
 from stand_in import write_status
 from test_gateway import MESSAGES
 from waits import wait_for
@@ -33,10 +33,10 @@ CHAT = "/v1/chat/completions"
 
 @pytest.fixture
 def gateway(sandbox: Sandbox, tmp_path: Path) -> Iterator[GatewayProcess]:
-    process = GatewayProcess(tmp_path / "gateway.log", "--upstream-start-timeout", f"{START}s")
-    wait_for("the gateway ready", process.ready, timeout=60)
-    yield process
-    assert process.stop() == 0, process.output()[-3000:]
+    with running_gateway(
+        tmp_path / "gateway.log", "--upstream-start-timeout", f"{START}s"
+    ) as process:
+        yield process
 
 
 def model(cluster: Cluster, name: str, pods: int = 1, **engine: Any) -> list[SimulatedEngine]:

@@ -19,13 +19,13 @@ import socket
 import struct
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TypeVar
 
 import aiohttp
 from aiohttp import web
 
 from snooze.gateway.errors import REJECTED
+from snooze.gateway.interruptible import Interruptible
 
 FIRST_BYTE_FLAG = "--upstream-first-byte-timeout"
 IDLE_FLAG = "--upstream-idle-timeout"
@@ -150,7 +150,7 @@ TCP_INFO_BYTES = 148
 UNACKED_AT, ACKED_AT, NOT_SENT_AT = 24, 120, 144
 
 
-class ClientWatch:
+class ClientWatch(Interruptible):
     """The client of one answer, while the answer is passed on (an async context manager): it
     is stalled once some of its answer has waited for it (in the gateway's buffer, or in its
     connection's, sent or not) while it took none for `seconds`; the task is then cancelled,
@@ -163,37 +163,24 @@ class ClientWatch:
         self.transport = transport
         self.seconds = seconds
         self.loop = asyncio.get_running_loop()
-        self.stalled = False
         self.moved = 0.0
         """When the client last took something, or had nothing waiting for it."""
         self._acked: int | None = None
         self._buffered = 0
         self._handle: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task[object] | None = None
-        self._cancelling = 0
 
-    async def __aenter__(self) -> ClientWatch:
-        self._task = asyncio.current_task()
-        assert self._task is not None
-        self._cancelling = self._task.cancelling()
+    def _enter(self) -> None:
         self.moved = self.loop.time()
         self._acked, self._buffered = self._counts()[:2]
         self._handle = self.loop.call_later(self.seconds / 4, self._look)
-        return self
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def _leave(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        task = self._task
-        assert task is not None
-        if kind is asyncio.CancelledError and self.stalled and task.uncancel() <= self._cancelling:
-            raise ClientStalled(self.seconds) from None
+
+    def _error(self) -> Exception:
+        return ClientStalled(self.seconds)
 
     def _look(self) -> None:
         now = self.loop.time()
@@ -204,10 +191,9 @@ class ClientWatch:
         if took or not waiting:
             self.moved = now
         self._acked, self._buffered = acked, buffered
-        if now - self.moved >= self.seconds and self._task is not None:
+        if now - self.moved >= self.seconds:
             self._handle = None
-            self.stalled = True
-            self._task.cancel()
+            self.interrupt()
             return
         self._handle = self.loop.call_later(self.seconds / 4, self._look)
 

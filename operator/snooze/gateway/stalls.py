@@ -26,11 +26,11 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 
 import aiohttp
 from yarl import URL
 
+from snooze.gateway.interruptible import Interruptible
 from snooze.gateway.metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
@@ -67,9 +67,8 @@ class EngineStuck(Exception):
 class _Waiter:
     since: float
     stream: bool
-    task: asyncio.Task[object]
+    watch: Waiting
     probe: Probe | None
-    stuck: bool = False
 
 
 @dataclass(eq=False)
@@ -189,8 +188,7 @@ class Stalls:
         self.metrics.engine_stalled(*key)
         engine.waiters.clear()
         for waiter in waiters:
-            waiter.stuck = True
-            waiter.task.cancel()
+            waiter.watch.interrupt()
 
     async def _probe(self, key: Key, engine: _Engine, probe: Probe) -> None:
         now = asyncio.get_running_loop().time
@@ -211,7 +209,7 @@ class Stalls:
             self._prune(key, engine)
 
 
-class Waiting:
+class Waiting(Interruptible):
     """One request waiting for its engine to start its answer (an async context manager
     around everything that follows its sending): the engine found stuck meanwhile cancels
     it, and it leaves with EngineStuck."""
@@ -223,38 +221,25 @@ class Waiting:
         self.probe = probe
         self._engine: _Engine | None = None
         self._waiter: _Waiter | None = None
-        self._cancelling = 0
 
-    async def __aenter__(self) -> Waiting:
-        task = asyncio.current_task()
-        assert task is not None
-        self._cancelling = task.cancelling()
+    def _enter(self) -> None:
         stalls = self.stalls
         engine = self._engine = stalls._engine(self.key)
         now = asyncio.get_running_loop().time()
-        waiter = self._waiter = _Waiter(now, self.stream, task, self.probe)
-        engine.waiters.add(waiter)
+        self._waiter = _Waiter(now, self.stream, self, self.probe)
+        engine.waiters.add(self._waiter)
         engine.users += 1
         if engine.timer is None:
             stalls._arm(self.key, engine, max(now, engine.progress) + stalls.bound)
-        return self
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        waiter, engine = self._waiter, self._engine
-        assert waiter is not None and engine is not None
+    def _leave(self) -> None:
+        assert self._engine is not None
         self.started()
-        self.stalls._done(self.key, engine)
-        if (
-            kind is asyncio.CancelledError
-            and waiter.stuck
-            and waiter.task.uncancel() <= self._cancelling
-        ):
-            raise EngineStuck(self.stalls.bound, engine.avoid_for) from None
+        self.stalls._done(self.key, self._engine)
+
+    def _error(self) -> Exception:
+        assert self._engine is not None
+        return EngineStuck(self.stalls.bound, self._engine.avoid_for)
 
     def progress(self) -> None:
         """The engine sent something of a successful answer: it is not stuck."""
