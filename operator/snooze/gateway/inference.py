@@ -30,7 +30,8 @@ from yarl import URL
 from snooze.gateway import paths, proxy
 from snooze.gateway import stalls as stalls_
 from snooze.gateway.body import BodyBudget, Parser, Reservation, read_body
-from snooze.gateway.deadlines import Bounds, ClientStalled, abandon, bounded_write
+from snooze.gateway.clients import ClientStalled, ClientWatches, abandon, bounded_write
+from snooze.gateway.deadlines import Bounds
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
 from snooze.gateway.hold import Holds, Outcome, Waited
 from snooze.gateway.metrics import GatewayMetrics
@@ -81,6 +82,7 @@ class Inference:
             idle=settings.upstream_idle_timeout,
             client_read=settings.client_read_timeout,
         )
+        self.clients = ClientWatches(settings.client_read_timeout)
         self.held_seconds: list[float] = []
         """How long each held request waited, for tests and benchmarks."""
 
@@ -319,6 +321,7 @@ class Inference:
                         pod_name=pod.name,
                         bounds=self.bounds,
                         watch=watch,
+                        clients=self.clients,
                     )
                 except proxy.ConnectFailed as exc:
                     sending.not_sent()

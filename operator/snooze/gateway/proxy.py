@@ -23,16 +23,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from snooze.gateway.deadlines import (
-    FIRST_BYTE_FLAG,
-    Bounds,
-    ClientStalled,
-    ClientWatch,
-    Deadlines,
-    UpstreamSilent,
-    abandon,
-    bounded_write,
-)
+from snooze.gateway.clients import ClientStalled, ClientWatches, abandon, bounded_write
+from snooze.gateway.deadlines import FIRST_BYTE_FLAG, Bounds, Deadlines, UpstreamSilent
 from snooze.gateway.errors import REJECTED, error_response, sse_error
 from snooze.gateway.headers import forward_headers, forwarded_for
 from snooze.gateway.stalls import EngineStuck, Waiting
@@ -64,6 +56,7 @@ async def forward(
     pod_name: str,
     bounds: Bounds,
     watch: Waiting,
+    clients: ClientWatches,
 ) -> web.StreamResponse:
     """Send `body` to `url`; pass the answer on into `started` (an SSE already begun) or a new
     response, as it comes.
@@ -75,7 +68,7 @@ async def forward(
     headers = forward_headers(request.headers)
     headers.popall("Content-Encoding", None)  # the body was decoded (body.py)
     forwarded_for(headers, request.remote)
-    relay = Relay(request, started, extra_headers, pod_name, bounds)
+    relay = Relay(request, started, extra_headers, pod_name, bounds, clients)
     try:
         async with watch:
             return await relay.run(session, url, body, headers, watch)
@@ -99,6 +92,7 @@ class Relay:
         extra_headers: Mapping[str, str],
         pod_name: str,
         bounds: Bounds,
+        clients: ClientWatches,
     ) -> None:
         self.request = request
         self.started = started
@@ -109,6 +103,7 @@ class Relay:
         self.extra = extra_headers
         self.pod_name = pod_name
         self.bounds = bounds
+        self.clients = clients
 
     async def run(
         self,
@@ -163,7 +158,7 @@ class Relay:
             await response.prepare(self.request)
             self.response, self.event_stream = response, event_stream
         try:
-            async with ClientWatch(self.request.transport, self.bounds.client_read):
+            async with self.clients.watch(self.request.transport):
                 while chunk:
                     # Anything of a successful answer shows the engine works; of a stream,
                     # an event, not a comment (vLLM sends comments while idle when asked to).

@@ -81,7 +81,6 @@ class _Engine:
     """How long it was last avoided for."""
     strikes: int = 0
     """Times found stuck since it last answered."""
-    timer: asyncio.TimerHandle | None = None
     probe: asyncio.Task[None] | None = None
     no_probe_until: float = 0.0
     """A probe could not tell: none is sent until then."""
@@ -90,16 +89,22 @@ class _Engine:
 
     @property
     def idle(self) -> bool:
-        return not self.users and self.timer is None and self.probe is None
+        return not self.users and self.probe is None
 
 
 class Stalls:
-    """The engines' starts, as this replica sees them, and which of them it avoids."""
+    """The engines' starts, as this replica sees them, and which of them it avoids. One timer
+    looks at the engines that have requests waiting, every quarter of the bound (a request
+    costs no timer of its own): an engine is found stuck between one and one and a quarter
+    bounds after it last sent anything."""
 
     def __init__(self, *, bound: float, metrics: GatewayMetrics) -> None:
         self.bound = bound
         self.metrics = metrics
         self._engines: dict[Key, _Engine] = {}
+        self._waited_on: set[Key] = set()
+        """The engines with requests waiting on them."""
+        self._timer: asyncio.TimerHandle | None = None
 
     def avoided(self, key: Key) -> float:
         """Seconds the engine is still avoided for (0: it is not)."""
@@ -110,9 +115,8 @@ class Stalls:
 
     def forget(self, namespace: str, pod: str) -> None:
         """A deleted pod."""
-        engine = self._engines.pop((namespace, pod), None)
-        if engine is not None and engine.timer is not None:
-            engine.timer.cancel()
+        self._engines.pop((namespace, pod), None)
+        self._waited_on.discard((namespace, pod))
 
     def waiting(self, key: Key, *, stream: bool, probe: Probe | None = None) -> Waiting:
         """A request sent to engine `key` (`stream`: its answer is a stream), waiting for it
@@ -125,11 +129,17 @@ class Stalls:
             engine = self._engines[key] = _Engine()
         return engine
 
-    def _left(self, engine: _Engine, waiter: _Waiter) -> None:
+    def _waits(self, key: Key, engine: _Engine, waiter: _Waiter) -> None:
+        engine.waiters.add(waiter)
+        self._waited_on.add(key)
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_at(loop.time() + self.bound / 4, self._look)
+
+    def _left(self, key: Key, engine: _Engine, waiter: _Waiter) -> None:
         engine.waiters.discard(waiter)
-        if not engine.waiters and engine.timer is not None:
-            engine.timer.cancel()
-            engine.timer = None
+        if not engine.waiters:
+            self._waited_on.discard(key)
 
     def _done(self, key: Key, engine: _Engine) -> None:
         """A request to it is over."""
@@ -143,23 +153,25 @@ class Stalls:
         if unused and self._engines.get(key) is engine:
             del self._engines[key]
 
-    def _arm(self, key: Key, engine: _Engine, at: float) -> None:
-        if engine.timer is not None:
-            engine.timer.cancel()
-        engine.timer = asyncio.get_running_loop().call_at(at, self._check, key, engine)
+    def _look(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for key in list(self._waited_on):
+            engine = self._engines.get(key)
+            if engine is None or not engine.waiters:
+                self._waited_on.discard(key)
+            else:
+                self._check(key, engine, now)
+        self._timer = loop.call_at(now + self.bound / 4, self._look) if self._waited_on else None
 
-    def _check(self, key: Key, engine: _Engine) -> None:
+    def _check(self, key: Key, engine: _Engine, now: float) -> None:
         """Whether the engine has started nothing for a bound while a stream waited on it."""
-        engine.timer = None
-        if not engine.waiters:
-            return
-        now = asyncio.get_running_loop().time()
         quiet = max(min(w.since for w in engine.waiters), engine.progress)
         if now < quiet + self.bound:
-            self._arm(key, engine, quiet + self.bound)
             return
-        streams = [max(w.since, engine.progress) + self.bound for w in engine.waiters if w.stream]
-        if streams and min(streams) <= now:
+        if any(
+            w.stream and max(w.since, engine.progress) + self.bound <= now for w in engine.waiters
+        ):
             self._stuck(key, engine, now)
             return
         # Only answers that come whole have waited that long: a stream of the gateway's own
@@ -169,7 +181,6 @@ class Stalls:
             engine.probe = asyncio.get_running_loop().create_task(
                 self._probe(key, engine, probe), name=f"probe-{key[0]}-{key[1]}"
             )
-        self._arm(key, engine, min(streams) if streams else now + self.bound)
 
     def _stuck(self, key: Key, engine: _Engine, now: float) -> None:
         engine.strikes += 1
@@ -187,6 +198,7 @@ class Stalls:
         )
         self.metrics.engine_stalled(*key)
         engine.waiters.clear()
+        self._waited_on.discard(key)
         for waiter in waiters:
             waiter.watch.interrupt()
 
@@ -227,10 +239,8 @@ class Waiting(Interruptible):
         engine = self._engine = stalls._engine(self.key)
         now = asyncio.get_running_loop().time()
         self._waiter = _Waiter(now, self.stream, self, self.probe)
-        engine.waiters.add(self._waiter)
         engine.users += 1
-        if engine.timer is None:
-            stalls._arm(self.key, engine, max(now, engine.progress) + stalls.bound)
+        stalls._waits(self.key, engine, self._waiter)
 
     def _leave(self) -> None:
         assert self._engine is not None
@@ -253,7 +263,7 @@ class Waiting(Interruptible):
         """The request has its answer under way (or an error): it waits no more."""
         waiter, engine = self._waiter, self._engine
         if waiter is not None and engine is not None and waiter in engine.waiters:
-            self.stalls._left(engine, waiter)
+            self.stalls._left(self.key, engine, waiter)
 
 
 async def probe_engine(
