@@ -192,7 +192,8 @@ class PickerQueues:
         not still being scraped (each says what it read as soon as it has: see `_scrape_into`);
         then what every model's pickers said last."""
         now = time.monotonic()
-        if now - self._refreshed >= self.refresh:
+        if self._followers and now - self._refreshed >= self.refresh:
+            # Not before a model follows: the first one is served at once, not a refresh later.
             self._refreshed = now
             await self._refresh_pools()
         token, token_problem = self._token()
