@@ -9,8 +9,9 @@ image built from this repository (images/operator/Dockerfile), run from the tree
 What it does as a kubelet does: the service account token mounted where in-cluster clients
 read it (a TokenRequest bound to the Pod), KUBERNETES_SERVICE_HOST and _PORT, env (values and
 the Downward API's fieldRefs), emptyDir and hostPath volumes, readiness and liveness probes
-(httpGet, tcpSocket), restarts with a back-off and restartCount, SIGTERM on deletion then
-SIGKILL when the grace period ends, and the final delete. What it does not: pull images, enforce
+(httpGet, tcpSocket), Ready from the containers and the readiness gates (readiness.py),
+restarts with a back-off and restartCount, SIGTERM on deletion then SIGKILL when the grace
+period ends, and the final delete. What it does not: pull images, enforce
 securityContext or resources (every container runs as root), serve logs or exec, or run
 other images; readiness probes run every second at most, and the restart back-off is 1 s
 doubling to 10 s (the kubelet's is 10 s to 5 min), so that tests wait less.
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
+import readiness
 from kubernetes.client.rest import ApiException
 from network import PodNetwork
 
@@ -358,19 +360,17 @@ class PodRunner:
             statuses.append(entry)
         if not statuses:
             return
-        ready = all(c.ready for c in self.containers)
+        unready = [c.spec.name for c in self.containers if not c.ready]
+        # Ready also waits for every readiness gate's condition, which others write.
+        gates = readiness.gates_unready(self.pod)
+        ready = not unready and not gates
         # Once a container started, the pod is Running, through restarts, as the kubelet says.
         started = any(c.started for c in self.containers)
         status = {"phase": "Running" if started else "Pending",
-                  "containerStatuses": statuses, "ready": ready}  # fmt: skip
+                  "containerStatuses": statuses, "ready": ready, "gates": gates}  # fmt: skip
         if status == self.last_status and self._api_agrees(ready):
             return
-        word = "True" if ready else "False"
-        conditions = [
-            {"type": kind, "status": word, "lastTransitionTime": _now(),
-             **({} if ready else {"reason": "ContainersNotReady"})}
-            for kind in ("ContainersReady", "Ready")
-        ]  # fmt: skip
+        conditions = readiness.conditions(unready, gates, _now())
         if self._patch({"phase": status["phase"], "containerStatuses": statuses,
                         "conditions": conditions}):  # fmt: skip
             self.last_status = status
