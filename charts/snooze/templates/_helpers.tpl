@@ -118,6 +118,11 @@ Plain YAML only inside these blocks: no template actions, no wildcards.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "patch", "delete"]
+# write the snooze.dev/awake condition of pods that list it as a readiness gate, so that a
+# sleeping engine leaves every Service and InferencePool
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
 # post an Event for each sleep, wake and failure
 - apiGroups: [""]
   resources: ["events"]

@@ -51,6 +51,13 @@ OPERATOR: tuple[Permission, ...] = (
     ),
     Permission(
         group="",
+        resource="pods/status",
+        verbs=("patch",),
+        why="write the snooze.dev/awake condition of pods that list it as a readiness gate, so "
+        "that a sleeping engine leaves every Service and InferencePool",
+    ),
+    Permission(
+        group="",
         resource="events",
         verbs=("create",),
         why="post an Event for each sleep, wake and failure",

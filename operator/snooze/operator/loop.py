@@ -277,6 +277,7 @@ class ModelLoop:
         views = await self._observe(spec, chosen.pods, now)
         plan = self._decide(spec, workload, chosen.pods, views, now)
         replicas, waiting = await self._act(spec, plan, chosen.pods, views, now)
+        await self.executor.gates.reconcile(chosen.pods, self.memory)
         await self._report(spec, chosen, replicas=replicas, waiting=waiting, now=now)
 
     async def _validate(self, now: float) -> tuple[InferenceModelSpec, Workload | None] | None:
