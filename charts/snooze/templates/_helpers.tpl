@@ -168,6 +168,33 @@ Plain YAML only inside these blocks: no template actions, no wildcards.
   verbs: ["list"]
 {{- end }}
 
+{{- define "snooze.rules.inferenceGateway" -}}
+# find the InferencePools whose selector selects a model's pods, and the endpoint picker each
+# names
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["list"]
+# read the Service that an InferencePool's endpointPickerRef names
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get"]
+# find the ready replicas of each endpoint picker behind its Service, to read the requests
+# queued there
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list"]
+{{- end }}
+
+{{- define "snooze.rules.pickerMetrics" -}}
+# read the endpoint pickers' metrics, which check this token's right to get /metrics
+- nonResourceURLs: ["/metrics"]
+  verbs: ["get"]
+{{- end }}
+
+{{- define "snooze.pickerReaderName" -}}
+{{- printf "%s-picker" (include "snooze.fullname" .) }}
+{{- end }}
+
 {{- define "snooze.rules.peering.cluster" -}}
 # kopf peering, cluster-wide: see the other operator replicas and keep this one's entry alive,
 # so that only the highest-priority replica acts
