@@ -1,12 +1,11 @@
 """The Gateway API Inference Extension on the test cluster: its InferencePool CRD, read from
 the picker's own module (never copied into this tree), the real endpoint picker (v1.5.0,
-tests/k8s/epp) as a Deployment with flow control on, and Envoy's part played by
-extproc-proxy (tests/k8s/extproc), the one stand-in of that path, on the test's side of the
-pod network.
+tests/k8s/epp) as examples/inference-gateway/ deploys it (flow control on), and Envoy's part
+played by extproc-proxy (tests/k8s/extproc), the one stand-in of that path, on the test's
+side of the pod network.
 
-The picker runs as the runtime runs any image it knows: the image name its Helm chart gives
-(registry.k8s.io/gateway-api-inference-extension/epp) maps to the binary built here, with the
-flags, RBAC and Service that chart gives it."""
+The picker runs as the runtime runs any image it knows: the image the example names
+(registry.k8s.io/gateway-api-inference-extension/epp) maps to the binary built here."""
 
 from __future__ import annotations
 
@@ -25,11 +24,11 @@ from controlplane import ROOT, ClusterError, binaries
 from kubelet import Image
 
 EPP_MODULE = ROOT / "tests" / "k8s" / "epp"
+EXAMPLES = ROOT / "examples" / "inference-gateway"
 MODULE = "sigs.k8s.io/gateway-api-inference-extension"
 PICKER_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp"
 POOL_GROUP = "inference.networking.k8s.io"
 EXT_PROC_PORT = 9002
-HEALTH_PORT = 9003
 METRICS_PORT = 9090
 QUEUE_GAUGE = "inference_extension_flow_control_queue_size"
 
@@ -68,119 +67,38 @@ def picker_image() -> Image:
     return Image(entrypoint=[str(binaries("epp") / "epp")])
 
 
-# The picker's configuration: the chart's default plugins, and flow control, which holds a
-# request while its pool has no ready endpoint (the saturation detector says 1.0 for none)
-# until one is, or until the request's TTL.
-def picker_config(ttl: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
-        "kind": "EndpointPickerConfig",
-        "featureGates": ["flowControl"],
-        "plugins": [
-            {"type": "queue-scorer"},
-            {"type": "kv-cache-utilization-scorer"},
-            {"type": "prefix-cache-scorer"},
-            # An engine's metrics older than this make it count as saturated (the default is
-            # 200 ms, scraped every 50 ms): the simulated engines of a busy two-core machine
-            # answer their /metrics slower than vLLM does.
-            {"type": "utilization-detector", "parameters": {"metricsStalenessThreshold": "2s"}},
-        ],
-        "schedulingProfiles": [
-            {
-                "name": "default",
-                "plugins": [
-                    {"pluginRef": "queue-scorer", "weight": 2},
-                    {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
-                    {"pluginRef": "prefix-cache-scorer", "weight": 3},
-                ],
-            }
-        ],
-        "saturationDetector": {"pluginRef": "utilization-detector"},
-        "flowControl": {"defaultRequestTTL": ttl},
-    }
+def example(name: str) -> list[dict[str, Any]]:
+    """The objects of examples/inference-gateway/NAME.yaml, as docs/inference-gateway.md
+    prints them."""
+    return [doc for doc in yaml.safe_load_all((EXAMPLES / f"{name}.yaml").read_text()) if doc]
 
 
-def picker_manifests(name: str, namespace: str, selector: dict[str, str], *,
-                     ttl: str = "120s") -> list[dict[str, Any]]:  # fmt: skip
-    """An InferencePool `name` of the pods `selector` picks, on port 8000, and its picker
-    `name`-epp: its ServiceAccount and RBAC (those of the picker's chart: read pods and the
-    pool's objects; review tokens for its /metrics), Deployment and Service."""
-    epp = f"{name}-epp"
-    labels = {"app.kubernetes.io/name": epp}
-    read = ["get", "watch", "list"]
-    auth = f"{namespace}-{epp}-auth"
-    config = yaml.safe_dump(picker_config(ttl))
-    container = {
-        "name": "epp",
-        "image": f"{PICKER_IMAGE}:{module_version()}",
-        "args": [
-            "--pool-name", name, "--pool-namespace", namespace, "--pool-group", POOL_GROUP,
-            "--config-text", config, "--zap-encoder", "json", "--tracing=false",
-        ],
-        "ports": [
-            {"name": "grpc", "containerPort": EXT_PROC_PORT},
-            {"name": "grpc-health", "containerPort": HEALTH_PORT},
-            {"name": "metrics", "containerPort": METRICS_PORT},
-        ],
-        # The chart probes the gRPC health service; this runtime runs no gRPC probes, so the
-        # ext_proc port's socket says the picker is up.
-        "readinessProbe": {"tcpSocket": {"port": EXT_PROC_PORT}, "periodSeconds": 2},
-        "env": [
-            {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        ],
-    }  # fmt: skip
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": epp, "namespace": namespace}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": epp, "namespace": namespace},
-         "rules": [
-             {"apiGroups": [""], "resources": ["pods"], "verbs": read},
-             {"apiGroups": [POOL_GROUP], "resources": ["inferencepools"], "verbs": read},
-             {"apiGroups": ["inference.networking.x-k8s.io"],
-              "resources": ["inferenceobjectives", "inferencemodelrewrites"], "verbs": read},
-         ]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": epp, "namespace": namespace},
-         "subjects": [{"kind": "ServiceAccount", "name": epp, "namespace": namespace}],
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": epp}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": auth},
-         "rules": [
-             {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
-              "verbs": ["create"]},
-             {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
-              "verbs": ["create"]},
-         ]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": auth},
-         "subjects": [{"kind": "ServiceAccount", "name": epp, "namespace": namespace}],
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                     "name": auth}},
-        {"apiVersion": "apps/v1", "kind": "Deployment",
-         "metadata": {"name": epp, "namespace": namespace, "labels": labels},
-         "spec": {
-             "replicas": 1,
-             "strategy": {"type": "Recreate"},
-             "selector": {"matchLabels": labels},
-             "template": {"metadata": {"labels": labels},
-                          "spec": {"serviceAccountName": epp, "containers": [container]}},
-         }},
-        {"apiVersion": "v1", "kind": "Service",
-         "metadata": {"name": epp, "namespace": namespace},
-         "spec": {"selector": labels, "ports": [
-             {"name": "grpc-ext-proc", "port": EXT_PROC_PORT, "protocol": "TCP"},
-             {"name": "http-metrics", "port": METRICS_PORT, "protocol": "TCP"},
-         ]}},
-        {"apiVersion": f"{POOL_GROUP}/v1", "kind": "InferencePool",
-         "metadata": {"name": name, "namespace": namespace},
-         "spec": {
-             "selector": {"matchLabels": selector},
-             "targetPorts": [{"number": 8000}],
-             "endpointPickerRef": {"name": epp, "port": {"number": EXT_PROC_PORT}},
-         }},
-    ]  # fmt: skip
+def pool_and_picker() -> list[dict[str, Any]]:
+    """The example's InferencePool and its picker (ConfigMap, RBAC, Deployment, Service), as
+    printed; the picker's image must be the release tests/k8s/epp builds."""
+    objects = example("inferencepool") + example("picker")
+    [deployment] = [o for o in objects if o["kind"] == "Deployment"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"{PICKER_IMAGE}:{module_version()}", container["image"]
+    return objects
+
+
+def engines_and_model(image: str, sim_args: list[str], replicas: int) -> list[dict[str, Any]]:
+    """The example's vLLM Deployment and InferenceModel, each vLLM container replaced by the
+    simulator (Snooze's image running `snooze sim` as the served model): the pods, their gate,
+    labels and probes stay as printed. No GPU is asked for."""
+    deployment, model = example("qwen3-8b")
+    deployment["spec"]["replicas"] = replicas
+    pod = deployment["spec"]["template"]["spec"]
+    pod["automountServiceAccountToken"] = False
+    [container] = pod["containers"]
+    served = model["spec"]["modelName"]
+    container.update(image=image, args=["sim", "--host", "0.0.0.0", "--port", "8000",
+                                        "--model", served, *sim_args])  # fmt: skip
+    for key in ("command", "env", "resources", "startupProbe"):
+        container.pop(key, None)
+    container["readinessProbe"]["periodSeconds"] = 1
+    return [deployment, model]
 
 
 @dataclass

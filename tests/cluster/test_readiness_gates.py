@@ -46,7 +46,7 @@ def gated(kube: Kube, crds: None) -> Iterator[str]:
     try:
         yield POD
     finally:
-        kube.kubectl("delete", "namespace", NAMESPACE, "--wait=true", check=False, timeout=180)
+        kube.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
 
 
 def conditions(kube: Kube) -> dict[str, dict[str, Any]]:
