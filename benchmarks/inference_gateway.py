@@ -35,6 +35,7 @@ from typing import Any
 import aiohttp
 import helm_python
 import httpx
+from gateway import percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "cluster"), str(ROOT / "tests")]
@@ -64,11 +65,6 @@ MAX_TOKENS = 8
 WAKE_SECONDS = 0.3
 KV_WAKE_SECONDS = 0.05  # the simulator's default, part of every wake
 BODY = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": MAX_TOKENS}
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def engine_and_model(desired: str) -> list[dict[str, Any]]:

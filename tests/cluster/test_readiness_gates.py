@@ -65,6 +65,10 @@ def ready(kube: Kube) -> dict[str, Any]:
     return conditions(kube).get("Ready", {})
 
 
+def ready_says(kube: Kube, message: str) -> None:
+    wait_for(f"Ready to say {message!r}", lambda: ready(kube).get("message") == message)
+
+
 @pytest.mark.local_only  # it holds the harness's kubelet to the real one's rule
 def test_ready_waits_for_every_gate_and_the_containers(kube: Kube, gated: str) -> None:
     wait_for("the container ready", lambda: conditions(kube).get("ContainersReady", {})
@@ -77,23 +81,13 @@ def test_ready_waits_for_every_gate_and_the_containers(kube: Kube, gated: str) -
     )
 
     set_gate(kube, GATES[0], "True")
-    wait_for(
-        "one gate left",
-        lambda: (
-            ready(kube).get("message")
-            == 'corresponding condition of pod readiness gate "snooze.dev/awake" does not exist.'
-        ),
+    ready_says(
+        kube, 'corresponding condition of pod readiness gate "snooze.dev/awake" does not exist.'
     )
     assert ready(kube)["status"] == "False"
 
     set_gate(kube, GATES[1], "False")
-    wait_for(
-        "the gate's False said",
-        lambda: (
-            ready(kube).get("message")
-            == 'the status of pod readiness gate "snooze.dev/awake" is not "True", but False'
-        ),
-    )
+    ready_says(kube, 'the status of pod readiness gate "snooze.dev/awake" is not "True", but False')
 
     set_gate(kube, GATES[1], "True")
     wait_for("Ready", lambda: ready(kube).get("status") == "True")
