@@ -132,9 +132,11 @@ def create_picker_service(
     port: int,
     ready: bool = True,
     port_name: str = "http-metrics",
+    pods: bool = True,
 ) -> None:
-    """The picker's Service, as its chart makes it (ports grpc-ext-proc and http-metrics), and
-    the EndpointSlice that the EndpointSlice controller would make for its pods."""
+    """The picker's Service, as its chart makes it (ports grpc-ext-proc and http-metrics), its
+    pods at `addresses` (unless not `pods`: an EndpointSlice written by hand, pointing
+    elsewhere), and the EndpointSlice that the EndpointSlice controller would make for them."""
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -148,6 +150,8 @@ def create_picker_service(
         },
     }
     cluster._check(cluster.http.post(f"/api/v1/namespaces/{cluster.ns}/services", json=service))
+    for n, address in enumerate(addresses if pods else []):
+        add_picker_pod(cluster, f"{name}-{n}", address, labels={"app": name})
     endpoints = {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -165,6 +169,29 @@ def create_picker_service(
     }
     url = f"/apis/discovery.k8s.io/v1/namespaces/{cluster.ns}/endpointslices"
     cluster._check(cluster.http.post(url, json=endpoints))
+
+
+def add_picker_pod(cluster: Cluster, name: str, address: str, *, labels: dict[str, str]) -> None:
+    """A picker's pod, Running at `address` (where its stand-in listens)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": cluster.ns, "labels": labels},
+        "spec": {"containers": [{"name": "epp", "image": "epp"}]},
+    }
+    cluster._check(cluster.http.post(f"/api/v1/namespaces/{cluster.ns}/pods", json=pod))
+    status = {
+        "phase": "Running",
+        "podIP": address,
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    cluster._check(
+        cluster.http.patch(
+            f"/api/v1/namespaces/{cluster.ns}/pods/{name}/status",
+            json={"status": status},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+    )
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):

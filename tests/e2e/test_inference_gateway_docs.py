@@ -18,7 +18,8 @@ import docs_pages
 import httpx
 import pytest
 from conftest import PODS, ROOT, Cluster, next_address
-from picker_stand_in import PickerMetrics, install_crd
+from gated_pods import gate_of, report_running
+from picker_stand_in import PickerMetrics, add_picker_pod, install_crd
 from processes import Process
 from waits import wait_for
 
@@ -29,18 +30,10 @@ pytestmark = pytest.mark.needs("kubectl")
 PAGE = "docs/inference-gateway.md"
 APPLY = "kubectl apply -f examples/inference-gateway/"
 TOKEN = "reader-token"
-GATE = "snooze.dev/awake"
 
 
 def test_the_page_prints_this_apply() -> None:
     assert APPLY in docs_pages.commands(docs_pages.read(PAGE))
-
-
-def gate_of(pod: dict[str, Any] | None) -> tuple[str, str] | None:
-    for condition in ((pod or {}).get("status") or {}).get("conditions") or []:
-        if condition.get("type") == GATE:
-            return condition["status"], condition.get("reason", "")
-    return None
 
 
 def start_pod(cluster: Cluster, name: str, template: dict[str, Any]) -> SimulatedEngine:
@@ -65,19 +58,7 @@ def start_pod(cluster: Cluster, name: str, template: dict[str, Any]) -> Simulate
             checksum_seconds_per_gib=0.001,
         )
     )
-    status = {
-        "phase": "Running",
-        "podIP": host,
-        "conditions": [
-            {"type": "ContainersReady", "status": "True"},
-            {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady"},
-        ],
-    }
-    cluster.http.patch(
-        f"{PODS.format(ns='default')}/{name}/status",
-        json={"status": status},
-        headers={"Content-Type": "application/merge-patch+json"},
-    ).raise_for_status()
+    report_running(cluster, name, host, gated=True)
     return engine
 
 
@@ -111,6 +92,9 @@ def test_apply_the_examples_and_follow_the_steps(cluster: Cluster, tmp_path: Pat
         for n in range(deployment["spec"]["replicas"])
     ]
     picker = PickerMetrics(next_address(), 9090, token=TOKEN)
+    template = http.get("/apis/apps/v1/namespaces/default/deployments/qwen3-8b-epp").json()
+    labels = template["spec"]["template"]["metadata"]["labels"]
+    add_picker_pod(cluster, "qwen3-8b-epp-0", picker.server.server_address[0], labels=labels)
     slice_ = {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",

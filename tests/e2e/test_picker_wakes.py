@@ -163,13 +163,31 @@ def test_pickers_that_cannot_be_read_are_named_and_stop_nothing(
     cluster.create_model(
         "gone", {"modelName": "gone", "selector": {"matchLabels": {"app": "gone"}}}
     )
+    # And one whose EndpointSlice, written by hand, points at an address no pod has: the
+    # operator sends nothing there.
+    stray = PickerMetrics(next_address(), 9090, token=TOKEN)
+    pickers.append(stray)
+    stray.queued[("stray", "", "0")] = 2
+    cluster.create_pod("stray-0", labels={"app": "stray"}, model="stray")
+    create_picker_service(
+        cluster, "stray-epp", [stray.server.server_address[0]], port=9090, pods=False
+    )
+    create_pool(cluster, "stray-pool", selector={"app": "stray"}, picker="stray-epp")
+    cluster.create_model(
+        "stray", {"modelName": "stray", "selector": {"matchLabels": {"app": "stray"}}}
+    )
     # And beside them all, a model whose picker is fine.
     good, good_picker = model_behind_a_pool(cluster, pickers, "good")
 
     operator = start_operator(tmp_path, token_file)
     try:
         expected = {name: reason for name, (_, reason) in HOSTILE.items()}
-        expected |= {"down": "NoEndpoints", "gw": "InvalidPool", "gone": "PickerNotFound"}
+        expected |= {
+            "down": "NoEndpoints",
+            "gw": "InvalidPool",
+            "gone": "PickerNotFound",
+            "stray": "NotAPod",
+        }
         for name, reason in expected.items():
             wait_for(
                 f"{name}'s picker named",
@@ -188,8 +206,9 @@ def test_pickers_that_cannot_be_read_are_named_and_stop_nothing(
         good_picker.queued[("good", "", "0")] = 1
         wait_for("the good one awake", lambda: not good.is_sleeping, timeout=4.5)
         assert readable(cluster, "good") == ("True", "Read")
-        for name in HOSTILE:
+        for name in [*HOSTILE, "stray"]:
             assert cluster.engines[f"{name}-0"].wake_calls == 0
+        assert sum(stray.asked.values()) == 0
         assert operator.popen.poll() is None
         assert "Traceback" not in operator.output()
     finally:

@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import pytest
 from conftest import PODS, Cluster, next_address
+from gated_pods import GATE, gate_of, report_running
 from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 from snooze.sim import EngineConfig, SimulatedEngine
 
-GATE = "snooze.dev/awake"
 LABELS = {"app": "chat"}
 
 
@@ -43,19 +43,7 @@ def add_engine_pod(
         "spec": spec,
     }
     cluster.http.post(PODS.format(ns=cluster.ns), json=pod).raise_for_status()
-    status = {
-        "phase": "Running",
-        "podIP": config.host,
-        "conditions": [
-            {"type": "ContainersReady", "status": "True"},
-            {"type": "Ready", "status": "False" if gated else "True"},
-        ],
-    }
-    cluster.http.patch(
-        f"{PODS.format(ns=cluster.ns)}/{name}/status",
-        json={"status": status},
-        headers={"Content-Type": "application/merge-patch+json"},
-    ).raise_for_status()
+    report_running(cluster, name, config.host, gated=gated)
     return engine
 
 
@@ -85,13 +73,6 @@ class PodWatch:
 
     def versions(self, name: str) -> list[dict[str, Any]]:
         return [pod for pod in list(self.seen) if pod["metadata"]["name"] == name]
-
-
-def gate_of(pod: dict[str, Any]) -> tuple[str, str] | None:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == GATE:
-            return condition["status"], condition.get("reason", "")
-    return None
 
 
 def state_of(pod: dict[str, Any]) -> str | None:
@@ -228,3 +209,33 @@ def test_a_pod_without_the_gate_is_never_written_to(
         headers={"Content-Type": "application/merge-patch+json"},
     )
     assert probe.status_code == 418, "the operator wrote the status of a pod without the gate"
+
+
+def test_an_engine_that_stops_answering_leaves_the_pool_and_comes_back(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    """The kubelet's probe of /health may lag, or pass on a frozen engine: the gate follows
+    Snooze's own probes, out at the second probe without an answer, back once one comes."""
+    engine = add_engine_pod(cluster, "chat-0", gated=True)
+    cluster.create_model("chat", {"modelName": "m", "selector": {"matchLabels": LABELS}})
+    wait_for("in the pool", lambda: gate_of(cluster.pod("chat-0")) == ("True", "Awake"))
+    cluster.sim.kill(engine)
+    wait_for("out of it", lambda: gate_of(cluster.pod("chat-0")) == ("False", "Unreachable"))
+    cluster.sim.restart(engine)
+    wait_for("back in", lambda: gate_of(cluster.pod("chat-0")) == ("True", "Awake"))
+
+
+def test_a_deleted_model_hands_its_gated_pods_back_awake_and_in_the_pool(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    engine = add_engine_pod(cluster, "chat-0", gated=True)
+    cluster.create_model(
+        "chat", {"modelName": "m", "selector": {"matchLabels": LABELS}, "idle": {"after": "1s"}}
+    )
+    wait_for("asleep", lambda: gate_of(cluster.pod("chat-0")) == ("False", "Asleep"))
+    deleted = cluster.http.delete(
+        "/apis/snooze.dev/v1alpha1/namespaces/default/inferencemodels/chat"
+    )
+    assert deleted.status_code in (200, 202), deleted.text
+    wait_for("handed back", lambda: gate_of(cluster.pod("chat-0")) == ("True", "Released"))
+    assert not engine.is_sleeping and cluster.pod_state("chat-0") is None

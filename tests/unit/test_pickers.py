@@ -12,7 +12,7 @@ import pytest
 from snooze.kube.inferencepools import InferencePool, read_pool, ready_addresses
 from snooze.operator.pickerpage import QUEUE_SIZE, read_queue, unescaped
 from snooze.policy.pickers import pools_serving, selects
-from snooze.policy.wakes import queue_wakes
+from snooze.policy.wakes import queue_wakes, wake_pending
 
 GIE = QUEUE_SIZE
 LLMD = "llm_d_epp_flow_control_queue_size"
@@ -269,13 +269,7 @@ def test_queue_wakes(
     slept_at: float | None,
     wakes: bool,
 ) -> None:
-    result = queue_wakes(
-        queued=queued,
-        awake=awake,
-        requested_at=requested_at,
-        slept_at=slept_at,
-        now=NOW,
-        wake_timeout=120.0,
-        recent=5.0,
+    pending = wake_pending(
+        requested_at=requested_at, slept_at=slept_at, now=NOW, wake_timeout=120.0, recent=5.0
     )
-    assert result is wakes
+    assert queue_wakes(queued=queued, awake=awake, pending=pending) is wakes

@@ -124,6 +124,11 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
                 interval=ours.picker_interval,
                 refresh=ours.probe_interval,
                 timeout=ours.probe_timeout,
+                pod_addresses=lambda namespace: {
+                    pod.ip
+                    for pod in runtime.indexes.pods.by_namespace.get(namespace)
+                    if pod.ip and not pod.deleting
+                },
                 token_file=ours.picker_token_file,
             )
             if ours.inference_gateway

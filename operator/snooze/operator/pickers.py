@@ -18,7 +18,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -115,9 +115,14 @@ class PickerQueues:
         interval: float,
         refresh: float,
         timeout: float,
+        pod_addresses: Callable[[str], Collection[str]],
         token_file: str | None = None,
     ) -> None:
         self.api = api
+        self.pod_addresses = pod_addresses
+        """The addresses of a namespace's pods: a picker is read at those alone. An
+        EndpointSlice may be written by hand, with any address in it, and the token must not
+        go, nor the operator's requests, wherever a tenant points them."""
         self.interval = interval
         self.refresh = refresh
         self.timeout = timeout
@@ -187,7 +192,8 @@ class PickerQueues:
         not still being scraped (each says what it read as soon as it has: see `_scrape_into`);
         then what every model's pickers said last."""
         now = time.monotonic()
-        if now - self._refreshed >= self.refresh:
+        if self._followers and now - self._refreshed >= self.refresh:
+            # Not before a model follows: the first one is served at once, not a refresh later.
             self._refreshed = now
             await self._refresh_pools()
         token, token_problem = self._token()
@@ -298,13 +304,23 @@ class PickerQueues:
                     "NotAService", f"{where} is an ExternalName: a picker's Service has endpoints"
                 )
             )
-        addresses, has_port = ready_addresses(slices.get("items") or [], port_name)
+        listed, has_port = ready_addresses(slices.get("items") or [], port_name)
+        pods = set(self.pod_addresses(namespace))
+        addresses = [a for a in listed if a.rpartition(":")[0].strip("[]") in pods]
         if not has_port:
             return Target(
                 problem=Problem(
                     "NoMetricsPort",
                     f"{where} has no port named {port_name!r}: name the picker's metrics port "
                     "so, or give its name in the pool's annotation snooze.dev/picker-metrics-port",
+                )
+            )
+        if listed and not addresses:
+            return Target(
+                problem=Problem(
+                    "NotAPod",
+                    f"{where}'s endpoints are no addresses of pods of its namespace: Snooze "
+                    "reads a picker at its pods only",
                 )
             )
         if not addresses:

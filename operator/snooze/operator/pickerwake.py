@@ -20,7 +20,7 @@ from snooze.operator.conditions import ConditionValue
 from snooze.operator.memory import ModelMemory
 from snooze.operator.pickers import PickerQueues
 from snooze.policy.sleep import EngineView
-from snooze.policy.wakes import queue_wakes
+from snooze.policy.wakes import queue_wakes, wake_pending
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +91,7 @@ class PickerWaker:
         if memory.scaled_at is not None:
             slept.append(memory.scaled_at)
         requested = max((t for t in (annotated, self.asked) if t is not None), default=None)
-        if now < self._refused_until or not queue_wakes(
-            queued=reading.queued,
-            awake=awake,
+        pending = wake_pending(
             requested_at=requested,
             slept_at=max(slept, default=None),
             now=now,
@@ -101,6 +99,9 @@ class PickerWaker:
             if memory.scaled_from is not None
             else spec.wake_timeout_seconds,
             recent=RECENT,
+        )
+        if now < self._refused_until or not queue_wakes(
+            queued=reading.queued, awake=awake, pending=pending
         ):
             return
         patch = {"metadata": {"annotations": {WAKE_REQUESTED_ANNOTATION: format_time(now)}}}

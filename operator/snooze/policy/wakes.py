@@ -26,25 +26,9 @@ def wake_pending(
     return requested_at > now - max(wake_timeout, recent)
 
 
-def queue_wakes(
-    *,
-    queued: int | None,
-    awake: int,
-    requested_at: float | None,
-    slept_at: float | None,
-    now: float,
-    wake_timeout: float,
-    recent: float,
-) -> bool:
+def queue_wakes(*, queued: int | None, awake: int, pending: bool) -> bool:
     """Whether requests queued for a model at its endpoint pickers ask for a wake now, as a
     request the gateway holds does: some are queued, no engine of the model serves, and no
-    wake request stands (once per burst; again only once that wake is over or timed out)."""
-    if not queued or awake > 0:
-        return False
-    return not wake_pending(
-        requested_at=requested_at,
-        slept_at=slept_at,
-        now=now,
-        wake_timeout=wake_timeout,
-        recent=recent,
-    )
+    wake request stands (`pending`, wake_pending's word): once per burst, and again only once
+    that wake is over or timed out."""
+    return bool(queued) and awake == 0 and not pending
