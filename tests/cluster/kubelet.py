@@ -216,14 +216,15 @@ class PodRunner:
             self.containers.append(container)
 
     def _mounted(self, volume: Any) -> None:
-        """The volume's files, once its object is there: until then the pod waits, as the
-        kubelet's containers wait for their volumes."""
+        """The volume's files, once its object can be read: until then (not made yet, or the
+        API server away) the pod waits, as the kubelet's containers wait for their volumes."""
         while True:
             try:
                 self._project(volume)
                 return
-            except ApiException as error:
-                if error.status != 404 or self.gone.wait(0.5) or self.deleting.is_set():
+            except Exception as error:  # ApiException, or no answer at all
+                log.info("pod %s: volume %s not ready: %s", self.key, volume.name, error)
+                if self.gone.wait(0.5) or self.deleting.is_set():
                     raise
 
     def _project(self, volume: Any) -> None:
@@ -284,7 +285,8 @@ class PodRunner:
         if self.projected and now - self.projected_at >= 2.0:
             self.projected_at = now
             for volume in self.projected:
-                with contextlib.suppress(ApiException):
+                # The API server may be away (a test restarts it): the files stay as they are.
+                with contextlib.suppress(Exception):
                     self._project(volume)
         for container in self.containers:
             if container.popen is None:
