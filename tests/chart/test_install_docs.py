@@ -19,7 +19,7 @@ from chart_helpers import EXAMPLES, ROOT
 from network_policies import Pod, reaches
 from rendering import render
 
-PAGES = ["README.md", "docs/install.md", "charts/snooze/README.md"]
+PAGES = ["README.md", "docs/install.md", "charts/snooze/README.md", "docs/inference-gateway.md"]
 READMES = [ROOT / page for page in PAGES]
 
 
@@ -179,6 +179,44 @@ def test_the_documented_install_fences_off_the_engines_and_the_metrics_ports(
     assert not can(gateway, operator, operator_metrics)
 
 
+def test_the_install_behind_the_inference_gateway_lets_the_picker_reach_the_engines() -> None:
+    """docs/inference-gateway.md's install: the operator reads the pickers (its flag and its
+    token), and the example's picker, which scrapes vLLM's metrics, reaches the engines' port,
+    where a tenant's pod still does not."""
+    [words] = [w for p, w in INSTALLS if p == ROOT / "docs/inference-gateway.md"]
+    namespace, objects = install(words)
+    [operator] = [
+        obj
+        for obj in objects
+        if obj["kind"] == "Deployment"
+        and obj["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+    ]
+    assert "--inference-gateway" in operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert any(
+        o["kind"] == "Secret" and o["metadata"]["name"].endswith("-picker-token") for o in objects
+    )
+    policies = [obj for obj in objects if obj["kind"] == "NetworkPolicy"]
+    example = EXAMPLES / "inference-gateway"
+    [engines] = [
+        doc
+        for doc in yaml.safe_load_all((example / "qwen3-8b.yaml").read_text())
+        if doc["kind"] == "Deployment"
+    ]
+    [picker] = [
+        doc
+        for doc in yaml.safe_load_all((example / "picker.yaml").read_text())
+        if doc["kind"] == "Deployment"
+    ]
+    engine = Pod(
+        engines["metadata"]["namespace"], engines["spec"]["template"]["metadata"]["labels"]
+    )
+    port = engines["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+    epp = Pod(picker["metadata"]["namespace"], picker["spec"]["template"]["metadata"]["labels"])
+    assert reaches(policies, epp, engine, port)
+    assert not reaches(policies, Pod(engine.namespace, {"app": "curious"}), engine, port)
+    assert reaches(policies, pod_of(objects, "operator", namespace), engine, port)
+
+
 def test_the_default_install_fences_the_metrics_ports_and_says_what_it_cannot_fence() -> None:
     """With no engine namespace and no Prometheus named, the metrics ports are the operator's
     alone, and the notes say that the engines are not fenced and nothing scrapes."""
@@ -217,7 +255,7 @@ def docker(path: Path, verb: str) -> list[dict[str, Any]]:
     return found
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/install.md"])
+@pytest.mark.parametrize("page", PAGES)
 def test_the_documented_images_are_built_from_their_dockerfiles_and_pushed(page: str) -> None:
     path = ROOT / page
     builds, pushes = docker(path, "build"), docker(path, "push")
@@ -232,12 +270,16 @@ def test_the_documented_images_are_built_from_their_dockerfiles_and_pushed(page:
     # The operator's image is the one the install sets, tag and repository.
     [operator] = [b for b in builds if b["file"] == "images/operator/Dockerfile"]
     assert operator["positional"] == ["."]  # its Dockerfile copies from the repository's root
-    [install] = [words for p, words in INSTALLS if p == path]
+    # The page's first install is the one after its build.
+    install = next(words for p, words in INSTALLS if p == path)
     sets = dict(w.split("=", 1) for w in install if w.startswith("image."))
     assert operator["tag"] == f"{sets['image.repository']}:{sets['image.tag']}"
-    # The patched vLLM image: its tag names the release it patches, one the patch is for.
-    [vllm] = [b for b in builds if b["positional"] == ["images/vllm"]]
-    release = vllm["args"]["VLLM_TAG"]
-    assert vllm["tag"].endswith(f":{release}-snooze")
-    major, minor, _ = (int(n) for n in release.lstrip("v").split("."))
-    assert (0, 12) <= (major, minor) <= (0, 26), "the hybrid wake fix is for 0.12.0 to 0.26.x"
+    # The patched vLLM image (where a page builds it): its tag names the release it patches,
+    # one the patch is for.
+    patched = [b for b in builds if b["positional"] == ["images/vllm"]]
+    assert patched or page == "charts/snooze/README.md"
+    for vllm in patched:
+        release = vllm["args"]["VLLM_TAG"]
+        assert vllm["tag"].endswith(f":{release}-snooze")
+        major, minor, _ = (int(n) for n in release.lstrip("v").split("."))
+        assert (0, 12) <= (major, minor) <= (0, 26), "the hybrid wake fix is for 0.12.0 to 0.26.x"
