@@ -13,9 +13,9 @@ from snooze.policy.knownbugs import (
     TABLE,
     ServeFacts,
     conduct,
-    could_apply,
     describe,
     known_bugs,
+    level_limits,
     release_of,
 )
 
@@ -98,7 +98,9 @@ def test_how_an_engine_in_the_table_sleeps(
 
 
 @given(
-    version=st.sampled_from([None, "0.10.2", "0.16.0", "0.24.0", "0.27.1", "0.28.0", "0.34.0"]),
+    version=st.sampled_from(
+        [None, "0.8.2", "0.10.1", "0.10.2", "0.16.0", "0.24.0", "0.27.1", "0.28.0", "0.34.0"]
+    ),
     lora=st.booleans(),
     tp=st.sampled_from([1, 2, 8]),
     pp=st.sampled_from([1, 2]),
@@ -113,9 +115,10 @@ def test_an_engine_never_sleeps_at_a_level_its_rows_break(
     bugs = known_bugs(engine)
     if found.level is not None:
         assert not any(found.level in b.levels for b in bugs if not b.in_flight)
+        assert found.level not in {limit.level for limit in level_limits(engine)}
         # A row that only a drained sleep avoids makes every sleep a drained one.
         assert found.drained_only == (on == "FallBack" and any(b.in_flight for b in bugs))
-    if not bugs:
+    if not bugs and not level_limits(engine):
         assert found.level == level and not found.why
 
 
@@ -126,10 +129,38 @@ def test_versions_are_read_as_their_release() -> None:
     assert release_of("dev") is None and release_of(None) is None
 
 
-def test_the_release_is_asked_only_where_a_row_could_apply() -> None:
-    assert not could_apply(ServeFacts())
-    assert could_apply(ServeFacts(lora=True))
-    assert could_apply(ServeFacts(pipeline_parallel=2, version="0.34.0"))
+@pytest.mark.parametrize(
+    ("version", "args", "on", "expected_level"),
+    [
+        ("0.8.2", {}, "FallBack", 1),  # /wake_up wakes everything; no reload: discarded weights
+        ("0.8.3", {}, "FallBack", 1),  # tags, but no reload: every wake fails
+        ("0.10.1", {}, "FallBack", 1),
+        ("0.10.1", {}, "SleepAnyway", 1),  # no setting wakes from a level the release cannot
+        ("0.10.1", {}, "NeverSleep", 1),  # level 1 is in no row: it is safe
+        (None, {}, "FallBack", 1),  # an unknown release is not safe
+        ("0.9.2", LORA_TP2, "FallBack", None),  # level 1 breaks (vllm#53888), 2 cannot wake
+        ("0.10.2", {}, "FallBack", 2),
+        ("0.33.0", {"tensor_parallel": 4}, "FallBack", 2),
+    ],
+)
+def test_level_2_is_refused_where_the_release_cannot_reload_weights(
+    version: str | None, args: dict[str, object], on: str, expected_level: int | None
+) -> None:
+    found = conduct(facts(version, **args), 2, on)  # type: ignore[arg-type]
+    assert found.level == expected_level
+    if expected_level == 2:
+        assert not found.refused and "needs vLLM" not in found.why
+    else:
+        [limit] = found.refused
+        assert limit.level == 2 and found.why.startswith("sleep level 2 needs vLLM 0.10.2 or later")
+        told = describe(found.bugs, found.refused)
+        assert "/collective_rpc" in told and "0.8.0 to 0.8.2" in told
+
+
+def test_a_limit_is_said_only_where_it_changed_the_level() -> None:
+    assert conduct(facts("0.9.0"), 1, "FallBack").why == ""
+    assert [limit.level for limit in level_limits(facts("0.9.0"))] == [2]
+    assert level_limits(facts("0.10.2")) == []
 
 
 def test_a_row_is_told_with_its_source() -> None:

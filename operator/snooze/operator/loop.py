@@ -54,6 +54,7 @@ from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
 from snooze.policy.poolbooks import Directive
+from snooze.policy.releases import awake_gauge_believed, sleep_running
 from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
@@ -640,7 +641,8 @@ class ModelLoop:
             )
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
-            conduct = conduct_of(spec, facts_of(pod, engine, process), directive.level)
+            facts = facts_of(pod, engine, process)
+            conduct = conduct_of(spec, facts, directive.level)
             engine.conduct = conduct
             views.append(
                 sleep_policy.EngineView(
@@ -655,9 +657,7 @@ class ModelLoop:
                     action_running=pod.name in acting,
                     sleep_started=engine.sleep_started_of(pod),
                     sleep_sent=pod.sleep_sent,
-                    sleep_running=None
-                    if engine.sleeps_in_flight is None
-                    else engine.sleeps_in_flight > 0,
+                    sleep_running=sleep_running(engine.sleeps_in_flight, facts.release),
                     wake_failures=engine.wake_failures,
                     last_failure=engine.last_failure,
                     last_failure_reason=engine.last_failure_reason,
@@ -681,6 +681,7 @@ class ModelLoop:
         return views
 
     async def _probe(self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory) -> Probe:
+        port = spec.engine.port
         result = await probe(
             self.prober,
             engine_url(spec, pod),
@@ -692,6 +693,8 @@ class ModelLoop:
             urgent=first_try(engine) or confirms_wake(engine),
             # Models take turns: one with many slow engines delays this one by a turn at most.
             owner=(self.namespace, self.name),
+            confirm_awake=engine.label_of(pod) in DOUBTED
+            and not awake_gauge_believed(facts_of(pod, engine, process_of(pod, port)).release),
         )
         if result.reason:
             self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
@@ -700,6 +703,11 @@ class ModelLoop:
 
 def _latest(*times: float | None) -> float | None:
     return max((t for t in times if t is not None), default=None)
+
+
+# Labels under which an engine's gauge saying awake is asked again of /is_sleeping, on the
+# releases where a partial wake reads awake there (policy/releases.py).
+DOUBTED = (EngineState.ASLEEP, EngineState.WAKING, EngineState.FAILED)
 
 
 def _new_run(memory: ModelMemory, pod: str, engine: EngineMemory, process: Process) -> None:

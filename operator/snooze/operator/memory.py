@@ -59,6 +59,10 @@ class Integrity:
     """Why a check is not Recorded or Verified, when that is worth saying."""
     quarantined: bool = False
     """It woke answering, or weighing, differently: never routed to again in this process."""
+    output_given_up: bool = False
+    weights_given_up: bool = False
+    """Asking failed for a reason this run of the engine will give again (an answer too large
+    or unreadable, a refusal such as a missing API key): not asked again until it restarts."""
 
     def of(self, process: Process) -> bool:
         """These records are of that run."""
@@ -149,8 +153,13 @@ class EngineMemory:
     """How it sleeps given the known vLLM bugs its release and arguments are in (its last
     cycle's reading: the KnownBug condition says it)."""
     version: tuple[Process, str] | None = None
-    """(engine run, its vLLM version from /version), asked once per run where a known bug
-    could apply."""
+    """(engine run, its vLLM version from /version), asked once per run."""
+    failed_wake_run: Process | None = None
+    """The run of the engine whose last wake failed: while it runs, it is published again only
+    once its answer was checked and matched (operator/wakegate.py)."""
+    version_failures: int = 0
+    version_retry_at: float = 0.0
+    """Asks of /version that failed in a row, and when it may be asked again (backing off)."""
 
     def note_host_copy(self, process: Process) -> None:
         """It is asleep at level 1: its process holds a pinned copy of its weights from now

@@ -13,7 +13,7 @@ import logging
 import time
 
 from snooze.engine.client import EngineClient
-from snooze.engine.errors import EngineError
+from snooze.engine.errors import AnswerTooLargeError, EngineError, EngineHTTPError
 from snooze.engine.http import EngineHttp
 from snooze.engine.verify import NoGenerationRoute, digest, greedy, weight_checksums
 from snooze.operator.memory import EngineMemory, Integrity
@@ -71,7 +71,10 @@ class Verifier:
         twice, and, with `weights`, its weights' digests). Never fails the sleep: what cannot
         be recorded is said on the status."""
         integrity = self.current(engine, process)
-        asked = integrity.output in (Check.PENDING, Check.MISSED, Check.UNAVAILABLE)
+        asked = (
+            integrity.output in (Check.PENDING, Check.MISSED, Check.UNAVAILABLE)
+            and not integrity.output_given_up
+        )
         if asked:
             started = time.monotonic()
             try:
@@ -81,6 +84,7 @@ class Verifier:
                 integrity.output, integrity.message = Check.UNSUPPORTED, str(exc)
             except EngineError as exc:
                 integrity.output, integrity.message = Check.UNAVAILABLE, _asking_failed(exc)
+                integrity.output_given_up = lasting(exc)
             else:
                 integrity.output = recorded(first, second)
                 integrity.baseline = first
@@ -91,13 +95,18 @@ class Verifier:
                     f"then {second.shown()}): its answers are not checked after wakes"
                 )
             self._observe("output", started)
-        if weights and integrity.weights in (Check.PENDING, Check.UNAVAILABLE):
+        if (
+            weights
+            and integrity.weights in (Check.PENDING, Check.UNAVAILABLE)
+            and not integrity.weights_given_up
+        ):
             asked = True
             started = time.monotonic()
             try:
                 sums = await weight_checksums(self.http, url, timeout=CHECKSUM_TIMEOUT)
             except EngineError as exc:
                 integrity.weights = Check.UNAVAILABLE
+                integrity.weights_given_up = lasting(exc)
                 integrity.message = integrity.message or _asking_failed(exc)
             else:
                 if sums is None:
@@ -209,7 +218,25 @@ def _result(verdict: Verdict) -> str:
 
 
 def _asking_failed(error: EngineError) -> str:
-    return f"the check could not be made: {error}"
+    again = " (not asked again until the engine restarts)" if lasting(error) else ""
+    return f"the check could not be made{again}: {error}"
+
+
+# Refusals that may pass: a timeout the client asked for, a conflict, too many requests.
+PASSING_REFUSALS = (404, 408, 409, 425, 429)
+
+
+def lasting(error: EngineError) -> bool:
+    """A failure this run of the engine will give again: an answer too large or that cannot be
+    read, or a refusal such as a 401 for an API key the operator does not have. A timeout, a
+    broken connection or a 5xx may pass, and are asked again at the next sleep."""
+    if isinstance(error, AnswerTooLargeError):
+        return True
+    if not isinstance(error, EngineHTTPError):
+        return False
+    return error.status < 300 or (
+        400 <= error.status < 500 and error.status not in PASSING_REFUSALS
+    )
 
 
 async def _forget_own_requests(url: str, http: EngineHttp, engine: EngineMemory) -> None:

@@ -1,10 +1,11 @@
-"""vLLM releases and engine configurations where sleep or wake is known to break, and what an
-engine in one of them does instead: pure, so that the table and its reading are tested as data.
+"""vLLM releases and engine configurations where sleep or wake is known to break, the levels a
+release cannot wake from at all, and what an engine in one of them does instead: pure, so that
+the table and its reading are tested as data.
 
 Each row comes from a vLLM issue and the commit or release that fixed it (docs/vllm-contract.md
 says how each release bound was read in the released wheels). The image's check command
 (images/vllm/plugin, `snooze-vllm-check --serve-args`) carries the same rows; a test keeps the
-two equal.
+two equal. The level limits are no bug of vLLM's but a route a release does not have yet.
 """
 
 from __future__ import annotations
@@ -128,6 +129,48 @@ TABLE: tuple[KnownBug, ...] = (
 
 
 @dataclass(frozen=True, kw_only=True)
+class LevelLimit:
+    """A sleep level whose wake a release cannot carry out rightly, in any configuration: no
+    setting sleeps an engine there (wake.onKnownBug: SleepAnyway neither)."""
+
+    level: int
+    since: Release
+    """The first release that can."""
+    what: str
+    """What a wake from that level does on the releases before."""
+    source: str
+    """Where that was read."""
+
+    def applies(self, release: Release | None) -> bool:
+        """An engine whose release is unknown is taken to be before it: an unknown is not safe."""
+        return release is None or release < self.since
+
+    @property
+    def said(self) -> str:
+        return f"sleep level {self.level} needs vLLM {format_release(self.since)} or later"
+
+
+LIMITS: tuple[LevelLimit, ...] = (
+    LevelLimit(
+        level=2,
+        since=(0, 10, 2),
+        what="a level-2 wake must reload the discarded weights (POST /collective_rpc "
+        "reload_weights), a route vLLM serves from 0.10.2; before, the reload answers 404: on "
+        "0.8.3 to 0.10.1 the engine stays asleep and every wake fails until it restarts, and "
+        "on 0.8.0 to 0.8.2, whose /wake_up reads no tags and wakes everything, it wakes and "
+        "serves from the discarded weights",
+        source="vllm/entrypoints/openai/api_server.py of each release: /collective_rpc first "
+        "in 0.10.2, /wake_up reads its tags from 0.8.3",
+    ),
+)
+
+
+def level_limits(facts: ServeFacts, limits: Sequence[LevelLimit] = LIMITS) -> list[LevelLimit]:
+    """The levels the engine's release cannot wake from."""
+    return [limit for limit in limits if limit.applies(facts.release)]
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServeFacts:
     """What decides whether an engine is in the table: its release (from its /version) and
     how it was started (its pod's `vllm serve` arguments)."""
@@ -152,12 +195,6 @@ def known_bugs(facts: ServeFacts, table: Sequence[KnownBug] = TABLE) -> list[Kno
     return [bug for bug in table if bug.applies(facts)]
 
 
-def could_apply(facts: ServeFacts, table: Sequence[KnownBug] = TABLE) -> bool:
-    """Whether some row could apply whatever the release: only then is the release worth
-    asking the engine for."""
-    return bool(known_bugs(replace(facts, version=None), table))
-
-
 @dataclass(frozen=True, kw_only=True)
 class Conduct:
     """How an engine sleeps given the rows it is in."""
@@ -168,6 +205,8 @@ class Conduct:
     """/sleep only once no request is in flight: a drain that times out is given up."""
     bugs: tuple[KnownBug, ...] = ()
     """The rows the engine is in."""
+    refused: tuple[LevelLimit, ...] = ()
+    """The level it wanted, which its release cannot wake from."""
     why: str = ""
     """What Snooze does about them, for the KnownBug condition; empty when in none."""
 
@@ -177,13 +216,34 @@ def conduct(
     level: int,
     on_known_bug: OnKnownBug,
     table: Sequence[KnownBug] = TABLE,
+    limits: Sequence[LevelLimit] = LIMITS,
 ) -> Conduct:
     """Pure: the level an engine sleeps at, when it wants `level`, and whether it must be
-    drained first; `on_known_bug` is the spec's wake.onKnownBug."""
+    drained first; `on_known_bug` is the spec's wake.onKnownBug. A level the release cannot
+    wake from is refused whatever it says: the engine sleeps at level 1 instead, unless a row
+    rules that out too."""
     bugs = tuple(known_bugs(facts, table))
+    limited = level_limits(facts, limits)
+    blocked = frozenset(limit.level for limit in limited)
+    refused = tuple(limit for limit in limited if limit.level == level)
+    if not refused:
+        return _conduct(bugs, level, on_known_bug, blocked)
+    fallback = next(lvl for lvl in LEVELS if lvl not in blocked)
+    inner = _conduct(bugs, fallback, on_known_bug, blocked)
+    instead = inner.why or (
+        f"sleeps at level {inner.level} instead of {level}"
+        if inner.level is not None
+        else "stays awake"
+    )
+    return replace(inner, refused=refused, why=f"{refused[0].said}: {instead}")
+
+
+def _conduct(
+    bugs: tuple[KnownBug, ...], level: int, on_known_bug: OnKnownBug, blocked: frozenset[int]
+) -> Conduct:
     if not bugs:
         return Conduct(level=level)
-    breaks = {lvl for bug in bugs if not bug.in_flight for lvl in bug.levels}
+    breaks = {lvl for bug in bugs if not bug.in_flight for lvl in bug.levels} | blocked
     racy = any(bug.in_flight for bug in bugs)
     if on_known_bug == "SleepAnyway":
         return Conduct(
@@ -209,6 +269,9 @@ def conduct(
     return Conduct(level=None, bugs=bugs, why="stays awake: no sleep level is safe")
 
 
-def describe(bugs: Sequence[KnownBug]) -> str:
-    """The rows, for a condition or an Event: what happens and where it is written."""
-    return "; ".join(f"{bug.key}: {bug.what} ({bug.source})" for bug in bugs)
+def describe(bugs: Sequence[KnownBug], refused: Sequence[LevelLimit] = ()) -> str:
+    """The rows and the refused levels, for a condition or an Event: what happens and where it
+    is written."""
+    rows = [f"{bug.key}: {bug.what} ({bug.source})" for bug in bugs]
+    rows += [f"level {limit.level}: {limit.what} ({limit.source})" for limit in refused]
+    return "; ".join(rows)
