@@ -22,6 +22,8 @@ from snooze.engine.errors import (
     classify_answer,
 )
 from snooze.engine.http import ANSWER_LIMIT, LEASE_SECONDS, Answer, EngineHttp, Sink
+from snooze.engine.sglangfacts import PROBE_METRICS as SGLANG_METRICS
+from snooze.engine.sglangfacts import SGLangActivityReader
 
 
 class Prober:
@@ -69,6 +71,29 @@ class Prober:
             raise _unreadable(base_url, "/metrics", "no request gauges in the payload")
         self._unfiltered.add(base_url)  # only a whole page with the gauges blames the filter
         return snapshot
+
+    async def sglang_activity(
+        self, base_url: str, *, urgent: bool = False, owner: Hashable = None
+    ) -> ActivitySnapshot:
+        """An SGLang server's activity (engine/sglangfacts.py), as `activity` reads vLLM's."""
+        for query in ([("name[]", name) for name in SGLANG_METRICS], None):
+            reader = SGLangActivityReader()
+            try:
+                await self._get(
+                    base_url,
+                    "/metrics",
+                    query,
+                    urgent,
+                    owner,
+                    limit=METRICS_LIMIT,
+                    sink=reader.feed,
+                )
+                snapshot = reader.result()
+            except ValueError as exc:
+                raise _unreadable(base_url, "/metrics", str(exc)) from exc
+            if snapshot is not None:
+                return snapshot
+        raise _unreadable(base_url, "/metrics", "no request gauges in the payload")
 
     async def is_sleeping(
         self, base_url: str, *, urgent: bool = False, owner: Hashable = None

@@ -37,6 +37,10 @@ from snooze.engine.sglangfacts import (
 )
 
 Record = Callable[[frozenset[str]], Awaitable[None]]
+# Bounds on a /weights_checker answer (a hostile server can send anything): ranks, and
+# tensors over all of them (a 70B model at tensor parallel 8 has a few thousand).
+MAX_RANKS = 1024
+MAX_TENSORS = 200_000
 # The named steps of a wake (see SGLangClient.wake), as the vLLM client names its own.
 ALL, RELOAD, REST, CONTINUE = "all", "reload_weights", "kv_cache", "continue"
 
@@ -333,6 +337,8 @@ class SGLangClient:
             raise self._timed_out(path, total) from error
         if answer.is_success or (allow_404 and answer.status == 404):
             return answer
+        if path == "/weights_checker" and b"Unsupported action" in answer.body:
+            return Answer(status=404, body=answer.body)  # 0.5.6 to 0.5.11: no checksum action
         raise self._failed(answer, path)
 
     def _failed(self, answer: Answer, path: str) -> EngineHTTPError:
@@ -394,3 +400,36 @@ class SGLangClient:
             "clears it.",
             url=self.base_url + path,
         )
+
+
+async def weight_checksums(
+    http: EngineHttp,
+    base_url: str,
+    *,
+    timeout: float,  # noqa: ASYNC109
+) -> dict[str, str] | None:
+    """SGLang's digest of every weight tensor on every rank (/weights_checker `checksum`,
+    0.5.12+), keyed `rankN:NAME`; None where the release has none (no route before 0.5.6, no
+    such action before 0.5.12). Never another action: `snapshot` copies every weight to host
+    RAM and `reset_tensors` overwrites them."""
+    path = "/weights_checker"
+    client = SGLangClient(base_url, client=http, timeout=min(timeout, 5.0))
+    answer = await client._request(
+        "POST", path, json={"action": "checksum"}, budget=timeout, allow_404=True
+    )
+    if answer.status == 404:
+        return None
+    data = client._json(answer, path)
+    ranks = data.get("ranks")
+    if not isinstance(ranks, list) or len(ranks) > MAX_RANKS:
+        raise client._unreadable(path, "no ranks list")
+    sums: dict[str, str] = {}
+    for index, rank in enumerate(ranks):
+        checksums = rank.get("checksums") if isinstance(rank, dict) else None
+        if not isinstance(checksums, dict) or len(sums) + len(checksums) > MAX_TENSORS:
+            raise client._unreadable(path, "a rank without a bounded checksums object")
+        for name, value in checksums.items():
+            if not isinstance(value, str) or len(value) > 128 or len(str(name)) > 1024:
+                raise client._unreadable(path, "a checksum that is not a digest")
+            sums[f"rank{index}:{name}"] = value
+    return sums

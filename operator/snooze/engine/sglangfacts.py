@@ -49,6 +49,8 @@ class SGLangFacts:
     model_path: str
     """What /update_weights_from_disk reloads after a release without a host copy."""
     load_format: str | None = None
+    tensor_parallel: int = 1
+    """--tp-size: its ranks, each releasing its own memory."""
 
     @property
     def release(self) -> tuple[int, int, int]:
@@ -97,6 +99,9 @@ def parse_server_info(data: Any) -> SGLangFacts:
     model_path = data.get("model_path")
     if not isinstance(model_path, str) or not model_path or len(model_path) > _PATH_LIMIT:
         raise ValueError("no model_path")
+    tensor = data.get("tp_size", 1)
+    if not isinstance(tensor, int) or isinstance(tensor, bool) or not 1 <= tensor <= 1024:
+        raise ValueError("tp_size is not a parallel size")
     load_format = data.get("load_format")
     if load_format is not None and (not isinstance(load_format, str) or len(load_format) > 64):
         raise ValueError("load_format is not a short string")
@@ -107,6 +112,7 @@ def parse_server_info(data: Any) -> SGLangFacts:
         metrics=flags["enable_metrics"],
         model_path=model_path,
         load_format=load_format,
+        tensor_parallel=tensor,
     )
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from snooze.api.agreed import (
+    RELEASED_ANNOTATION,
     SLEEP_LEVEL_ANNOTATION,
     SLEEP_SENT_ANNOTATION,
     SLEEP_STARTED_ANNOTATION,
@@ -22,11 +23,12 @@ from snooze.api.agreed import (
 from snooze.api.models import EngineState, InferenceModelSpec
 from snooze.api.reasons import MEMORY_NOT_FREED, OUTPUT_MISMATCH, WEIGHTS_MISMATCH
 from snooze.api.times import format_time
-from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
+from snooze.engine.client import RELOAD, WEIGHTS, EngineHttp
 from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
+from snooze.engine.interface import SleepingEngine, engine_client
 from snooze.kube.api import KubeApi, KubeError, pods_ref
-from snooze.kube.pods import PodInfo
-from snooze.operator.memory import EngineMemory, ModelMemory, process_of
+from snooze.kube.pods import PodInfo, released_text
+from snooze.operator.memory import EngineMemory, ModelMemory, outstanding_of, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.settings import Settings, sleep_timeout
 from snooze.operator.verification import Verifier
@@ -244,12 +246,30 @@ class Executor:
             f"deleted {pod.name} so that its controller recreates it: {why}",
         )
 
+    def _client(
+        self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory
+    ) -> SleepingEngine:
+        """The engine's client, of its kind. An SGLang server's sleep state is kept on its pod
+        (RELEASED_ANNOTATION), written before each call that changes it."""
+        process = process_of(pod, spec.engine.port)
+
+        async def record(outstanding: frozenset[str]) -> None:
+            value = released_text(process.restarts, outstanding)
+            await self.patch_pod(pod, engine, {"annotations": {RELEASED_ANNOTATION: value}})
+
+        return engine_client(
+            spec.engine.kind,
+            engine_url(spec, pod),
+            client=self.http,
+            timeout=self.settings.probe_timeout,
+            outstanding=outstanding_of(pod, process),
+            record=record,
+        )
+
     async def _sleep(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
-        client = EngineClient(
-            engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
-        )
+        client = self._client(spec, pod, engine)
         if action.reason == "MakeRoom" and await _busy(client):
             # The pool chose it on a probe older than this: a member serving requests is not
             # put to sleep for another; the pool sees it busy now and chooses again.
@@ -300,6 +320,7 @@ class Executor:
                 process_of(pod, spec.engine.port),
                 # The weights' digests take seconds: never while a wake waits for this room.
                 weights=action.reason != "MakeRoom",
+                kind=spec.engine.kind,
             )
         if engine.cancel.is_set():
             await self.label(pod, EngineState.AWAKE, engine)
@@ -375,9 +396,7 @@ class Executor:
     async def _wake(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
-        client = EngineClient(
-            engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
-        )
+        client = self._client(spec, pod, engine)
         level = action.level or spec.sleep.level
         await self.label(pod, EngineState.WAKING, engine)
         self.emit("Normal", "Waking", f"{pod.name}: waking from level {level} ({_why(action)})")
@@ -458,7 +477,7 @@ class Executor:
             # A level-2 wake reloaded the weights: their digests are compared once the engine
             # serves (the check takes seconds; no request waits for it).
             weights = await self.verifier.weights_after_wake(
-                client.base_url, engine, process_of(pod, spec.engine.port)
+                client.base_url, engine, process_of(pod, spec.engine.port), spec.engine.kind
             )
             if weights is not None and weights.failed:
                 await self._failed_check(pod, spec, engine, WEIGHTS_MISMATCH, weights.message)
@@ -471,12 +490,13 @@ class Executor:
             return True
         url = engine_url(spec, pod)
         process = process_of(pod, spec.engine.port)
+        kind = spec.engine.kind
         verdict = await self.verifier.output_after_wake(
-            url, spec.model_name or self.model, engine, process
+            url, spec.model_name or self.model, engine, process, kind
         )
         if verdict is None or not verdict.failed:
             return True
-        weights = await self.verifier.weights_after_wake(url, engine, process)
+        weights = await self.verifier.weights_after_wake(url, engine, process, kind)
         await self._failed_check(
             pod, spec, engine, OUTPUT_MISMATCH, _with_weights(verdict, weights)
         )
@@ -538,14 +558,14 @@ class Executor:
         )
 
 
-async def _busy(client: EngineClient) -> bool:
+async def _busy(client: SleepingEngine) -> bool:
     try:
         return (await client.activity()).in_flight > 0
     except EngineError:
         return False  # the sleep below says what is wrong
 
 
-async def _sleeping_or_none(client: EngineClient) -> bool | None:
+async def _sleeping_or_none(client: SleepingEngine) -> bool | None:
     try:
         return await client.is_sleeping()
     except EngineError:

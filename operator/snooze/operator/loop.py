@@ -27,7 +27,7 @@ from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo
-from snooze.operator import status
+from snooze.operator import sglangops, status
 from snooze.operator.actions import Emit, Executor, engine_url
 from snooze.operator.foresight import Foresight
 from snooze.operator.knownbugs import conduct_of, facts_of, learn_versions
@@ -51,6 +51,7 @@ from snooze.policy import scale as scale_policy
 from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
+from snooze.policy.knownbugs import SGLANG
 from snooze.policy.poolbooks import Directive
 from snooze.policy.runs import Process
 
@@ -564,17 +565,22 @@ class ModelLoop:
         results = {p.pod: p for p in probes}
         probed_at = time.time()  # the answers are no older than this
         port = spec.engine.port
-        await learn_versions(
-            self.executor.http,
-            [
-                (engine_url(spec, p), engine, process, facts_of(p, engine, process))
-                for p in pods
-                if p.ready
-                and p.name not in acting
-                and (engine := self.memory.engine(p.name, now=now)).answered
-                and (process := process_of(p, port)) is not None
-            ],
-        )
+        learning = [
+            (p, engine, process)
+            for p in pods
+            if p.ready
+            and p.name not in acting
+            and (engine := self.memory.engine(p.name, now=now)).answered
+            and (process := process_of(p, port)) is not None
+        ]
+        if spec.engine.kind == SGLANG:
+            urls = [(engine_url(spec, p), e, process) for p, e, process in learning]
+            await sglangops.learn_server_info(self.executor.http, urls)
+        else:
+            await learn_versions(
+                self.executor.http,
+                [(engine_url(spec, p), e, r, facts_of(p, e, r)) for p, e, r in learning],
+            )
         views = []
         for pod in pods:
             engine = self.memory.engine(pod.name, now=now)
@@ -600,7 +606,12 @@ class ModelLoop:
             )
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
-            conduct = conduct_of(spec, facts_of(pod, engine, process), directive.level)
+            if spec.engine.kind == SGLANG:
+                sglangops.note_refusal(pod, engine, process, self.memory.generation, self.emit)
+                serve = sglangops.serve_facts(engine, process)
+            else:
+                serve = facts_of(pod, engine, process)
+            conduct = conduct_of(spec, serve, directive.level)
             engine.conduct = conduct
             views.append(
                 sleep_policy.EngineView(
@@ -641,18 +652,30 @@ class ModelLoop:
         return views
 
     async def _probe(self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory) -> Probe:
-        result = await probe(
-            self.prober,
-            engine_url(spec, pod),
-            pod.name,
-            share_known=engine.gpu_share is not None,
-            # An engine that never answered is unlabelled, so unroutable, and one just woken is
-            # not routed to until the status written after this probe says so: these probes
-            # go before the routine probes of engines already published.
-            urgent=first_try(engine) or confirms_wake(engine),
-            # Models take turns: one with many slow engines delays this one by a turn at most.
-            owner=(self.namespace, self.name),
-        )
+        # An engine that never answered is unlabelled, so unroutable, and one just woken is not
+        # routed to until the status written after this probe says so: these probes go before
+        # the routine probes of engines already published. Models take turns: one with many
+        # slow engines delays this one by a turn at most.
+        urgent = first_try(engine) or confirms_wake(engine)
+        owner = (self.namespace, self.name)
+        if spec.engine.kind == SGLANG:
+            result = await sglangops.probe(
+                self.prober,
+                engine_url(spec, pod),
+                pod.name,
+                outstanding=sglangops.outstanding_of(pod, process_of(pod, spec.engine.port)),
+                urgent=urgent,
+                owner=owner,
+            )
+        else:
+            result = await probe(
+                self.prober,
+                engine_url(spec, pod),
+                pod.name,
+                share_known=engine.gpu_share is not None,
+                urgent=urgent,
+                owner=owner,
+            )
         if result.reason:
             self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
         return result

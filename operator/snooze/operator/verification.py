@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import time
 
-from snooze.engine.client import EngineClient
+from snooze.engine import sglang
 from snooze.engine.errors import EngineError
 from snooze.engine.http import EngineHttp
+from snooze.engine.interface import engine_client
 from snooze.engine.verify import NoGenerationRoute, digest, greedy, weight_checksums
 from snooze.operator.memory import EngineMemory, Integrity
 from snooze.operator.metrics import OperatorMetrics
@@ -66,6 +67,7 @@ class Verifier:
         process: Process,
         *,
         weights: bool = True,
+        kind: str = "vllm",
     ) -> None:
         """Before a sleep: record what is not recorded yet for this run (its greedy answer,
         twice, and, with `weights`, its weights' digests). Never fails the sleep: what cannot
@@ -95,7 +97,7 @@ class Verifier:
             asked = True
             started = time.monotonic()
             try:
-                sums = await weight_checksums(self.http, url, timeout=CHECKSUM_TIMEOUT)
+                sums = await _checksums(self.http, url, kind)
             except EngineError as exc:
                 integrity.weights = Check.UNAVAILABLE
                 integrity.message = integrity.message or _asking_failed(exc)
@@ -108,10 +110,10 @@ class Verifier:
                     integrity.weights_full = sums
             self._observe("weights", started)
         if asked:
-            await _forget_own_requests(url, self.http, engine)
+            await _forget_own_requests(url, self.http, engine, kind)
 
     async def output_after_wake(
-        self, url: str, model_name: str, engine: EngineMemory, process: Process
+        self, url: str, model_name: str, engine: EngineMemory, process: Process, kind: str = "vllm"
     ) -> Verdict | None:
         """After a wake, before the engine is published: its greedy answer against the record.
         None when there is nothing to compare (no record for this run, or not checkable)."""
@@ -150,11 +152,11 @@ class Verifier:
         if verdict.failed:
             integrity.quarantined = True
         self._count("output", _result(verdict))
-        await _forget_own_requests(url, self.http, engine)
+        await _forget_own_requests(url, self.http, engine, kind)
         return verdict
 
     async def weights_after_wake(
-        self, url: str, engine: EngineMemory, process: Process
+        self, url: str, engine: EngineMemory, process: Process, kind: str = "vllm"
     ) -> Verdict | None:
         """The weights' digests against the record; None when there is none to compare."""
         integrity = self.current(engine, process)
@@ -162,7 +164,7 @@ class Verifier:
             return None
         started = time.monotonic()
         try:
-            sums = await weight_checksums(self.http, url, timeout=CHECKSUM_TIMEOUT)
+            sums = await _checksums(self.http, url, kind)
         except EngineError as exc:
             self._observe("weights", started)
             self._count("weights", "unverifiable")
@@ -212,12 +214,21 @@ def _asking_failed(error: EngineError) -> str:
     return f"the check could not be made: {error}"
 
 
-async def _forget_own_requests(url: str, http: EngineHttp, engine: EngineMemory) -> None:
+async def _checksums(http: EngineHttp, url: str, kind: str) -> dict[str, str] | None:
+    """The weights' digests, as the engine's kind computes them (None: it cannot)."""
+    if kind == "sglang":
+        return await sglang.weight_checksums(http, url, timeout=CHECKSUM_TIMEOUT)
+    return await weight_checksums(http, url, timeout=CHECKSUM_TIMEOUT)
+
+
+async def _forget_own_requests(
+    url: str, http: EngineHttp, engine: EngineMemory, kind: str = "vllm"
+) -> None:
     """The checks are requests the engine counts as served: start the engine's count afresh
     from here, so that they are not taken for traffic that bypassed the gateway (which would
     date its activity to now and have it probed every interval)."""
     try:
-        snapshot = await EngineClient(url, client=http).activity()
+        snapshot = await engine_client(kind, url, client=http, timeout=5.0).activity()
     except EngineError:
         return
     engine.success_total = snapshot.success_total
