@@ -303,6 +303,7 @@ class ModelLoop:
                 await self.reporter.invalid(problem, generation, now)
                 return None
         self.reporter.valid()
+        self.metrics.set_engine_kind(self.namespace, self.name, spec.engine.kind)
         return spec, workload
 
     def _select(self, spec: InferenceModelSpec) -> Selection:
