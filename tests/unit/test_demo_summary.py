@@ -227,3 +227,23 @@ def test_the_closing_comparison_replays_both_sides() -> None:
     text = "\n".join(replayed.lines(rows, ttl, deployed))
     assert "both replayed through snooze whatif's engine" in text
     assert "GPUs held all along: 10 with a fixed TTL, 7 as deployed" in text
+
+
+def test_a_pod_whose_wake_failed_between_two_samples_is_still_drawn_failed() -> None:
+    """The wake crashed and the pod was deleted between two samples: the last sample shows it
+    asleep (its waking too brief to be seen), and is redrawn failed all the same."""
+    from typing import Any
+
+    from snooze.demo.sampler import Sampler
+    from snooze.operator.metrics import OperatorMetrics
+
+    none: Any = None
+    sampler = Sampler(
+        api=none, controller=none, gateway=none, metrics=OperatorMetrics(), models=["m"]
+    )
+    asleep = PodSample(model="m", state="asleep", gpu_bytes=0)
+    other = PodSample(model="n", state="asleep", gpu_bytes=0)
+    sampler.timeline.samples.append(Sample(t=1.0, pods={"m-1": asleep, "n-1": other}, models={}))
+    assert sampler._failing_pods("m", {}) == set()  # gone from the current sample
+    redrawn = sampler.timeline.samples[-1].pods
+    assert redrawn["m-1"].state == "failed" and redrawn["n-1"].state == "asleep"
