@@ -214,9 +214,9 @@ def test_the_closing_comparison_replays_both_sides() -> None:
     by = {r.model: r for r in rows}
     assert set(by) == {p.model for p in sc.traffic}
     assert sum(r.requests for r in rows) == len(records) == ttl.requests == deployed.requests
-    # chat's two engines and one each for the other nine models on their own; the pool's
+    # chat's two engines and one each for the other ten models on their own; the pool's
     # four share one as deployed.
-    assert (ttl.devices_always_on, deployed.devices_always_on) == (10, 7)
+    assert (ttl.devices_always_on, deployed.devices_always_on) == (11, 8)
     for model in scenario.POOL_MEMBERS:
         assert by[model].policy == "always-on" and by[model].ttl_held == 0
         assert by[model].deployed_held > 0  # each phase swaps two members in
@@ -226,7 +226,7 @@ def test_the_closing_comparison_replays_both_sides() -> None:
     assert ttl.device_hours == pytest.approx(ttl.devices_always_on * 60 / 3600, rel=0.01)
     text = "\n".join(replayed.lines(rows, ttl, deployed))
     assert "both replayed through snooze whatif's engine" in text
-    assert "GPUs held all along: 10 with a fixed TTL, 7 as deployed" in text
+    assert "GPUs held all along: 11 with a fixed TTL, 8 as deployed" in text
 
 
 def test_a_pod_whose_wake_failed_between_two_samples_is_still_drawn_failed() -> None:
