@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 from conftest import Cluster, OperatorThread, next_address
+from test_keepawake import daily_from_now
 from waits import wait_for
 
 from snooze.api.agreed import RELEASED_ANNOTATION
@@ -116,3 +117,23 @@ def test_a_busy_sglang_server_is_never_released_mid_request(
     assert engine.finished["stop"] == 1 and "abort" not in engine.finished
     assert engine.death is None and not engine.dead
     assert engine.released == {"kv_cache", "weights", "cuda_graph"}
+
+
+def test_a_keep_awake_window_resumes_a_released_server_before_any_request(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    engine = sglang_pod(cluster)
+    window = {"name": "burst", "cron": daily_from_now(10), "duration": "3s", "minAwake": 1}
+    cluster.create_model("sg", {**SPEC, "schedule": [window]})
+    wait_for("released between windows", lambda: engine.released, timeout=30)
+    wait_for(
+        "resumed by the window",
+        lambda: not engine.released and not engine.generation_paused,
+        timeout=30,
+    )
+    assert "snooze.dev/wake-requested-at" not in (
+        cluster.model("sg")["metadata"].get("annotations") or {}
+    )  # no request asked for it
+    wait_for("a WindowStarted event", lambda: cluster.events("WindowStarted"))
+    wait_for("released after the window", lambda: engine.released, timeout=30)
+    assert not engine.dead
