@@ -4,14 +4,12 @@ test_walkthrough.py runs getting-started's (its terminals and machine are reused
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_walkthrough import Machine, Step, Terminal, page_steps
+from test_walkthrough import Machine, Session, Step, page_steps
 
 pytestmark = pytest.mark.needs("kubectl", "curl", "bash")
 
@@ -62,7 +60,7 @@ STEPS = [
     Step(
         5,
         "kubectl get pod qa-0 -o jsonpath='{.metadata.annotations.snooze\\.dev/released}{\"\\n\"}'",
-        shows=(r"^0:cuda_graph,kv_cache,paused,weights\n",),
+        shows=(r"(?m)^0:cuda_graph,kv_cache,paused,weights$",),
     ),
     Step(
         5,
@@ -103,56 +101,19 @@ def test_the_sglang_walkthrough_runs_as_printed(machine: Machine, tmp_path: Path
     page = (ROOT / PAGE).read_text()
     assert page_steps(page) == [(s.terminal, s.command) for s in STEPS]
     machine.check_free()
-    home = machine.outside(machine.home)
-    (home / "bin").mkdir(parents=True)
-    snooze = home / "bin" / "snooze"
-    snooze.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m snooze.cli "$@"\n')
-    snooze.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
-    env |= {"HOME": str(machine.home), "PATH": f"{machine.home}/bin:{os.environ['PATH']}"}
-    env |= machine.env()
-    terminals: dict[int, Terminal] = {}
-
-    def terminal(number: int) -> Terminal:
-        if number not in terminals:
-            log = tmp_path / f"terminal-{number}.log"
-            terminals[number] = Terminal(number, machine, env, log)
-        return terminals[number]
-
-    def logs() -> str:
-        return "".join(
-            f"\n--- terminal {n} ---\n{t.output()[-3000:]}" for n, t in sorted(terminals.items())
-        )
-
+    session = Session(machine, tmp_path)
     try:
-        for step in STEPS:
-            shell = terminal(step.terminal)
-            if step.forever:
-                since = shell.start(step.command)
-                for shows in step.shows:
-                    shell.wait_to_show(shows, since, timeout=90)
-                    assert shell.shell.poll() is None, f"`{step.command}` ended{logs()}"
-                continue
-            status, printed = shell.run(step.command, timeout=180)
-            assert status == 0, f"`{step.command}` failed ({status}):\n{printed}{logs()}"
-            for shows in step.shows:
-                assert re.search(shows, printed, re.M), (
-                    f"`{step.command}` printed:\n{printed}{logs()}"
-                )
-        operator = terminal(2).output()
+        session.run(STEPS)
+        operator = session.terminal(2).output()
         for said in (
             "Draining: qa-0: idle",
             "Slept: qa-0: asleep",
             "Waking: qa-0:",
             "Woke: qa-0: awake",
         ):
-            assert said in operator, f"{said}{logs()}"
+            assert said in operator, f"{said}{session.logs()}"
         for quiet in (1, 3, 4):
-            said = terminal(quiet).output()
+            said = session.terminal(quiet).output()
             assert not re.search(r" (WARNING|ERROR) ", said), f"terminal {quiet}:\n{said}"
     finally:
-        for shell in terminals.values():
-            shell.interrupt()
-        stopped = {n: shell.wait(30) for n, shell in terminals.items()}
-    assert all(stopped.values()), f"Ctrl-C did not stop terminals {stopped}{logs()}"
-    assert not [n for n, t in terminals.items() if "Traceback" in t.output()], logs()
+        session.stop()

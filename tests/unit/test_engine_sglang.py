@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from test_sim_sglang import FAST
 
 from snooze.engine.errors import SleepModeDisabledError
 from snooze.engine.http import EngineHttp
@@ -22,24 +23,9 @@ from snooze.engine.sglangfacts import PAUSED, parse_server_info, parse_sglang_ac
 from snooze.sim import serve_engines
 from snooze.sim.device import GIB
 from snooze.sim.engine import GARBAGE_MARKER
-from snooze.sim.sglang_engine import SGLangConfig, SGLangEngine
+from snooze.sim.sglang_engine import SGLangEngine
 
 _hosts = (f"127.80.{i // 250}.{i % 250 + 1}" for i in itertools.count())
-FAST = SGLangConfig(
-    model="m",
-    port=0,
-    sleep_seconds=0.01,
-    level2_sleep_seconds=0.01,
-    wake_seconds=0.01,
-    kv_wake_seconds=0.0,
-    reload_seconds=0.01,
-    token_seconds=0.0,
-    max_tokens_default=4,
-    checksum_seconds_per_gib=0.0,
-    gpu_memory_gib=10,
-    kv_cache_gib=19,
-    asleep_memory_gib=1,
-)
 ALL = {"kv_cache", "weights", "cuda_graph"}
 
 

@@ -308,7 +308,7 @@ class Executor:
                 async with asyncio.timeout(self.settings.drain_poll):
                     await engine.cancel.wait()
         if not engine.cancel.is_set() and action.drained_only and not drained:
-            await self._give_up_drain(pod, engine)
+            await self._give_up_drain(pod, engine, spec.engine.kind)
             return
         if not engine.cancel.is_set() and spec.wake.verify:
             # Before the engine's first sleep (once per run): what its wakes are checked against.
@@ -534,17 +534,23 @@ class Executor:
             f"{remedy}",
         )
 
-    async def _give_up_drain(self, pod: PodInfo, engine: EngineMemory) -> None:
+    async def _give_up_drain(self, pod: PodInfo, engine: EngineMemory, kind: str) -> None:
         """A drain that timed out on an engine that a /sleep with requests in flight would
-        kill (a known vLLM bug): it stays awake and serves; the next try backs off."""
+        kill (a known vLLM bug; every SGLang server's release): it stays awake and serves;
+        the next try backs off."""
         engine.busy = False
         engine.sleep_failures += 1
         engine.last_sleep_failure = time.time()
         engine.sleep_failure_reason = "KnownBug"
+        crash = (
+            "an SGLang server dies of a release with a request running: not released"
+            if kind == "sglang"
+            else "this vLLM release and configuration crash on a /sleep with requests in "
+            "flight (see the KnownBug condition): not sent"
+        )
         engine.sleep_failure_message = (
             f"requests were still in flight after {self.settings.drain_timeout:g}s of "
-            "draining, and this vLLM release and configuration crash on a /sleep with "
-            "requests in flight (see the KnownBug condition): not sent"
+            f"draining, and {crash}"
         )
         self.metrics.sleep_failures.labels(self.namespace, self.model, "KnownBug").inc()
         engine.drain_started = None

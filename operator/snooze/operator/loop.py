@@ -653,30 +653,36 @@ class ModelLoop:
         return views
 
     async def _probe(self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory) -> Probe:
-        # An engine that never answered is unlabelled, so unroutable, and one just woken is not
-        # routed to until the status written after this probe says so: these probes go before
-        # the routine probes of engines already published. Models take turns: one with many
-        # slow engines delays this one by a turn at most.
-        urgent = first_try(engine) or confirms_wake(engine)
-        owner = (self.namespace, self.name)
         if spec.engine.kind == SGLANG:
-            result = await sglangops.probe(
-                self.prober,
-                engine_url(spec, pod),
-                pod.name,
-                outstanding=sglangops.outstanding_of(pod, process_of(pod, spec.engine.port)),
-                urgent=urgent,
-                owner=owner,
-            )
-        else:
-            result = await probe(
-                self.prober,
-                engine_url(spec, pod),
-                pod.name,
-                share_known=engine.gpu_share is not None,
-                urgent=urgent,
-                owner=owner,
-            )
+            return await self._probe_sglang(spec, pod, engine)
+        result = await probe(
+            self.prober,
+            engine_url(spec, pod),
+            pod.name,
+            share_known=engine.gpu_share is not None,
+            # An engine that never answered is unlabelled, so unroutable, and one just woken is
+            # not routed to until the status written after this probe says so: these probes
+            # go before the routine probes of engines already published.
+            urgent=first_try(engine) or confirms_wake(engine),
+            # Models take turns: one with many slow engines delays this one by a turn at most.
+            owner=(self.namespace, self.name),
+        )
+        if result.reason:
+            self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
+        return result
+
+    async def _probe_sglang(
+        self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory
+    ) -> Probe:
+        """As _probe, for an SGLang server: asleep is what its pod says was released."""
+        result = await sglangops.probe(
+            self.prober,
+            engine_url(spec, pod),
+            pod.name,
+            outstanding=sglangops.outstanding_of(pod, process_of(pod, spec.engine.port)),
+            urgent=first_try(engine) or confirms_wake(engine),
+            owner=(self.namespace, self.name),
+        )
         if result.reason:
             self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
         return result

@@ -5,6 +5,7 @@ the release it speaks for serves them (srt/entrypoints/http_server.py)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -15,8 +16,8 @@ from aiohttp import web
 from snooze.sim import sglang_metrics
 from snooze.sim.engine import EngineDead, Request
 from snooze.sim.metrics import CONTENT_TYPE
-from snooze.sim.responses import ENGINE_KEY, detail
-from snooze.sim.server import Reply, _prompt_text
+from snooze.sim.responses import ENGINE_KEY
+from snooze.sim.server import Reply, _prompt_text, fastapi_not_found
 from snooze.sim.sglang_engine import PAUSE_MODES, SGLangEngine
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -54,15 +55,9 @@ def admin_error(message: str, status: int = 400) -> web.Response:
 
 
 @web.middleware
-async def counted(request: web.Request, handler: Handler) -> web.StreamResponse:
-    # Counted first, so that tests can assert on what the server saw whatever it answered.
-    request.app[ENGINE_KEY].seen[f"{request.method} {request.path}"] += 1
+async def dying(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except web.HTTPNotFound:
-        return detail(404, "Not Found")
-    except web.HTTPMethodNotAllowed:
-        return detail(405, "Method Not Allowed")
     except EngineDead:
         # Its process tree is being killed: nothing answers; the pool cuts the connection.
         await asyncio.Event().wait()
@@ -96,7 +91,9 @@ async def until_loaded(request: web.Request, handler: Handler) -> web.StreamResp
 
 def build_sglang_app(engine: SGLangEngine) -> web.Application:
     """The routes of the SGLang release the engine speaks for."""
-    app = web.Application(middlewares=[counted, keys, until_loaded])
+    # Counted first (server.py's fastapi_not_found), so that tests can assert on what the
+    # server saw whatever it answered; FastAPI's 404 and 405, as vLLM's.
+    app = web.Application(middlewares=[fastapi_not_found, dying, keys, until_loaded])
     app[ENGINE_KEY] = engine
     contract = engine.sglang
     add = app.router.add_route
@@ -219,28 +216,28 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def release(request: web.Request) -> web.Response:
-    engine = _engine(request)
-    engine.count("release_memory_occupation")
-    body = await _body(request)
-    if isinstance(body, web.Response):
-        return body
-    tags = _tags(body)
-    if isinstance(tags, web.Response):
-        return tags
-    await engine.release_memory(tags)
-    return web.json_response(None)  # the handler returns None: FastAPI answers `null`
+    return await _by_tags(request, "release_memory_occupation")
 
 
 async def resume(request: web.Request) -> web.Response:
+    return await _by_tags(request, "resume_memory_occupation")
+
+
+async def _by_tags(request: web.Request, route: str) -> web.Response:
+    """A release or a resume: `{"tags": [...]}` or none (all); the handler returns None, so
+    FastAPI answers `null`."""
     engine = _engine(request)
-    engine.count("resume_memory_occupation")
+    engine.count(route)
     body = await _body(request)
     if isinstance(body, web.Response):
         return body
     tags = _tags(body)
     if isinstance(tags, web.Response):
         return tags
-    await engine.resume_memory(tags)
+    if route == "release_memory_occupation":
+        await engine.release_memory(tags)
+    else:
+        await engine.resume_memory(tags)
     return web.json_response(None)
 
 
@@ -312,8 +309,6 @@ async def weights_checker(request: web.Request) -> web.Response:
 
 def _overall(checksums: dict[str, str]) -> str:
     """utils/weight_checker.py overall_checksum: SHA-256 of names and digests in name order."""
-    import hashlib
-
     hashed = hashlib.sha256()
     for name in sorted(checksums):
         hashed.update(name.encode())
