@@ -72,29 +72,6 @@ class Prober:
         self._unfiltered.add(base_url)  # only a whole page with the gauges blames the filter
         return snapshot
 
-    async def sglang_activity(
-        self, base_url: str, *, urgent: bool = False, owner: Hashable = None
-    ) -> ActivitySnapshot:
-        """An SGLang server's activity (engine/sglangfacts.py), as `activity` reads vLLM's."""
-        for query in ([("name[]", name) for name in SGLANG_METRICS], None):
-            reader = SGLangActivityReader()
-            try:
-                await self._get(
-                    base_url,
-                    "/metrics",
-                    query,
-                    urgent,
-                    owner,
-                    limit=METRICS_LIMIT,
-                    sink=reader.feed,
-                )
-                snapshot = reader.result()
-            except ValueError as exc:
-                raise _unreadable(base_url, "/metrics", str(exc)) from exc
-            if snapshot is not None:
-                return snapshot
-        raise _unreadable(base_url, "/metrics", "no request gauges in the payload")
-
     async def is_sleeping(
         self, base_url: str, *, urgent: bool = False, owner: Hashable = None
     ) -> bool:
@@ -157,6 +134,29 @@ class Prober:
         if answer.status >= 300:
             raise classify_answer(answer.status, answer.text, url=url, path=path)
         return answer
+
+    async def sglang_activity(
+        self, base_url: str, *, urgent: bool = False, owner: Hashable = None
+    ) -> ActivitySnapshot:
+        """An SGLang server's activity (engine/sglangfacts.py), as `activity` reads vLLM's."""
+        for query in ([("name[]", name) for name in SGLANG_METRICS], None):
+            reader = SGLangActivityReader()
+            try:
+                await self._get(
+                    base_url,
+                    "/metrics",
+                    query,
+                    urgent,
+                    owner,
+                    limit=METRICS_LIMIT,
+                    sink=reader.feed,
+                )
+                snapshot = reader.result()
+            except ValueError as exc:
+                raise _unreadable(base_url, "/metrics", str(exc)) from exc
+            if snapshot is not None:
+                return snapshot
+        raise _unreadable(base_url, "/metrics", "no request gauges in the payload")
 
 
 def _unreadable(base_url: str, path: str, what: str) -> EngineError:

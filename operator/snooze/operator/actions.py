@@ -109,6 +109,7 @@ class Executor:
         }[action.kind]
         engine.cancel.clear()
         engine.action = action.kind.value
+        self.verifier.kind = spec.engine.kind  # its checks are asked as the engine's kind asks
         engine.task = asyncio.create_task(
             self._guarded(step, action, pod, spec, engine), name=f"{action.kind}:{pod.name}"
         )
@@ -320,7 +321,6 @@ class Executor:
                 process_of(pod, spec.engine.port),
                 # The weights' digests take seconds: never while a wake waits for this room.
                 weights=action.reason != "MakeRoom",
-                kind=spec.engine.kind,
             )
         if engine.cancel.is_set():
             await self.label(pod, EngineState.AWAKE, engine)
@@ -477,7 +477,7 @@ class Executor:
             # A level-2 wake reloaded the weights: their digests are compared once the engine
             # serves (the check takes seconds; no request waits for it).
             weights = await self.verifier.weights_after_wake(
-                client.base_url, engine, process_of(pod, spec.engine.port), spec.engine.kind
+                client.base_url, engine, process_of(pod, spec.engine.port)
             )
             if weights is not None and weights.failed:
                 await self._failed_check(pod, spec, engine, WEIGHTS_MISMATCH, weights.message)
@@ -490,13 +490,12 @@ class Executor:
             return True
         url = engine_url(spec, pod)
         process = process_of(pod, spec.engine.port)
-        kind = spec.engine.kind
         verdict = await self.verifier.output_after_wake(
-            url, spec.model_name or self.model, engine, process, kind
+            url, spec.model_name or self.model, engine, process
         )
         if verdict is None or not verdict.failed:
             return True
-        weights = await self.verifier.weights_after_wake(url, engine, process, kind)
+        weights = await self.verifier.weights_after_wake(url, engine, process)
         await self._failed_check(
             pod, spec, engine, OUTPUT_MISMATCH, _with_weights(verdict, weights)
         )

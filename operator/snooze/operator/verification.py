@@ -52,6 +52,8 @@ class Verifier:
     ) -> None:
         self.http, self.metrics = http, metrics
         self.namespace, self.model = namespace, model
+        self.kind = "vllm"
+        """The model's engine kind (spec.engine.kind), as its executor last saw it."""
 
     def current(self, engine: EngineMemory, process: Process) -> Integrity:
         """The engine's records for this run, starting over for a new one."""
@@ -67,7 +69,6 @@ class Verifier:
         process: Process,
         *,
         weights: bool = True,
-        kind: str = "vllm",
     ) -> None:
         """Before a sleep: record what is not recorded yet for this run (its greedy answer,
         twice, and, with `weights`, its weights' digests). Never fails the sleep: what cannot
@@ -97,7 +98,7 @@ class Verifier:
             asked = True
             started = time.monotonic()
             try:
-                sums = await _checksums(self.http, url, kind)
+                sums = await _checksums(self.http, url, self.kind)
             except EngineError as exc:
                 integrity.weights = Check.UNAVAILABLE
                 integrity.message = integrity.message or _asking_failed(exc)
@@ -110,10 +111,10 @@ class Verifier:
                     integrity.weights_full = sums
             self._observe("weights", started)
         if asked:
-            await _forget_own_requests(url, self.http, engine, kind)
+            await _forget_own_requests(url, self.http, engine, self.kind)
 
     async def output_after_wake(
-        self, url: str, model_name: str, engine: EngineMemory, process: Process, kind: str = "vllm"
+        self, url: str, model_name: str, engine: EngineMemory, process: Process
     ) -> Verdict | None:
         """After a wake, before the engine is published: its greedy answer against the record.
         None when there is nothing to compare (no record for this run, or not checkable)."""
@@ -152,11 +153,11 @@ class Verifier:
         if verdict.failed:
             integrity.quarantined = True
         self._count("output", _result(verdict))
-        await _forget_own_requests(url, self.http, engine, kind)
+        await _forget_own_requests(url, self.http, engine, self.kind)
         return verdict
 
     async def weights_after_wake(
-        self, url: str, engine: EngineMemory, process: Process, kind: str = "vllm"
+        self, url: str, engine: EngineMemory, process: Process
     ) -> Verdict | None:
         """The weights' digests against the record; None when there is none to compare."""
         integrity = self.current(engine, process)
@@ -164,7 +165,7 @@ class Verifier:
             return None
         started = time.monotonic()
         try:
-            sums = await _checksums(self.http, url, kind)
+            sums = await _checksums(self.http, url, self.kind)
         except EngineError as exc:
             self._observe("weights", started)
             self._count("weights", "unverifiable")
