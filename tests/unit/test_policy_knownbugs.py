@@ -180,3 +180,67 @@ def test_the_docs_table_has_every_row_with_its_source() -> None:
         assert issue in row, (bug.key, issue)
         level = ", ".join(str(lvl) for lvl in sorted(bug.levels))
         assert f"| {level} |" in row, (bug.key, level)
+
+
+# --- SGLang ------------------------------------------------------------------------------------
+
+
+def sglang(version: str | None = "0.5.23", **more: object) -> ServeFacts:
+    return ServeFacts(version=version, engine="sglang", **more)  # type: ignore[arg-type]
+
+
+def test_sglang_rows_are_its_own_and_cite_the_wheel_read() -> None:
+    from snooze.policy.knownbugs import SGLANG_TABLE
+
+    for bug in SGLANG_TABLE:
+        assert bug.engine == "sglang" and "SGLang 0." in bug.source
+        assert not bug.applies(ServeFacts(version="0.5.5", tensor_parallel=2))  # a vLLM engine
+    assert not {b.key for b in TABLE} & {b.key for b in SGLANG_TABLE}
+
+
+@pytest.mark.parametrize(
+    ("version", "tp", "expected"),
+    [
+        ("0.5.5", 1, {"sglang-abort-pause-then-assert"}),
+        ("0.5.6", 1, set()),
+        ("0.5.23", 2, {"sglang-tp-release-answers-early"}),
+        (None, 1, {"sglang-abort-pause-then-assert"}),  # an unknown release is not safe
+    ],
+)
+def test_sglang_rows_by_release(version: str | None, tp: int, expected: set[str]) -> None:
+    assert keys(known_bugs(sglang(version, tensor_parallel=tp))) == expected
+
+
+@pytest.mark.parametrize(
+    ("host_copy", "wanted", "level"), [(True, 2, 1), (False, 1, 2), (None, 1, None)]
+)
+def test_an_sglang_server_sleeps_at_the_level_its_flag_makes(
+    host_copy: bool | None, wanted: int, level: int | None
+) -> None:
+    found = conduct(sglang(host_copy=host_copy), wanted, "FallBack")
+    assert found.level == level and found.drained_only
+
+
+def test_an_sglang_row_that_breaks_no_level_only_informs() -> None:
+    found = conduct(sglang(tensor_parallel=4, host_copy=True), 1, "NeverSleep")
+    assert found.level == 1 and keys(found.bugs) == {"sglang-tp-release-answers-early"}
+
+
+@pytest.mark.parametrize(
+    ("version", "saver", "metrics", "flag"),
+    [
+        ("0.4.8", True, True, "/pause_generation"),
+        ("0.5.23", False, True, "--enable-memory-saver"),
+        ("0.5.23", True, False, "--enable-metrics"),
+        ("0.5.23", True, True, None),
+    ],
+)
+def test_what_keeps_an_sglang_server_awake_names_the_fix(
+    version: str, saver: bool, metrics: bool, flag: str | None
+) -> None:
+    from snooze.policy.knownbugs import sglang_refusal
+
+    why = sglang_refusal(version=version, memory_saver=saver, metrics=metrics)
+    assert (why is None) == (flag is None)
+    if flag is not None:
+        assert why is not None and flag in why

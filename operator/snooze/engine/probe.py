@@ -23,6 +23,8 @@ from snooze.engine.errors import (
 )
 from snooze.engine.http import ANSWER_LIMIT, LEASE_SECONDS, Answer, EngineHttp, Sink
 from snooze.engine.metricspath import Query
+from snooze.engine.sglangfacts import PROBE_METRICS as SGLANG_METRICS
+from snooze.engine.sglangfacts import SGLangActivityReader
 
 
 class Prober:
@@ -129,6 +131,29 @@ class Prober:
         if answer.status >= 300:
             raise classify_answer(answer.status, answer.text, url=url, path=path)
         return answer
+
+    async def sglang_activity(
+        self, base_url: str, *, urgent: bool = False, owner: Hashable = None
+    ) -> ActivitySnapshot:
+        """An SGLang server's activity (engine/sglangfacts.py), as `activity` reads vLLM's."""
+        for query in ([("name[]", name) for name in SGLANG_METRICS], None):
+            reader = SGLangActivityReader()
+            try:
+                await self._get(
+                    base_url,
+                    "/metrics",
+                    query,
+                    urgent,
+                    owner,
+                    limit=METRICS_LIMIT,
+                    sink=reader.feed,
+                )
+                snapshot = reader.result()
+            except ValueError as exc:
+                raise _unreadable(base_url, "/metrics", str(exc)) from exc
+            if snapshot is not None:
+                return snapshot
+        raise _unreadable(base_url, "/metrics", "no request gauges in the payload")
 
 
 def _unreadable(base_url: str, path: str, what: str) -> EngineError:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from snooze.api.agreed import (
+    RELEASED_ANNOTATION,
     SLEEP_LEVEL_ANNOTATION,
     SLEEP_SENT_ANNOTATION,
     SLEEP_STARTED_ANNOTATION,
@@ -22,11 +23,12 @@ from snooze.api.agreed import (
 from snooze.api.models import EngineState, InferenceModelSpec
 from snooze.api.reasons import MEMORY_NOT_FREED, WEIGHTS_MISMATCH
 from snooze.api.times import format_time
-from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
+from snooze.engine.client import RELOAD, WEIGHTS, EngineHttp
 from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
+from snooze.engine.interface import SleepingEngine, engine_client
 from snooze.kube.api import KubeApi, KubeError, pods_ref
-from snooze.kube.pods import PodInfo
-from snooze.operator.memory import EngineMemory, ModelMemory, process_of
+from snooze.kube.pods import PodInfo, released_text
+from snooze.operator.memory import EngineMemory, ModelMemory, outstanding_of, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.readiness import ReadinessGates
 from snooze.operator.settings import Settings, sleep_timeout
@@ -114,6 +116,7 @@ class Executor:
         }[action.kind]
         engine.cancel.clear()
         engine.action = action.kind.value
+        self.verifier.kind = spec.engine.kind  # its checks are asked as the engine's kind asks
         engine.task = asyncio.create_task(
             self._guarded(step, action, pod, spec, engine), name=f"{action.kind}:{pod.name}"
         )
@@ -259,12 +262,30 @@ class Executor:
             f"deleted {pod.name} so that its controller recreates it: {why}",
         )
 
+    def _client(
+        self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory
+    ) -> SleepingEngine:
+        """The engine's client, of its kind. An SGLang server's sleep state is kept on its pod
+        (RELEASED_ANNOTATION), written before each call that changes it."""
+        process = process_of(pod, spec.engine.port)
+
+        async def record(outstanding: frozenset[str]) -> None:
+            value = released_text(process.restarts, outstanding)
+            await self.patch_pod(pod, engine, {"annotations": {RELEASED_ANNOTATION: value}})
+
+        return engine_client(
+            spec.engine.kind,
+            engine_url(spec, pod),
+            client=self.http,
+            timeout=self.settings.probe_timeout,
+            outstanding=outstanding_of(pod, process),
+            record=record,
+        )
+
     async def _sleep(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
-        client = EngineClient(
-            engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
-        )
+        client = self._client(spec, pod, engine)
         if action.reason == "MakeRoom" and await _busy(client):
             # The pool chose it on a probe older than this: a member serving requests is not
             # put to sleep for another; the pool sees it busy now and chooses again.
@@ -303,7 +324,7 @@ class Executor:
                 async with asyncio.timeout(self.settings.drain_poll):
                     await engine.cancel.wait()
         if not engine.cancel.is_set() and action.drained_only and not drained:
-            await self._give_up_drain(pod, engine)
+            await self._give_up_drain(pod, engine, spec.engine.kind)
             return
         if not engine.cancel.is_set() and spec.wake.verify:
             # Before the engine's first sleep (once per run): what its wakes are checked against.
@@ -390,9 +411,7 @@ class Executor:
     async def _wake(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
-        client = EngineClient(
-            engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
-        )
+        client = self._client(spec, pod, engine)
         level = action.level or spec.sleep.level
         await self.label(pod, EngineState.WAKING, engine)
         self.emit("Normal", "Waking", f"{pod.name}: waking from level {level} ({_why(action)})")
@@ -474,17 +493,23 @@ class Executor:
             if weights is not None and weights.failed:
                 await self.gate.failed_check(pod, spec, engine, WEIGHTS_MISMATCH, weights.message)
 
-    async def _give_up_drain(self, pod: PodInfo, engine: EngineMemory) -> None:
+    async def _give_up_drain(self, pod: PodInfo, engine: EngineMemory, kind: str) -> None:
         """A drain that timed out on an engine that a /sleep with requests in flight would
-        kill (a known vLLM bug): it stays awake and serves; the next try backs off."""
+        kill (a known vLLM bug; every SGLang server's release): it stays awake and serves;
+        the next try backs off."""
         engine.busy = False
         engine.sleep_failures += 1
         engine.last_sleep_failure = time.time()
         engine.sleep_failure_reason = "KnownBug"
+        crash = (
+            "an SGLang server dies of a release with a request running: not released"
+            if kind == "sglang"
+            else "this vLLM release and configuration crash on a /sleep with requests in "
+            "flight (see the KnownBug condition): not sent"
+        )
         engine.sleep_failure_message = (
             f"requests were still in flight after {self.settings.drain_timeout:g}s of "
-            "draining, and this vLLM release and configuration crash on a /sleep with "
-            "requests in flight (see the KnownBug condition): not sent"
+            f"draining, and {crash}"
         )
         self.metrics.sleep_failures.labels(self.namespace, self.model, "KnownBug").inc()
         engine.drain_started = None
@@ -498,14 +523,14 @@ class Executor:
         )
 
 
-async def _busy(client: EngineClient) -> bool:
+async def _busy(client: SleepingEngine) -> bool:
     try:
         return (await client.activity()).in_flight > 0
     except EngineError:
         return False  # the sleep below says what is wrong
 
 
-async def _sleeping_or_none(client: EngineClient) -> bool | None:
+async def _sleeping_or_none(client: SleepingEngine) -> bool | None:
     try:
         return await client.is_sleeping()
     except EngineError:

@@ -27,7 +27,7 @@ from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo
-from snooze.operator import status
+from snooze.operator import sglangops, status
 from snooze.operator.actions import Emit, Executor, engine_url
 from snooze.operator.foresight import Foresight
 from snooze.operator.knownbugs import conduct_of, facts_of, learn_versions
@@ -53,6 +53,7 @@ from snooze.policy import scale as scale_policy
 from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
+from snooze.policy.knownbugs import SGLANG
 from snooze.policy.poolbooks import Directive
 from snooze.policy.releases import awake_gauge_believed, sleep_running
 from snooze.policy.runs import Process
@@ -313,6 +314,7 @@ class ModelLoop:
                 await self.reporter.invalid(problem, generation, now)
                 return None
         self.reporter.valid()
+        self.metrics.set_engine_kind(self.namespace, self.name, spec.engine.kind)
         return spec, workload
 
     def _select(self, spec: InferenceModelSpec) -> Selection:
@@ -605,17 +607,22 @@ class ModelLoop:
         results = {p.pod: p for p in probes}
         probed_at = time.time()  # the answers are no older than this
         port = spec.engine.port
-        await learn_versions(
-            self.executor.http,
-            [
-                (engine_url(spec, p), engine, process, facts_of(p, engine, process))
-                for p in pods
-                if p.ready
-                and p.name not in acting
-                and (engine := self.memory.engine(p.name, now=now)).answered
-                and (process := process_of(p, port)) is not None
-            ],
-        )
+        learning = [
+            (p, engine, process)
+            for p in pods
+            if p.ready
+            and p.name not in acting
+            and (engine := self.memory.engine(p.name, now=now)).answered
+            and (process := process_of(p, port)) is not None
+        ]
+        if spec.engine.kind == SGLANG:
+            urls = [(engine_url(spec, p), e, process) for p, e, process in learning]
+            await sglangops.learn_server_info(self.executor.http, urls)
+        else:
+            await learn_versions(
+                self.executor.http,
+                [(engine_url(spec, p), e, r, facts_of(p, e, r)) for p, e, r in learning],
+            )
         views = []
         for pod in pods:
             engine = self.memory.engine(pod.name, now=now)
@@ -641,7 +648,11 @@ class ModelLoop:
             )
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
-            facts = facts_of(pod, engine, process)
+            if spec.engine.kind == SGLANG:
+                sglangops.note_refusal(pod, engine, process, self.memory.generation, self.emit)
+                facts = sglangops.serve_facts(engine, process)
+            else:
+                facts = facts_of(pod, engine, process)
             conduct = conduct_of(spec, facts, directive.level)
             engine.conduct = conduct
             views.append(
@@ -681,6 +692,8 @@ class ModelLoop:
         return views
 
     async def _probe(self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory) -> Probe:
+        if spec.engine.kind == SGLANG:
+            return await self._probe_sglang(spec, pod, engine)
         port = spec.engine.port
         result = await probe(
             self.prober,
@@ -695,6 +708,22 @@ class ModelLoop:
             owner=(self.namespace, self.name),
             confirm_awake=engine.label_of(pod) in DOUBTED
             and not awake_gauge_believed(facts_of(pod, engine, process_of(pod, port)).release),
+        )
+        if result.reason:
+            self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
+        return result
+
+    async def _probe_sglang(
+        self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory
+    ) -> Probe:
+        """As _probe, for an SGLang server: asleep is what its pod says was released."""
+        result = await sglangops.probe(
+            self.prober,
+            engine_url(spec, pod),
+            pod.name,
+            outstanding=sglangops.outstanding_of(pod, process_of(pod, spec.engine.port)),
+            urgent=first_try(engine) or confirms_wake(engine),
+            owner=(self.namespace, self.name),
         )
         if result.reason:
             self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()

@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import time
 
-from snooze.engine.client import EngineClient
+from snooze.engine import sglang
 from snooze.engine.errors import AnswerTooLargeError, EngineError, EngineHTTPError
 from snooze.engine.http import EngineHttp
+from snooze.engine.interface import engine_client
 from snooze.engine.verify import NoGenerationRoute, digest, greedy, weight_checksums
 from snooze.operator.memory import EngineMemory, Integrity
 from snooze.operator.metrics import OperatorMetrics
@@ -51,6 +52,8 @@ class Verifier:
     ) -> None:
         self.http, self.metrics = http, metrics
         self.namespace, self.model = namespace, model
+        self.kind = "vllm"
+        """The model's engine kind (spec.engine.kind), as its executor last saw it."""
 
     def current(self, engine: EngineMemory, process: Process) -> Integrity:
         """The engine's records for this run, starting over for a new one."""
@@ -103,7 +106,7 @@ class Verifier:
             asked = True
             started = time.monotonic()
             try:
-                sums = await weight_checksums(self.http, url, timeout=CHECKSUM_TIMEOUT)
+                sums = await _checksums(self.http, url, self.kind)
             except EngineError as exc:
                 integrity.weights = Check.UNAVAILABLE
                 integrity.weights_given_up = lasting(exc)
@@ -117,7 +120,7 @@ class Verifier:
                     integrity.weights_full = sums
             self._observe("weights", started)
         if asked:
-            await _forget_own_requests(url, self.http, engine)
+            await _forget_own_requests(url, self.http, engine, self.kind)
 
     async def output_after_wake(
         self, url: str, model_name: str, engine: EngineMemory, process: Process
@@ -159,7 +162,7 @@ class Verifier:
         if verdict.failed:
             integrity.quarantined = True
         self._count("output", _result(verdict))
-        await _forget_own_requests(url, self.http, engine)
+        await _forget_own_requests(url, self.http, engine, self.kind)
         return verdict
 
     async def weights_after_wake(
@@ -171,7 +174,7 @@ class Verifier:
             return None
         started = time.monotonic()
         try:
-            sums = await weight_checksums(self.http, url, timeout=CHECKSUM_TIMEOUT)
+            sums = await _checksums(self.http, url, self.kind)
         except EngineError as exc:
             self._observe("weights", started)
             self._count("weights", "unverifiable")
@@ -239,12 +242,21 @@ def lasting(error: EngineError) -> bool:
     )
 
 
-async def _forget_own_requests(url: str, http: EngineHttp, engine: EngineMemory) -> None:
+async def _checksums(http: EngineHttp, url: str, kind: str) -> dict[str, str] | None:
+    """The weights' digests, as the engine's kind computes them (None: it cannot)."""
+    if kind == "sglang":
+        return await sglang.weight_checksums(http, url, timeout=CHECKSUM_TIMEOUT)
+    return await weight_checksums(http, url, timeout=CHECKSUM_TIMEOUT)
+
+
+async def _forget_own_requests(
+    url: str, http: EngineHttp, engine: EngineMemory, kind: str = "vllm"
+) -> None:
     """The checks are requests the engine counts as served: start the engine's count afresh
     from here, so that they are not taken for traffic that bypassed the gateway (which would
     date its activity to now and have it probed every interval)."""
     try:
-        snapshot = await EngineClient(url, client=http).activity()
+        snapshot = await engine_client(kind, url, client=http, timeout=5.0).activity()
     except EngineError:
         return
     engine.success_total = snapshot.success_total

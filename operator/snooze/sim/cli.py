@@ -1,4 +1,5 @@
-"""`snooze sim`: serve simulated vLLM engines on consecutive loopback addresses."""
+"""`snooze sim`: serve simulated vLLM engines (or SGLang servers) on consecutive loopback
+addresses."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from snooze.api.durations import duration_flag
+from snooze.sim import sglang_cli
 from snooze.sim.device import SimulatedDevice
 from snooze.sim.devicefile import DeviceFile, DeviceFileError
 from snooze.sim.engine import EngineConfig
@@ -277,6 +279,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_DEFAULTS.checksum_seconds_per_gib,
         help="time /weight_checker takes per GiB of weights on one rank (default: %(default)s)",
     )
+    sglang_cli.add_arguments(parser)
 
 
 def devices_from(args: argparse.Namespace) -> list[SimulatedDevice]:
@@ -295,7 +298,7 @@ def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
     """One config per engine, on consecutive addresses, the models taken in turn."""
     first = ipaddress.ip_address(args.host)
     models = itertools.cycle(args.model or [_DEFAULTS.model])
-    return [
+    configs = [
         EngineConfig(
             model=next(models),
             host=str(first + i),
@@ -331,6 +334,7 @@ def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
         )
         for i in range(args.count)
     ]
+    return sglang_cli.sglang_configs(args, configs)
 
 
 def run(args: argparse.Namespace) -> int:
