@@ -76,7 +76,7 @@ def test_an_idle_sglang_server_is_released_and_woken_on_request(
         "the weights verified",
         lambda: (c := cluster.condition("sg", "WakeVerified")) and c["status"] == "True" and c,
     )
-    assert "Weights checked after level-2 wakes on 1 engine" in integrity["message"]
+    assert "Weights recorded on 1 engine: compared after level-2 wakes" in integrity["message"]
 
 
 def test_a_server_without_the_memory_saver_is_never_paused_and_says_why(
