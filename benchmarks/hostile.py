@@ -11,6 +11,7 @@ saying awake) and its sleep (how long after idle.after it came), each phase agai
 baseline as ratios, and what the hostile model's status says in the end.
 
 Usage: python hostile.py [--rounds 5] [--huge-mb 300] [--drips 200]
+With `--scene loops`, the operator's own scenes instead (hostile_operator.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import NS, Bench, bench, free_port, wait_until
+from harness import NS, Bench, WriteCounter, bench, free_port, wait_until
 
 from snooze.api.times import format_time
 
@@ -116,6 +117,11 @@ class Hostiles:
         wait_until("the hostile engines", lambda: httpx.get(self.control).status_code == 200)
         self.next = 0
 
+    def address(self) -> Any:
+        """An address no hostile engine had yet."""
+        self.next += 1
+        return HOSTILE + self.next - 1
+
     @contextmanager
     def model(self, name: str, count: int, **behaviour: Any) -> Iterator[list[str]]:
         api = self.setup.api
@@ -178,7 +184,16 @@ def main() -> None:
     parser.add_argument("--huge-mb", type=int, default=300, help="the huge page's size")
     parser.add_argument("--drips", type=int, default=200, help="how many engines drip")
     parser.add_argument("--probe-interval", type=float, default=1.0)
+    parser.add_argument("--scene", choices=["engines", "loops"], default="engines")
     args = parser.parse_args()
+    if args.scene != "engines":
+        import hostile_operator
+
+        counter = WriteCounter()
+        with bench(counter) as setup:
+            scene = getattr(hostile_operator, args.scene)
+            print(json.dumps(scene(setup, counter, args.rounds, args.probe_interval)))
+        return
     with bench() as setup:
         setup.engine(model="calm", token_seconds=0.002, wake_seconds=0.3)
         setup.pod_and_model("calm", state=None, spec={"idle": {"after": f"{IDLE_AFTER:g}s"}})
