@@ -41,6 +41,10 @@ told = logging.getLogger("snooze.operator.events")
 Emit = Callable[[str, str, str], None]
 
 
+# Where the claims of Snooze's own steps come from (policy/brakes.py believes them at once).
+AFTER_SLEEP = "/is_sleeping after its /sleep"
+AFTER_WAKE = "/is_sleeping after its /wake_up"
+
 # The marks of a drain, removed when it ends without a sleep.
 UNMARKED: dict[str, str | None] = {SLEEP_STARTED_ANNOTATION: None, SLEEP_SENT_ANNOTATION: None}
 
@@ -107,6 +111,8 @@ class Executor:
         }[action.kind]
         engine.cancel.clear()
         engine.action = action.kind.value
+        if action.kind in (ActionKind.SLEEP, ActionKind.WAKE, ActionKind.RESTART):
+            engine.prompted = True  # the engine's next claim may differ: no contradiction
         engine.task = asyncio.create_task(
             self._guarded(step, action, pod, spec, engine), name=f"{action.kind}:{pod.name}"
         )
@@ -129,8 +135,10 @@ class Executor:
             log.exception("%s on %s/%s failed", action.kind, self.namespace, pod.name)
             self._backoff(action, engine, type(exc).__name__, str(exc))
         finally:
-            engine.last_probe = None  # confirm the outcome with a probe at the next cycle
-            self.memory.poke.set()  # let the loop publish the outcome now
+            # Let the loop publish the outcome now. Its next probe comes at its pace, not at
+            # once: the outcome is known (the step's own checks), and an engine whose claims
+            # contradict it would otherwise be acted on again at every probe.
+            self.memory.poke.set()
 
     @staticmethod
     def _backoff(action: Action, engine: EngineMemory, reason: str, message: str) -> None:
@@ -157,8 +165,9 @@ class Executor:
         await self.patch_pod(pod, engine, metadata)
         if state is EngineState.AWAKE and was is not EngineState.AWAKE:
             # Routable only from now (the gateway sends nothing to a pod not labelled awake):
-            # its idle clock starts now.
+            # its idle clock starts now, and any wake request made before is answered.
             engine.last_activity = max(engine.last_activity, time.time())
+            engine.woke_at = time.time()
         engine.published = state
         if state.value not in engine.state_since:
             engine.state_since = {state.value: time.time()}
@@ -292,13 +301,12 @@ class Executor:
             return
         if not engine.cancel.is_set() and spec.wake.verify:
             # Before the engine's first sleep (once per run): what its wakes are checked against.
-            model_name = spec.model_name or self.model
+            # The weights' digests take seconds: never while a wake waits for this room.
             await self.verifier.record(
                 client.base_url,
-                model_name,
+                spec.model_name or self.model,
                 engine,
                 process_of(pod, spec.engine.port),
-                # The weights' digests take seconds: never while a wake waits for this room.
                 weights=action.reason != "MakeRoom",
             )
         if engine.cancel.is_set():
@@ -340,6 +348,9 @@ class Executor:
                 return
             sleeping = await _sleeping_or_none(client)
             if sleeping is not None:
+                engine.believe(
+                    sleeping, AFTER_SLEEP, process_of(pod, spec.engine.port), time.time()
+                )
                 await self.label(pod, EngineState.ASLEEP if sleeping else EngineState.AWAKE, engine)
             # An engine that does not answer stays `draining`, not routable: it may be frozen,
             # or still freeing its memory. The loop publishes it once a probe says which.
@@ -360,7 +371,8 @@ class Executor:
             pod, EngineState.ASLEEP, engine, annotations={SLEEP_LEVEL_ANNOTATION: str(level)}
         )
         engine.sleep_level = level
-        engine.sleeping = True  # what the next probe would say: a GPU pool counts on it now
+        # What the next probe would say: a GPU pool counts on it now.
+        engine.believe(True, AFTER_SLEEP, process_of(pod, spec.engine.port), finished)
         if level == 1:
             engine.note_host_copy(process_of(pod, spec.engine.port))
         self.memory.last_sleep_time = finished
@@ -423,6 +435,8 @@ class Executor:
             self.memory.failure = (pod.name, exc.reason, said)
             self.metrics.wake_failures.labels(self.namespace, self.model, exc.reason).inc()
             sleeping = await _sleeping_or_none(client)
+            if sleeping is not None:
+                engine.believe(sleeping, AFTER_WAKE, process_of(pod, spec.engine.port), time.time())
             await self.label(
                 pod, EngineState.AWAKE if sleeping is False else EngineState.ASLEEP, engine
             )
@@ -451,7 +465,8 @@ class Executor:
         self.memory.failure = None
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Awake").inc()
         engine.sleep_level = 0
-        engine.sleeping = False  # its pool counts its footprint from now, not from a probe
+        # Its pool counts its footprint from now, not from a probe.
+        engine.believe(False, AFTER_WAKE, process_of(pod, spec.engine.port), now)
         self.metrics.observe_wake(self.namespace, self.model, str(level), seconds)
         self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({_why(action)})")
         if level == 2 and spec.wake.verify:
@@ -498,7 +513,8 @@ class Executor:
         engine.last_failure_message = f"woke but {what}"
         self.memory.failure = (pod.name, reason, engine.last_failure_message)
         self.metrics.wake_failures.labels(self.namespace, self.model, reason).inc()
-        engine.sleeping, engine.sleep_level = False, 0
+        engine.sleep_level = 0
+        engine.believe(False, AFTER_WAKE, process_of(pod, spec.engine.port), time.time())
         await self.label(
             pod, EngineState.FAILED, engine, annotations={WAKE_PROGRESS_ANNOTATION: None}
         )

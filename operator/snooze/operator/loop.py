@@ -8,10 +8,9 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
 from snooze.api.models import (
     EngineState,
     InferenceModelSpec,
@@ -22,25 +21,17 @@ from snooze.api.models import (
 from snooze.api.modelstatus import parse_status
 from snooze.api.quantities import format_gib
 from snooze.api.reasons import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
-from snooze.api.times import parse_time
 from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo
-from snooze.operator import status
+from snooze.operator import status, wakerequest
 from snooze.operator.actions import Emit, Executor, engine_url
 from snooze.operator.foresight import Foresight
 from snooze.operator.knownbugs import conduct_of, facts_of, learn_versions
 from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, process_of, rebuild
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.observe import (
-    Probe,
-    confirms_wake,
-    first_try,
-    note_answer,
-    note_reachability,
-    probe,
-)
+from snooze.operator.observe import Probe, first_try, note_answer, note_reachability, probe
 from snooze.operator.pools import PoolHub
 from snooze.operator.poolsnapshot import ModelSnapshot, take_snapshot
 from snooze.operator.reporter import StatusReporter
@@ -50,6 +41,7 @@ from snooze.policy import claims, probing
 from snooze.policy import scale as scale_policy
 from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
+from snooze.policy.brakes import Pace
 from snooze.policy.claims import Claim
 from snooze.policy.poolbooks import Directive
 from snooze.policy.runs import Process
@@ -89,6 +81,8 @@ class Plan:
     actions: list[sleep_policy.Action]
     replicas: int | None
     """The workload's replicas as read (None: no workload, or not known)."""
+    answered: str | None = None
+    """The wake request's annotation, when a wake answered it and it is to be cleared."""
 
 
 # A cycle meant for an idle deadline comes this long after it: the clock read in the cycle
@@ -151,6 +145,8 @@ class ModelLoop:
         self.api = api
         self.prober = prober
         self.settings = settings
+        self.pace = Pace.of(settings.probe_interval)
+        """How fast the claims of an engine that contradicts itself are believed."""
         self.emit = emit
         written = parse_status(body.get("status"))
         self.memory: ModelMemory = rebuild(
@@ -193,6 +189,7 @@ class ModelLoop:
             foresight=self.foresight,
             written=written,
         )
+        self.clearer = wakerequest.Clearer(api=api, namespace=namespace, name=name)
         self._no_pods = False
         """A NoPods Event was posted and no pod has matched since."""
         self.selector: LabelSelector | None = None
@@ -325,8 +322,8 @@ class ModelLoop:
         now: float,
     ) -> Plan:
         """What the policy says of each engine now."""
-        annotations = self.body.get("metadata", {}).get("annotations") or {}
-        wake_requested = parse_time(annotations.get(WAKE_REQUESTED_ANNOTATION))
+        written = wakerequest.requested_at(self.body)
+        wake_requested = written
         # Keep-awake windows, pre-wake and idle.after: Auto speak through the spec and the wake
         # request that the decisions read.
         ready = [v for v in views if v.ready]
@@ -349,11 +346,19 @@ class ModelLoop:
             sleep_grace=sleep_timeout(spec, self.settings),
         )
         self._idle_deadline = sleep_policy.next_idle_deadline(views, model)
+        # Its pods are there (a model at zero is scaled up by the request), and a wake since
+        # answered it.
+        answered = (
+            self.memory.scaled_from is None
+            and bool(views)
+            and sleep_policy.answered_request(views, replace(model, wake_requested=written))
+        )
         return Plan(
             decided=decided,
             wake_requested=wake_requested,
             actions=sleep_policy.decide(views, model),
             replicas=None if workload is None else workload.replicas,
+            answered=wakerequest.annotation(self.body) if answered else None,
         )
 
     async def _act(
@@ -366,6 +371,8 @@ class ModelLoop:
     ) -> tuple[int | None, str | None]:
         """Start the engines' actions, ask the pools for room, scale the workload: the
         replicas it has now, and why a wake waits (if one does)."""
+        if plan.answered is not None:
+            await self.clearer.clear(plan.answered)
         by_name = {p.name: p for p in pods}
         labelling = []
         for action in plan.actions:
@@ -547,7 +554,7 @@ class ModelLoop:
                     last_probe=engine.last_probe,
                     answered=engine.probe_failures == 0,
                     sleeping=engine.sleeping,
-                    label=p.state,
+                    label=engine.label_of(p),
                     direct_activity=engine.direct_activity,
                     last_activity=engine.last_activity,
                     followed=spec.pool is not None and self.traffic(self.namespace, p.name) is None,
@@ -588,7 +595,7 @@ class ModelLoop:
             result = results.get(pod.name)
             if result is not None:
                 note_reachability(pod.name, engine, result, self.emit)
-            note_answer(
+            told = note_answer(
                 self.memory,
                 engine,
                 pod,
@@ -597,7 +604,10 @@ class ModelLoop:
                 traffic=self.traffic(self.namespace, pod.name),
                 probed_at=probed_at,
                 now=now,
+                pace=self.pace,
             )
+            if told is not None:
+                self.emit("Warning", "EngineContradicts", f"{pod.name}: {told}")
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
             conduct = conduct_of(spec, facts_of(pod, engine, process), directive.level)
@@ -614,6 +624,7 @@ class ModelLoop:
                     last_activity=engine.last_activity,
                     action_running=pod.name in acting,
                     sleep_started=engine.sleep_started_of(pod),
+                    woke_at=engine.woke_at,
                     sleep_sent=pod.sleep_sent,
                     sleep_running=None
                     if engine.sleeps_in_flight is None
@@ -646,10 +657,9 @@ class ModelLoop:
             engine_url(spec, pod),
             pod.name,
             share_known=engine.gpu_share is not None,
-            # An engine that never answered is unlabelled, so unroutable, and one just woken is
-            # not routed to until the status written after this probe says so: these probes
-            # go before the routine probes of engines already published.
-            urgent=first_try(engine) or confirms_wake(engine),
+            # An engine that never answered is unlabelled, so unroutable: its first probe goes
+            # before the routine probes of engines already published.
+            urgent=first_try(engine),
             # Models take turns: one with many slow engines delays this one by a turn at most.
             owner=(self.namespace, self.name),
         )

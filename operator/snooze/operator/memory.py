@@ -16,6 +16,7 @@ from snooze.api.models import EngineState
 from snooze.api.modelstatus import InferenceModelStatus, PodStatus
 from snooze.api.times import seconds_of
 from snooze.kube.pods import PodInfo
+from snooze.policy.brakes import Brake, Claim, acted
 from snooze.policy.integrity import Answer, Check
 from snooze.policy.knownbugs import Conduct
 from snooze.policy.pool import RECENT_WINDOW_SECONDS
@@ -100,7 +101,14 @@ class EngineMemory:
     those earlier writes made. A pod index that still shows one of them has not seen the last
     write yet (a later version, this process's or anyone's, is the truth)."""
     sleeping: bool | None = None
-    """The engine's own answer at the last probe (None: no answer)."""
+    """The engine's own answer at the last probe, as believed (None: no answer): a claim that
+    contradicts the last one with no sleep or wake between them waits for the brake's hold."""
+    brake: Brake = field(default_factory=Brake)
+    """How far its claims are trusted (policy/brakes.py)."""
+    prompted: bool = False
+    """A sleep or wake of Snooze's ran since the last claim believed: the next one may differ."""
+    woke_at: float | None = None
+    """When its pod was last published awake: a wake request older than that was answered."""
     answered: bool = False
     """It has answered a probe since the operator first saw its pod."""
     last_probe: float | None = None
@@ -148,6 +156,13 @@ class EngineMemory:
     version: tuple[Process, str] | None = None
     """(engine run, its vLLM version from /version), asked once per run where a known bug
     could apply."""
+
+    def believe(self, sleeping: bool, source: str, process: Process, now: float) -> None:
+        """Snooze's own sleep or wake made it say `sleeping` (by `source`): believed."""
+        self.brake = acted(
+            self.brake, Claim(sleeping=sleeping, at=now, source=source), process=process
+        )
+        self.sleeping, self.prompted = sleeping, False
 
     def note_host_copy(self, process: Process) -> None:
         """It is asleep at level 1: its process holds a pinned copy of its weights from now
@@ -321,6 +336,8 @@ def rebuild(
         since = _seconds(entry.since)
         if since is not None and entry.state in {s.value for s in EngineState}:
             engine.state_since[entry.state] = since
+        if since is not None and entry.state == EngineState.AWAKE.value:
+            engine.woke_at = since  # its last wake, as far as the status tells
         engine.integrity = integrity_of(entry)
         memory.engines[entry.name] = engine
     return memory
