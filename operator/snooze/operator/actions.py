@@ -26,6 +26,7 @@ from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
 from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
 from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import PodInfo
+from snooze.operator.firstrecord import record_unless_woken
 from snooze.operator.memory import EngineMemory, ModelMemory, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.settings import Settings, sleep_timeout
@@ -302,12 +303,15 @@ class Executor:
         if not engine.cancel.is_set() and spec.wake.verify:
             # Before the engine's first sleep (once per run): what its wakes are checked against.
             # The weights' digests take seconds: never while a wake waits for this room.
-            await self.verifier.record(
+            await record_unless_woken(
+                self.verifier,
                 client.base_url,
                 spec.model_name or self.model,
                 engine,
                 process_of(pod, spec.engine.port),
                 weights=action.reason != "MakeRoom",
+                timeout=self.settings.record_timeout,
+                where=f"{self.namespace}/{pod.name}",
             )
         if engine.cancel.is_set():
             await self.label(pod, EngineState.AWAKE, engine)

@@ -258,8 +258,7 @@ class ModelLoop:
     def stop(self) -> None:
         self.metrics.forget_model(self.namespace, self.name)
         for engine in self.memory.engines.values():
-            if engine.task is not None and not engine.task.done():
-                engine.task.cancel()
+            engine.stop()
 
     async def cycle(self) -> None:
         """One look at the model, in six steps: validate its spec, select its pods, observe

@@ -150,6 +150,8 @@ class EngineMemory:
     """(probe time, requests finished since the previous probe) over the last RECENT_WINDOW
     seconds: how often it is asked for, which a GPU pool's Cheapest order weighs."""
     integrity: Integrity = field(default_factory=Integrity)
+    recording: asyncio.Task[None] | None = None
+    """Its weights' digests under way, which a wake no longer waited for (firstrecord.py)."""
     conduct: Conduct | None = None
     """How it sleeps given the known vLLM bugs its release and arguments are in (its last
     cycle's reading: the KnownBug condition says it)."""
@@ -187,6 +189,12 @@ class EngineMemory:
         """Requests it finished in the last RECENT_WINDOW_SECONDS."""
         since = now - RECENT_WINDOW_SECONDS
         return round(sum(n for at, n in self.served if at > since))
+
+    def stop(self) -> None:
+        """Cancel what runs for it: its step, and digests that no step waits for."""
+        for task in (self.task, self.recording):
+            if task is not None and not task.done():
+                task.cancel()
 
     @property
     def unreachable(self) -> bool:
@@ -275,8 +283,7 @@ class ModelMemory:
                 memory.uid = memory.uid or uid
                 continue
             del self.engines[name]
-            if memory.acting and memory.task is not None:
-                memory.task.cancel()
+            memory.stop()
 
 
 def rebuild(

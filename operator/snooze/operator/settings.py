@@ -17,6 +17,10 @@ class Settings:
     lets vLLM finish them itself)."""
     drain_poll: float = 0.25
     probe_timeout: float = 5.0
+    record_timeout: float = 300.0
+    """The longest an engine's first record (its greedy answers and its weights' digests, taken
+    while it drains before its first sleep) may hold that sleep: cut beyond it, said on the
+    status, and taken again at the next sleep. A wake asked meanwhile cuts it at once."""
     min_sleep_timeout: float = 60.0
     """The least time a /sleep may take before it counts as failed (freeing tens of GiB takes
     seconds; the model's wake.timeout applies when longer)."""

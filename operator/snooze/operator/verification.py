@@ -66,12 +66,13 @@ class Verifier:
         process: Process,
         *,
         weights: bool = True,
+        output: bool = True,
     ) -> None:
-        """Before a sleep: record what is not recorded yet for this run (its greedy answer,
-        twice, and, with `weights`, its weights' digests). Never fails the sleep: what cannot
-        be recorded is said on the status."""
+        """Before a sleep: record what is not recorded yet for this run (with `output`, its
+        greedy answer, twice; with `weights`, its weights' digests). Never fails the sleep:
+        what cannot be recorded is said on the status."""
         integrity = self.current(engine, process)
-        asked = integrity.output in (Check.PENDING, Check.MISSED, Check.UNAVAILABLE)
+        asked = output and integrity.output in (Check.PENDING, Check.MISSED, Check.UNAVAILABLE)
         if asked:
             started = time.monotonic()
             try:
