@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cluster, next_address
+from conftest import Cluster, OperatorThread, next_address
 from test_hostile_engines import Hostiles, Operator
 from waits import wait_for
 
@@ -204,3 +204,40 @@ def state(cluster: Cluster) -> str | None:
             value: str | None = entry.get("state")
             return value
     return None
+
+
+def test_a_repeated_event_is_a_patch_of_the_one_written_before(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    cluster.create_pod("chat-0", labels={"app": "chat"})
+    spec = {"selector": {"matchLabels": {"app": "chat"}}, "idle": {"after": "1h"}}
+    cluster.create_model("chat", spec)
+    wait_for("published", lambda: cluster.pod_state("chat-0") == "awake")
+    # Two windows five minutes apart: no schema can say it, the status does.
+    clash = [{"cron": "0 8 * * *", "duration": "1h"}, {"cron": "5 8 * * *", "duration": "1h"}]
+    for _ in range(5):
+        cluster.patch_model("chat", {"spec": {"schedule": clash}})
+        wait_for(
+            "invalid",
+            lambda: (c := cluster.condition("chat", "SpecValid")) and c["status"] == "False",
+        )
+        cluster.patch_model("chat", {"spec": {"schedule": None}})
+        wait_for(
+            "valid", lambda: (c := cluster.condition("chat", "SpecValid")) and c["status"] == "True"
+        )
+    events = wait_for(
+        "five of each counted",
+        lambda: (
+            (found := {e["reason"]: e for e in cluster.events()})
+            and found.get("InvalidSpec", {}).get("count") == 5
+            and found.get("SpecValid", {}).get("count") == 5
+            and found
+        ),
+    )
+    # One object each, its count and its last time moved by patches: before, ten objects.
+    assert [e["reason"] for e in cluster.events()].count("InvalidSpec") == 1
+    assert [e["reason"] for e in cluster.events()].count("SpecValid") == 1
+    invalid = events["InvalidSpec"]
+    assert invalid["lastTimestamp"] > invalid["firstTimestamp"]
+    assert invalid["source"] == {"component": "snooze-operator"}
+    assert "start 5m apart" in invalid["message"]

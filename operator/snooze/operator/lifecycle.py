@@ -19,6 +19,7 @@ from snooze.operator.discovery import restart_when_served
 from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.gateways import stop as stop_task
 from snooze.operator.pools import PoolHub
+from snooze.operator.recorder import EventRecorder
 from snooze.operator.runtime import Runtime
 from snooze.operator.settings import Settings
 from snooze.operator.startup import first_reads
@@ -88,6 +89,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, runtime.settings)
         runtime.api = KubeApi.from_environment()
+        runtime.recorder = EventRecorder(runtime.api)
+        runtime.recorder.start()
         runtime.prober = Prober(
             limit=64,
             timeout=runtime.settings.probe_timeout,
@@ -129,6 +132,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         if runtime.crd_watch is not None:
             runtime.crd_watch.cancel()
             runtime.crd_watch = None
+        if runtime.recorder is not None:
+            await runtime.recorder.stop()  # before its client closes
         if runtime.api is not None:
             await runtime.api.aclose()
         if runtime.action_http is not None:

@@ -140,7 +140,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         def pods(selector: models.LabelSelector) -> Iterable[PodInfo]:
             return indexes.pods_for(namespace, selector)  # candidates: the loop selects
 
-        emit = teller(body)
+        emit = teller(body, recorder=runtime.events())
 
         assert runtime.prober is not None
         loop = ModelLoop(
@@ -178,7 +178,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         # its workload at zero: give everything back as it was before Snooze.
         assert runtime.api is not None
         index = runtime.indexes.pods.by_namespace
-        emit = teller(body)
+        emit = teller(body, recorder=runtime.events())
         await release(
             api=runtime.api,
             http=runtime.action_http,

@@ -17,6 +17,7 @@ from snooze.operator.indexes import Indexes
 from snooze.operator.loop import ModelLoop
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pools import PoolHub
+from snooze.operator.recorder import EventRecorder
 from snooze.operator.settings import Settings
 
 
@@ -50,6 +51,13 @@ class Runtime:
     """The namespaces (or patterns) kopf watches; none: all."""
     indexes: Indexes = dataclasses.field(default_factory=Indexes)
     """Pods and models as the last watch events showed them (indexes.py)."""
+    recorder: EventRecorder | None = None
+    """Writes the Events (recorder.py): made at start-up, with the API client."""
+
+    def events(self) -> EventRecorder:
+        """The Events' recorder (a handler runs only once start-up made it)."""
+        assert self.recorder is not None
+        return self.recorder
 
 
 async def until_stopped(
