@@ -26,6 +26,7 @@ import kopf
 from snooze.api import models
 from snooze.kube import credentials
 from snooze.kube.credentials import Login, Source
+from snooze.kube.writes import FairWrites, is_urgent, namespace_of
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 RETRIABLE = {409, 429, 500, 502, 503, 504}
 BACKOFF = (0.1, 0.3, 1.0, 2.0, 4.0)
 MERGE_PATCH = "application/merge-patch+json"
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 EXPIRED = "the credential expired"
 
 
@@ -91,8 +93,17 @@ class KubeApi:
     """The API calls Snooze makes, each retried on transient errors, logged in again when the
     login expires or the API refuses it (401)."""
 
-    def __init__(self, source: Source, *, timeout: float = 10.0, slots: int = 100) -> None:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        timeout: float = 10.0,
+        slots: int = 100,
+        writes: FairWrites | None = None,
+    ) -> None:
         self.source = source
+        self.writes = writes
+        """Turns for this client's writes, shared fairly between namespaces (None: none)."""
         self.timeout = timeout
         """Seconds a call may take to connect, and to wait for each part of its answer; counted
         once it has its slot (not while it queues)."""
@@ -142,9 +153,9 @@ class KubeApi:
         return self._login.server
 
     @classmethod
-    def from_environment(cls) -> KubeApi:
+    def from_environment(cls, *, writes: FairWrites | None = None) -> KubeApi:
         """Logged in with the process's credentials (the command line's, or the environment's)."""
-        return cls(credentials.default())
+        return cls(credentials.default(), writes=writes)
 
     async def aclose(self) -> None:
         for session in (*self._retired, self._session):
@@ -200,7 +211,22 @@ class KubeApi:
         content_type: str = "application/json",
         retry: bool = True,
     ) -> JSON:
-        """One call, retried on transient failures (unless not `retry`); the decoded answer."""
+        """One call, retried on transient failures (unless not `retry`); the decoded answer.
+        A write waits for its turn first, when this client shares its writes (writes.py)."""
+        if self.writes is None or method not in WRITE_METHODS:
+            return await self._request(method, path, body, params, content_type, retry)
+        async with self.writes.turn(namespace_of(path), urgent=is_urgent()):
+            return await self._request(method, path, body, params, content_type, retry)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        params: Mapping[str, str] | None,
+        content_type: str,
+        retry: bool,
+    ) -> JSON:
         content = None if body is None else json.dumps(body).encode()
         last, last_status = "", None
         renewed = False

@@ -26,6 +26,7 @@ from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
 from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
 from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import PodInfo
+from snooze.kube.writes import urgent
 from snooze.operator.firstrecord import record_unless_woken
 from snooze.operator.memory import EngineMemory, ModelMemory, process_of
 from snooze.operator.metrics import OperatorMetrics
@@ -128,7 +129,9 @@ class Executor:
         engine: EngineMemory,
     ) -> None:
         try:
-            await step(action, pod, spec, engine)
+            # A wake's writes go before those of other models' churn (kube/writes.py).
+            with urgent() if action.kind is ActionKind.WAKE else contextlib.nullcontext():
+                await step(action, pod, spec, engine)
         except KubeError as exc:
             log.warning("%s on %s/%s: API error: %s", action.kind, self.namespace, pod.name, exc)
             self._backoff(action, engine, "ApiError", str(exc))
@@ -196,7 +199,8 @@ class Executor:
             and not await self._checked(pod, spec, engine)
         ):
             return  # a wake cut off by a restart of the operator is checked before it serves
-        await self.label(pod, action.label, engine)
+        with urgent() if action.label is EngineState.AWAKE else contextlib.nullcontext():
+            await self.label(pod, action.label, engine)
         # The pod index lags behind this process's own writes: a label written again is an
         # echo, not news.
         told.log(
@@ -314,7 +318,8 @@ class Executor:
                 where=f"{self.namespace}/{pod.name}",
             )
         if engine.cancel.is_set():
-            await self.label(pod, EngineState.AWAKE, engine)
+            with urgent():  # a wake is asked: published at once
+                await self.label(pod, EngineState.AWAKE, engine)
             self.emit(
                 "Normal", "SleepCancelled", f"{pod.name}: sleep cancelled, the model is wanted"
             )

@@ -162,13 +162,13 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             traffic=runtime.gateways.traffic if runtime.gateways is not None else _no_traffic,
             spec_memo=indexes.spec_memo((namespace, name)),
         )
-        runtime.loops[(namespace, name)] = loop
+        runtime.add_loop((namespace, name), loop)
 
         try:
             await until_stopped(loop.run, loop.poke, stopped, runtime, f"{namespace}/{name}")
         finally:
             loop.stop()
-            runtime.loops.pop((namespace, name), None)
+            runtime.remove_loop((namespace, name))
 
     @kopf.on.delete(models.GROUP, models.VERSION, models.PLURAL, id="hand_back", registry=registry)
     async def hand_back(

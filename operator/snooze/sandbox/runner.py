@@ -177,3 +177,8 @@ class Sandbox:
     def requests_count(self, method: str | None = None) -> int:
         """How many requests were answered (all, or of one HTTP method), faults included."""
         return self.emulator.requests_count(method)
+
+    def writes_count(self, namespace: str) -> int:
+        """How many writes (POST, PUT, PATCH, DELETE) to objects in `namespace` were answered
+        ("" for cluster-wide objects): what a tenant's models cost the API server."""
+        return self.emulator.writes_count(namespace)
