@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from snooze.kube.writes import FairWrites, is_urgent, namespace_of, urgent
+from snooze.kube.writes import FairWrites, WriteYielded, is_urgent, namespace_of, urgent
 
 
 async def write(
@@ -124,3 +124,40 @@ async def test_a_new_model_brings_its_own_burst() -> None:
     for i in range(4):
         await asyncio.wait_for(write(fair, "ns", done, label=f"more-{i}"), timeout=1)
     assert len(done) == 6 and fair.waited == 0
+
+
+async def test_a_waiting_write_gives_way_when_told_and_nothing_is_written() -> None:
+    fair, done, hold = unbudgeted(), [], asyncio.Event()
+    first = asyncio.create_task(write(fair, "a", done, label="a", hold=hold))
+    await settle()
+    wake = asyncio.Event()
+
+    async def status() -> None:
+        async with fair.turn("a", urgent=False, yield_to=wake):
+            done.append("status")
+
+    waiting = asyncio.create_task(status())
+    await settle()
+    wake.set()
+    with pytest.raises(WriteYielded):
+        await waiting
+    hold.set()
+    await first
+    assert done == ["a"] and fair.running == 0
+    # One whose turn comes at once never gives way.
+    async with fair.turn("a", urgent=False, yield_to=wake):
+        done.append("at once")
+    assert done == ["a", "at once"]
+
+
+async def test_a_namespaces_wakes_run_one_burst_into_debt_then_wait_too() -> None:
+    fair = FairWrites(per_model_per_minute=600, burst_per_model=2, concurrency=8)
+    done: list[str] = []
+    wakes = [
+        asyncio.create_task(write(fair, "churn", done, label=f"wake-{i}", wake=True))
+        for i in range(6)
+    ]
+    await settle()
+    assert done == [f"wake-{i}" for i in range(4)]  # its burst, then one burst of debt
+    await asyncio.wait_for(asyncio.gather(*wakes), timeout=10)  # then at the budget's pace
+    assert len(done) == 6

@@ -210,12 +210,15 @@ class KubeApi:
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         retry: bool = True,
+        yield_to: asyncio.Event | None = None,
     ) -> JSON:
         """One call, retried on transient failures (unless not `retry`); the decoded answer.
-        A write waits for its turn first, when this client shares its writes (writes.py)."""
+        A write waits for its turn first, when this client shares its writes (writes.py), and
+        gives way (WriteYielded) if `yield_to` is set before its turn comes."""
         if self.writes is None or method not in WRITE_METHODS:
             return await self._request(method, path, body, params, content_type, retry)
-        async with self.writes.turn(namespace_of(path), urgent=is_urgent()):
+        turn = self.writes.turn(namespace_of(path), urgent=is_urgent(), yield_to=yield_to)
+        async with turn:
             return await self._request(method, path, body, params, content_type, retry)
 
     async def _request(
@@ -328,8 +331,18 @@ class KubeApi:
             return False
         return any(r.get("name") == plural for r in found.get("resources") or [])
 
-    async def patch(self, ref: Ref, name: str, body: JSON, *, sub: str = "") -> JSON:
-        return await self.request("PATCH", ref.item(name, sub), body=body, content_type=MERGE_PATCH)
+    async def patch(
+        self,
+        ref: Ref,
+        name: str,
+        body: JSON,
+        *,
+        sub: str = "",
+        yield_to: asyncio.Event | None = None,
+    ) -> JSON:
+        return await self.request(
+            "PATCH", ref.item(name, sub), body=body, content_type=MERGE_PATCH, yield_to=yield_to
+        )
 
     async def get(self, ref: Ref, name: str) -> JSON:
         return await self.request("GET", ref.item(name))

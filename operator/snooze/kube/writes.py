@@ -6,8 +6,9 @@ labels, the status that publishes it, a drain it cancels) go before every other 
 turns too. Each namespace also has a budget, a token bucket whose size and rate grow with its
 models: `per_model_per_minute` writes a minute for each model, in bursts of up to
 `burst_per_model` each. A namespace over its budget waits for its next token; a wake's writes
-never wait for one, but are counted, so that what a namespace writes over any span is bounded
-by its budget and one burst more. Writes beyond `concurrency` at once queue here, not in the
+may run one burst into debt first (a namespace's wakes are the last writes to wait on its
+churn), so that what a namespace writes over any span is bounded by its budget and two bursts
+(one saved, one of debt). Writes beyond `concurrency` at once queue here, not in the
 API client's slots, so that the turns decide who goes next.
 """
 
@@ -46,6 +47,21 @@ def namespace_of(path: str) -> str:
     return found.group(1) if found else ""
 
 
+class WriteYielded(Exception):
+    """A write that gave way before its turn came: nothing was written."""
+
+
+async def _first(waiter: asyncio.Future[None], event: asyncio.Event) -> None:
+    """Until `waiter` is done or `event` is set."""
+    if event.is_set():
+        return
+    setting = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait((waiter, setting), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        setting.cancel()
+
+
 @dataclass
 class _Bucket:
     tokens: float
@@ -80,8 +96,13 @@ class FairWrites:
         """Writes that waited for a token (for tests and metrics)."""
 
     @contextlib.asynccontextmanager
-    async def turn(self, namespace: str, *, urgent: bool) -> AsyncIterator[None]:
-        """Hold a turn for one write of `namespace` (with its retries)."""
+    async def turn(
+        self, namespace: str, *, urgent: bool, yield_to: asyncio.Event | None = None
+    ) -> AsyncIterator[None]:
+        """Hold a turn for one write of `namespace` (with its retries). A write that waits
+        gives way when `yield_to` is set before its turn comes (WriteYielded: nothing was
+        written), so that a model's loop or a drain stuck behind its namespace's budget hears
+        a wake at once."""
         if (
             not self._queued()
             and self.running < self.concurrency
@@ -95,7 +116,16 @@ class FairWrites:
                 self.waited += 1
             try:
                 self._dispatch()
-                await waiter
+                if yield_to is None:
+                    await waiter
+                else:
+                    await _first(waiter, yield_to)
+                    if not waiter.done():
+                        self._forget(namespace, urgent, waiter)
+                        waiter.cancel()
+                        raise WriteYielded(f"a write to {namespace or 'the cluster'} gave way")
+            except WriteYielded:
+                raise
             except BaseException:
                 if waiter.done() and not waiter.cancelled():
                     self._done()  # it had its turn: give it back
@@ -140,19 +170,22 @@ class FairWrites:
         return bucket
 
     def _has_token(self, namespace: str) -> bool:
+        return self._missing(namespace, urgent=False) <= 0
+
+    def _missing(self, namespace: str, *, urgent: bool) -> float:
+        """Tokens the namespace lacks for its next write (0 or less: none). A wake's write may
+        take the bucket down to one burst below zero (the namespace's other writes then wait
+        the longer); past that, it waits too: the namespace spends its own budget."""
         if self.per_model_per_minute <= 0:
-            return True  # no budget
-        return self._bucket(namespace).tokens >= 1.0
+            return 0.0  # no budget
+        floor = -self.burst_per_model * max(1, self.models(namespace)) if urgent else 0.0
+        return floor + 1.0 - self._bucket(namespace).tokens
 
     def _affords(self, namespace: str, urgent: bool) -> bool:
-        return urgent or self._has_token(namespace)
+        return self._missing(namespace, urgent=urgent) <= 0
 
     def _take(self, namespace: str) -> None:
-        bucket = self._bucket(namespace)
-        # A wake's write may take the bucket below zero (by one burst at most): the
-        # namespace's other writes then wait the longer.
-        floor = -self.burst_per_model * max(1, self.models(namespace))
-        bucket.tokens = max(floor, bucket.tokens - 1.0)
+        self._bucket(namespace).tokens -= 1.0
         self.running += 1
 
     def _dispatch(self) -> None:
@@ -190,14 +223,19 @@ class FairWrites:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        waiting = [ns for ns, queue in self._waiting[False].items() if queue]
+        waiting = [
+            (namespace, urgent)
+            for urgent, queues in self._waiting.items()
+            for namespace, queue in queues.items()
+            if queue
+        ]
         if not waiting or self.running >= self.concurrency or self.per_model_per_minute <= 0:
             return
         delays = []
-        for namespace in waiting:
+        for namespace, urgent in waiting:
             models = max(1, self.models(namespace))
             rate = self.per_model_per_minute * models / 60.0
-            missing = 1.0 - self._bucket(namespace).tokens
+            missing = self._missing(namespace, urgent=urgent)
             delays.append(missing / rate if rate > 0 else 60.0)
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(max(min(delays), 0.001), self._dispatch)

@@ -26,13 +26,13 @@ from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
 from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
 from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import PodInfo
-from snooze.kube.writes import urgent
+from snooze.kube.writes import WriteYielded, urgent
 from snooze.operator.firstrecord import record_unless_woken
 from snooze.operator.memory import EngineMemory, ModelMemory, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.settings import Settings, sleep_timeout
+from snooze.operator.stepwords import why, with_weights
 from snooze.operator.verification import Verifier
-from snooze.policy.integrity import Verdict
 from snooze.policy.sleep import Action, ActionKind, retry_delay
 
 log = logging.getLogger(__name__)
@@ -161,12 +161,13 @@ class Executor:
         engine: EngineMemory,
         *,
         annotations: dict[str, str | None] | None = None,
+        yield_to: asyncio.Event | None = None,
     ) -> None:
         metadata: dict[str, object] = {"labels": {STATE_LABEL: state.value}}
         if annotations:
             metadata["annotations"] = annotations
         was = engine.label_of(pod)
-        await self.patch_pod(pod, engine, metadata)
+        await self.patch_pod(pod, engine, metadata, yield_to=yield_to)
         if state is EngineState.AWAKE and was is not EngineState.AWAKE:
             # Routable only from now (the gateway sends nothing to a pod not labelled awake):
             # its idle clock starts now, and any wake request made before is answered.
@@ -177,11 +178,18 @@ class Executor:
             engine.state_since = {state.value: time.time()}
 
     async def patch_pod(
-        self, pod: PodInfo, engine: EngineMemory, metadata: dict[str, object]
+        self,
+        pod: PodInfo,
+        engine: EngineMemory,
+        metadata: dict[str, object],
+        *,
+        yield_to: asyncio.Event | None = None,
     ) -> None:
         """Patch the pod's metadata, and remember which versions of the pod this write made
         stale (see EngineMemory.wrote)."""
-        answer = await self.api.patch(pods_ref(self.namespace), pod.name, {"metadata": metadata})
+        answer = await self.api.patch(
+            pods_ref(self.namespace), pod.name, {"metadata": metadata}, yield_to=yield_to
+        )
         version = (answer.get("metadata") or {}).get("resourceVersion") if answer else None
         engine.wrote(before=pod.resource_version, after=str(version or ""))
 
@@ -276,18 +284,24 @@ class Executor:
             self.made_room(pod)
         started = time.time()
         # Label first, so that the gateway stops routing here before the drain begins. Any
-        # wake progress left from before belongs to an older sleep.
-        await self.label(
-            pod,
-            EngineState.DRAINING,
-            engine,
-            annotations={
-                SLEEP_STARTED_ANNOTATION: format_time(started),
-                WAKE_PROGRESS_ANNOTATION: None,
-            },
-        )
+        # wake progress left from before belongs to an older sleep. A wake asked while this
+        # waits for its namespace's budget ends the sleep before it began.
+        try:
+            await self.label(
+                pod,
+                EngineState.DRAINING,
+                engine,
+                annotations={
+                    SLEEP_STARTED_ANNOTATION: format_time(started),
+                    WAKE_PROGRESS_ANNOTATION: None,
+                },
+                yield_to=engine.cancel,
+            )
+        except WriteYielded:
+            log.info("%s/%s: a wake came before its drain began", self.namespace, pod.name)
+            return
         engine.drain_started = started
-        self.emit("Normal", "Draining", f"{pod.name}: {_why(action)}; draining before sleep")
+        self.emit("Normal", "Draining", f"{pod.name}: {why(action)}; draining before sleep")
         deadline = started + self.settings.drain_timeout
         drained = False
         while time.time() < deadline and not engine.cancel.is_set():
@@ -390,7 +404,7 @@ class Executor:
         self.emit(
             "Normal",
             "Slept",
-            f"{pod.name}: asleep at level {level} after {finished - started:.2f}s ({_why(action)})",
+            f"{pod.name}: asleep at level {level} after {finished - started:.2f}s ({why(action)})",
         )
 
     async def _wake(
@@ -401,7 +415,7 @@ class Executor:
         )
         level = action.level or spec.sleep.level
         await self.label(pod, EngineState.WAKING, engine)
-        self.emit("Normal", "Waking", f"{pod.name}: waking from level {level} ({_why(action)})")
+        self.emit("Normal", "Waking", f"{pod.name}: waking from level {level} ({why(action)})")
         started = time.monotonic()
         done = set(pod.wake_steps)
         if done:
@@ -477,7 +491,7 @@ class Executor:
         # Its pool counts its footprint from now, not from a probe.
         engine.believe(False, AFTER_WAKE, process_of(pod, spec.engine.port), now)
         self.metrics.observe_wake(self.namespace, self.model, str(level), seconds)
-        self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({_why(action)})")
+        self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({why(action)})")
         if level == 2 and spec.wake.verify:
             # A level-2 wake reloaded the weights: their digests are compared once the engine
             # serves (the check takes seconds; no request waits for it).
@@ -501,9 +515,7 @@ class Executor:
         if verdict is None or not verdict.failed:
             return True
         weights = await self.verifier.weights_after_wake(url, engine, process)
-        await self._failed_check(
-            pod, spec, engine, OUTPUT_MISMATCH, _with_weights(verdict, weights)
-        )
+        await self._failed_check(pod, spec, engine, OUTPUT_MISMATCH, with_weights(verdict, weights))
         return False
 
     async def _failed_check(
@@ -575,23 +587,3 @@ async def _sleeping_or_none(client: EngineClient) -> bool | None:
         return await client.is_sleeping()
     except EngineError:
         return None
-
-
-def _with_weights(output: Verdict, weights: Verdict | None) -> str:
-    """An output check's failure, with what the weights' check said of it."""
-    if weights is None:
-        return f"{output.message} (its weights were not checked)"
-    if weights.failed:
-        return f"{output.message}: {weights.message}"
-    return f"{output.message}, while {weights.message}"
-
-
-def _why(action: Action) -> str:
-    return {
-        "Idle": "idle for longer than idle.after",
-        "DesiredAsleep": "desiredState is Asleep",
-        "DesiredAwake": "desiredState is Awake",
-        "WakeRequested": "a wake was requested",
-        "MinAwake": "minAwake engines must stay awake",
-        "Primed": "woken back after a sleep that only pinned its host copy (the pool's prime)",
-    }.get(action.reason, action.reason)

@@ -85,8 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="each namespace's budget of API writes: N per probe interval (at most 10s) for "
         "each of its models (12 a minute at the default interval), in bursts of 30 intervals' "
-        "worth; a wake's own writes go first and never wait for it; namespaces take turns; "
-        "0: no budget (default: 2)",
+        "worth; a wake's writes go first and may run one burst into debt; namespaces take "
+        "turns; 0: no budget (default: 2)",
     )
     parser.add_argument(
         "--liveness-port",
