@@ -33,6 +33,11 @@ def hostiles(tmp_path: Path) -> Iterator[Hostiles]:
     engines.stop()
 
 
+def probing_every_interval(tmp_path: Path) -> Operator:
+    """`snooze operator` probing every engine at every interval."""
+    return Operator(tmp_path, "--probe-interval", str(INTERVAL), "--drift-interval", str(INTERVAL))
+
+
 def writes(cluster: Cluster) -> int:
     return sum(cluster.sandbox.requests_count(method) for method in WRITES)
 
@@ -46,11 +51,14 @@ def model_of(cluster: Cluster, hostiles: Hostiles, name: str, kind: str, **extra
 
 
 def create(cluster: Cluster, name: str, *, wake_requested: bool = False) -> None:
-    cluster.create_model(
-        name, {"selector": {"matchLabels": {"app": name}}, "idle": {"after": "1h"}}
-    )
+    """The model of the pods model_of made; without a wake request, once its pods are
+    labelled (the operator has heard their engines)."""
+    spec = {"selector": {"matchLabels": {"app": name}}, "idle": {"after": "1h"}}
+    cluster.create_model(name, spec)
     if wake_requested:
         cluster.request_wake(name)
+    else:
+        wait_for("the pods labelled", lambda: labelled(cluster, name), timeout=30)
 
 
 def labelled(cluster: Cluster, name: str) -> bool:
@@ -73,12 +81,9 @@ def test_a_gauge_that_flips_at_every_scrape_is_believed_at_a_braked_pace(
     cluster: Cluster, hostiles: Hostiles, tmp_path: Path
 ) -> None:
     hosts = model_of(cluster, hostiles, "flips", "flips")
-    operator = Operator(
-        tmp_path, "--probe-interval", str(INTERVAL), "--drift-interval", str(INTERVAL)
-    )
+    operator = probing_every_interval(tmp_path)
     try:
         create(cluster, "flips")
-        wait_for("the pods labelled", lambda: labelled(cluster, "flips"), timeout=30)
         written = window(cluster, WINDOW)
         scrapes = len(calls(hostiles, hosts[0], "/metrics"))
         wait_for("a contradiction told", lambda: len(cluster.events("EngineContradicts")) == 2)
@@ -106,9 +111,7 @@ def test_a_wake_request_answered_by_a_wake_is_ignored_and_cleared(
     # Engines whose /metrics says asleep while /is_sleeping says awake: once woken (their
     # /wake_up answers, and /is_sleeping says awake), they soon say asleep again.
     hosts = model_of(cluster, hostiles, "stale", "contradicts")
-    operator = Operator(
-        tmp_path, "--probe-interval", str(INTERVAL), "--drift-interval", str(INTERVAL)
-    )
+    operator = probing_every_interval(tmp_path)
     try:
         create(cluster, "stale", wake_requested=True)
         wait_for(
@@ -135,12 +138,9 @@ def test_wakes_asked_again_and_again_of_engines_that_contradict_them_are_braked(
     cluster: Cluster, hostiles: Hostiles, tmp_path: Path
 ) -> None:
     hosts = model_of(cluster, hostiles, "asked", "contradicts")
-    operator = Operator(
-        tmp_path, "--probe-interval", str(INTERVAL), "--drift-interval", str(INTERVAL)
-    )
+    operator = probing_every_interval(tmp_path)
     try:
         create(cluster, "asked")
-        wait_for("the pods labelled", lambda: labelled(cluster, "asked"), timeout=30)
         began = time.time()
         for ask in range(int(WINDOW / 0.5)):  # a gateway asking for the requests it holds
             cluster.request_wake("asked")
@@ -228,15 +228,15 @@ def test_a_repeated_event_is_a_patch_of_the_one_written_before(
     events = wait_for(
         "five of each counted",
         lambda: (
-            (found := {e["reason"]: e for e in cluster.events()})
+            (found := {e["reason"]: e for e in cluster.event_objects()})
             and found.get("InvalidSpec", {}).get("count") == 5
             and found.get("SpecValid", {}).get("count") == 5
             and found
         ),
     )
     # One object each, its count and its last time moved by patches: before, ten objects.
-    assert [e["reason"] for e in cluster.events()].count("InvalidSpec") == 1
-    assert [e["reason"] for e in cluster.events()].count("SpecValid") == 1
+    assert len(cluster.event_objects("InvalidSpec")) == len(cluster.event_objects("SpecValid")) == 1
+    assert len(cluster.events("InvalidSpec")) == 5  # said five times
     invalid = events["InvalidSpec"]
     assert invalid["lastTimestamp"] > invalid["firstTimestamp"]
     assert invalid["source"] == {"component": "snooze-operator"}

@@ -299,23 +299,22 @@ class Loop:
     def act(self, pod: Pod, kind: ActionKind, label: EngineState | None, now: float) -> None:
         if kind is ActionKind.LABEL and label is not None:
             pod.publish(label, now)
-        elif kind is ActionKind.WAKE:
-            pod.publish(EngineState.WAKING, now, writes=2)  # the label and the Event
-            if not pod.believe(now):
-                pod.wake_failures, pod.last_failure = 0, None
-                pod.publish(EngineState.AWAKE, now, writes=2)
+        elif kind in (ActionKind.WAKE, ActionKind.SLEEP):
+            sleep = kind is ActionKind.SLEEP
+            # The label and the Event (and a sleep's sent mark); then the engine's own answer.
+            pod.publish(
+                EngineState.DRAINING if sleep else EngineState.WAKING, now, 3 if sleep else 2
+            )
+            if sleep:
+                pod.sleep_started = now
+            done = pod.believe(now) is sleep
+            failures = 0 if done else (pod.sleep_failures if sleep else pod.wake_failures) + 1
+            if sleep:
+                pod.sleep_failures, pod.last_sleep_failure = failures, None if done else now
             else:
-                pod.wake_failures, pod.last_failure = pod.wake_failures + 1, now
-                pod.publish(EngineState.ASLEEP, now, writes=2)
-        elif kind is ActionKind.SLEEP:
-            pod.publish(EngineState.DRAINING, now, writes=3)  # label, Event, the sent mark
-            pod.sleep_started = now
-            if pod.believe(now):
-                pod.sleep_failures, pod.last_sleep_failure = 0, None
-                pod.publish(EngineState.ASLEEP, now, writes=2)
-            else:
-                pod.sleep_failures, pod.last_sleep_failure = pod.sleep_failures + 1, now
-                pod.publish(EngineState.AWAKE, now, writes=2)
+                pod.wake_failures, pod.last_failure = failures, None if done else now
+            asleep = sleep is done  # a sleep done, or a wake failed
+            pod.publish(EngineState.ASLEEP if asleep else EngineState.AWAKE, now, writes=2)
         elif kind is ActionKind.MARK_FAILED:
             pod.publish(EngineState.FAILED, now, writes=2)
         elif kind is ActionKind.RESTART:
