@@ -11,7 +11,8 @@ saying awake) and its sleep (how long after idle.after it came), each phase agai
 baseline as ratios, and what the hostile model's status says in the end.
 
 Usage: python hostile.py [--rounds 5] [--huge-mb 300] [--drips 200]
-With `--scene loops`, the operator's own scenes instead (hostile_operator.py).
+With `--scene loops`, `--scene tenants` (and `--flapping 200`) or `--scene record`, the
+operator's own scenes instead (hostile_operator.py).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ HOSTILE = ipaddress.ip_address("127.0.79.2")
 HONEST = 'vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:engine_sleep_state{sleep_state="awake"} 1\n'  # noqa: E501
 IDLE_AFTER = 2.0
 MODELS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels"
-PODS = f"/api/v1/namespaces/{NS}/pods"
 MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
@@ -124,30 +124,49 @@ class Hostiles:
 
     @contextmanager
     def model(self, name: str, count: int, **behaviour: Any) -> Iterator[list[str]]:
+        hosts = self.add(name, count, **behaviour)
+        try:
+            yield hosts
+        finally:
+            self.remove(name, count)
+
+    def add(
+        self,
+        name: str,
+        count: int,
+        *,
+        namespace: str = NS,
+        annotations: dict[str, str] | None = None,
+        spec: dict[str, Any] | None = None,
+        **behaviour: Any,
+    ) -> list[str]:
+        """`count` hostile engines of `behaviour`, their Ready pods, and a model of them."""
         api = self.setup.api
-        hosts = [str(HOSTILE + self.next + i) for i in range(count)]
-        self.next += count
+        pods = f"/api/v1/namespaces/{namespace}/pods"
+        hosts = [str(self.address()) for _ in range(count)]
         labels = {"app": name}
         for i, host in enumerate(hosts):
             httpx.post(self.control, json={"host": host, **behaviour}).raise_for_status()
             pod = {"metadata": {"name": f"{name}-{i}", "labels": labels}}
-            api.post(PODS, json=pod).raise_for_status()
+            api.post(pods, json=pod).raise_for_status()
             ready = {"phase": "Running", "podIP": host}
             ready["conditions"] = [{"type": "Ready", "status": "True"}]  # type: ignore[assignment]
-            api.patch(f"{PODS}/{name}-{i}/status", json={"status": ready}, headers=MERGE)
+            api.patch(f"{pods}/{name}-{i}/status", json={"status": ready}, headers=MERGE)
         body = {
             "apiVersion": "snooze.dev/v1alpha1",
             "kind": "InferenceModel",
-            "metadata": {"name": name},
-            "spec": {"selector": {"matchLabels": labels}, "idle": {"after": "1m"}},
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"selector": {"matchLabels": labels}, "idle": {"after": "1m"}, **(spec or {})},
         }
-        api.post(MODELS, json=body).raise_for_status()
-        try:
-            yield hosts
-        finally:
-            api.delete(f"{MODELS}/{name}")
-            for i in range(count):
-                api.delete(f"{PODS}/{name}-{i}")
+        models = f"/apis/snooze.dev/v1alpha1/namespaces/{namespace}/inferencemodels"
+        api.post(models, json=body).raise_for_status()
+        return hosts
+
+    def remove(self, name: str, count: int, *, namespace: str = NS) -> None:
+        api = self.setup.api
+        api.delete(f"/apis/snooze.dev/v1alpha1/namespaces/{namespace}/inferencemodels/{name}")
+        for i in range(count):
+            api.delete(f"/api/v1/namespaces/{namespace}/pods/{name}-{i}")
 
     def sent(self, hosts: list[str]) -> dict[str, int]:
         report = httpx.get(self.control).json()
@@ -184,15 +203,24 @@ def main() -> None:
     parser.add_argument("--huge-mb", type=int, default=300, help="the huge page's size")
     parser.add_argument("--drips", type=int, default=200, help="how many engines drip")
     parser.add_argument("--probe-interval", type=float, default=1.0)
-    parser.add_argument("--scene", choices=["engines", "loops"], default="engines")
+    parser.add_argument(
+        "--scene", choices=["engines", "loops", "tenants", "record"], default="engines"
+    )
+    parser.add_argument("--flapping", type=int, default=200, help="the flapping tenant's models")
+    parser.add_argument(
+        "--operator-pythonpath",
+        help="run the operator (and the simulated engines) from this source tree, to measure "
+        "another version of it",
+    )
     args = parser.parse_args()
     if args.scene != "engines":
         import hostile_operator
 
         counter = WriteCounter()
         with bench(counter) as setup:
-            scene = getattr(hostile_operator, args.scene)
-            print(json.dumps(scene(setup, counter, args.rounds, args.probe_interval)))
+            if args.operator_pythonpath:
+                setup.env["PYTHONPATH"] = args.operator_pythonpath
+            print(json.dumps(getattr(hostile_operator, args.scene)(setup, counter, args)))
         return
     with bench() as setup:
         setup.engine(model="calm", token_seconds=0.002, wake_seconds=0.3)
