@@ -6,6 +6,7 @@ often as they can."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Iterator
@@ -16,6 +17,9 @@ import pytest
 from conftest import Cluster, OperatorThread, next_address
 from test_hostile_engines import Hostiles, Operator
 from waits import wait_for
+
+from snooze.kube.api import KubeApi
+from snooze.operator.wakerequest import Clearer
 
 INTERVAL = 0.2
 WRITES = ("POST", "PATCH", "PUT", "DELETE")
@@ -241,3 +245,25 @@ def test_a_repeated_event_is_a_patch_of_the_one_written_before(
     assert invalid["lastTimestamp"] > invalid["firstTimestamp"]
     assert invalid["source"] == {"component": "snooze-operator"}
     assert "start 5m apart" in invalid["message"]
+
+
+def test_an_answered_request_is_removed_only_while_it_still_reads_the_same(
+    cluster: Cluster,
+) -> None:
+    """A gateway may write a newer request between the operator's read and its removal: the
+    removal tests the value it read first, so the newer one stands."""
+    cluster.create_model("chat", {"selector": {"matchLabels": {"app": "chat"}}})
+    cluster.request_wake("chat", at=1_800_000_000.0)
+    written = cluster.model("chat")["metadata"]["annotations"][WAKE]
+
+    async def clear(stamp: str) -> None:
+        api = KubeApi.from_environment()
+        try:
+            await Clearer(api=api, namespace=cluster.ns, name="chat").clear(stamp)
+        finally:
+            await api.aclose()
+
+    asyncio.run(clear("2027-01-15T07:59:59.000Z"))  # an older one, read before the newer
+    assert cluster.model("chat")["metadata"]["annotations"][WAKE] == written
+    asyncio.run(clear(written))
+    assert WAKE not in (cluster.model("chat")["metadata"].get("annotations") or {})
