@@ -9,8 +9,9 @@ import json
 from typing import Any
 
 import pytest
-from conftest import ENGINES
 from kube import Kube
+
+from .conftest import ENGINES
 
 MODEL: dict[str, Any] = {
     "apiVersion": "snooze.dev/v1alpha1",

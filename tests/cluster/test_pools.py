@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ENGINES, image
 from kube import Kube, wait_for
 from prometheus_client.parser import text_string_to_metric_families
+
+from .conftest import ENGINES, image
 
 NAMES = ("p-a", "p-b", "p-c", "p-d")
 DEVICE_DIR = "/run/snooze-gpu"

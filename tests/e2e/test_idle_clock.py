@@ -8,12 +8,13 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from conftest import FAST, Cluster, _addresses
 from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 from snooze.sandbox import Sandbox
 from snooze.sim import SimulatedEngine
+
+from .conftest import FAST, Cluster, _addresses
 
 LABELS = {"app": "chat"}
 IDLE = 4.0  # seconds

@@ -17,13 +17,14 @@ from typing import Any
 import docs_pages
 import httpx
 import pytest
-from conftest import PODS, ROOT, Cluster, next_address
 from gated_pods import gate_of, report_running
 from picker_stand_in import PickerMetrics, add_picker_pod, install_crd
 from processes import Process
 from waits import wait_for
 
 from snooze.sim import EngineConfig, SimulatedEngine
+
+from .conftest import PODS, ROOT, Cluster, next_address
 
 pytestmark = pytest.mark.needs("kubectl")
 

@@ -9,10 +9,11 @@ import time
 from typing import Any
 
 import httpx
-from conftest import Cluster, OperatorThread
 from waits import wait_for
 
 from snooze.sim import SimulatedEngine
+
+from .conftest import Cluster, OperatorThread
 
 LABELS = {"app": "chat"}
 LORA_TP2 = ["serve", "org/model", "--enable-lora", "--lora-modules", "a=/a", "-tp", "2"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 
 import httpx
-from conftest import FAST, Cluster, OperatorThread
 from waits import wait_for
 
 from snooze.sim.engine import GARBAGE_MARKER
+
+from .conftest import FAST, Cluster, OperatorThread
 
 LABELS = {"app": "chat"}
 

@@ -10,12 +10,13 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import CRD, Cluster
 from processes import Process
 from waits import wait_for
 
 from snooze.sandbox import Sandbox
 from snooze.sim import SimulatorHost
+
+from .conftest import CRD, Cluster
 
 LABELS = {"app": "chat"}
 

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import Cluster
 from processes import Process
 from waits import wait_for
+
+from .conftest import Cluster
 
 LABELS = {"app": "chat"}
 OPERATOR = ["operator", "--probe-interval", "0.2", "--drain-timeout", "2"]

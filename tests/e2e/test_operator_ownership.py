@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from conftest import Cluster, OperatorThread
 from waits import wait_for
 
 from snooze.demo.controller import deployment
+
+from .conftest import Cluster, OperatorThread
 
 
 def condition(cluster: Cluster, name: str, kind: str) -> dict[str, Any]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import time
 
-from conftest import FAST, Cluster, OperatorThread
 from prometheus_client import CollectorRegistry
 from waits import wait_for
 
 from snooze.operator.metrics import OperatorMetrics
+
+from .conftest import FAST, Cluster, OperatorThread
 
 LABELS = {"app": "chat"}
 

@@ -12,13 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, _addresses, next_address
 from picker_stand_in import PickerMetrics, create_picker_service, create_pool, install_crd
 from processes import Process
 from waits import wait_for
 
 from snooze.demo.controller import ReplicaSetStandIn, deployment
 from snooze.sim import SimulatedEngine
+
+from .conftest import Cluster, _addresses, next_address
 
 TOKEN = "snooze-picker-reader-token"
 WAKE = "snooze.dev/wake-requested-at"

@@ -14,14 +14,15 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import FAST, Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, gateway
-from test_gateway import MESSAGES
-from test_gateway_traffic import metrics_served
-from test_pools import Kubelet, device_and_pool, pool_status
 from waits import wait_for
 
 from snooze.sandbox import Sandbox
+
+from .conftest import FAST, Cluster, OperatorThread
+from .test_gateway import MESSAGES
+from .test_gateway_traffic import metrics_served
+from .test_pools import Kubelet, device_and_pool, pool_status
 
 __all__ = ["gateway"]
 GIB = 2**30

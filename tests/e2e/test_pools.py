@@ -17,14 +17,15 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import FAST, Cluster, OperatorThread, _addresses
 from gateway_fixtures import GatewayThread, gateway
-from test_gateway import MESSAGES, client
-from test_gateway_traffic import metrics_served
 from waits import wait_for
 
 from snooze.sim import EngineConfig, SimulatedEngine
 from snooze.sim.device import SimulatedDevice
+
+from .conftest import FAST, Cluster, OperatorThread, _addresses
+from .test_gateway import MESSAGES, client
+from .test_gateway_traffic import metrics_served
 
 __all__ = ["gateway"]
 GIB = 2**30

@@ -7,11 +7,12 @@ from collections.abc import Iterator
 
 import openai
 import pytest
-from conftest import Cluster, OperatorThread, _addresses
 from gateway_fixtures import GatewayThread
 from waits import wait_for
 
 from snooze.demo.controller import ReplicaSetStandIn, deployment
+
+from .conftest import Cluster, OperatorThread, _addresses
 
 LABELS = {"app": "chat"}
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"

@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from test_sim_sglang import FAST
 
 from snooze.engine.errors import SleepModeDisabledError
 from snooze.engine.http import EngineHttp
@@ -24,6 +23,8 @@ from snooze.sim import serve_engines
 from snooze.sim.device import GIB
 from snooze.sim.engine import GARBAGE_MARKER
 from snooze.sim.sglang_engine import SGLangEngine
+
+from .test_sim_sglang import FAST
 
 _hosts = (f"127.80.{i // 250}.{i % 250 + 1}" for i in itertools.count())
 ALL = {"kv_cache", "weights", "cuda_graph"}

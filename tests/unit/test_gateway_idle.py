@@ -13,13 +13,14 @@ from contextlib import contextmanager
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
-from test_gateway_counters import Scrapes, running
 
 from snooze.api.agreed import POD_IN_FLIGHT, PODS_WENT_IDLE
 from snooze.gateway import metrics_port
 from snooze.gateway.metrics import GatewayMetrics
 from snooze.gateway.metrics_port import MOST_WAITERS, IdleSignal
 from snooze.operator.gateways import SOONEST, GatewayTraffic, went_idle
+
+from .test_gateway_counters import Scrapes, running
 
 
 @contextmanager

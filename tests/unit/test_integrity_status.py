@@ -4,7 +4,6 @@ reads back), and the WakeVerified and KnownBug conditions."""
 from __future__ import annotations
 
 import pytest
-from test_status import wire_names
 
 from snooze.api.modelstatus import (
     InferenceModelStatus,
@@ -20,6 +19,8 @@ from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, integri
 from snooze.policy.integrity import Answer, Check
 from snooze.policy.knownbugs import ServeFacts, conduct
 from snooze.policy.runs import Process
+
+from .test_status import wire_names
 
 NOW = 1_800_000_000.0
 BASELINE = Answer.of(route="/v1/completions", tokens=[5, 6, 7, 8], text="five six")

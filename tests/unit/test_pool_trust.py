@@ -9,8 +9,6 @@ import asyncio
 import time
 from typing import Any
 
-from test_pool_members import FOR_C, Source, three_member_pool
-
 from snooze.api.models import parse_spec
 from snooze.api.reasons import MEMORY_NOT_FREED
 from snooze.operator.memory import EngineMemory
@@ -18,6 +16,8 @@ from snooze.operator.pools import PoolLoop
 from snooze.policy.pool import BOOKS, Member, MemberState
 from snooze.policy.pooltrust import Trust
 from snooze.policy.sleep import ActionKind, EngineView, ModelView, decide
+
+from .test_pool_members import FOR_C, Source, three_member_pool
 
 GIB = 2**30
 

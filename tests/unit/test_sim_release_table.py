@@ -16,9 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
-from test_sim import fast, until
 
 from snooze.sim import SimulatedEngine, serve_engines
+
+from .test_sim import fast, until
 
 Release = tuple[int, int, int]
 

@@ -12,11 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
-from test_sim import fast
 
 from snooze.sim import SimulatedEngine, serve_engines
 from snooze.sim.contract import parse_release
 from snooze.sim.outputs import CORRUPTED, tensors
+
+from .test_sim import fast
 
 GREEDY = {"model": "m", "prompt": "count: one, two,", "max_tokens": 6, "temperature": 0}
 
