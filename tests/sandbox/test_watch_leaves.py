@@ -10,19 +10,11 @@ import time
 
 import httpx
 import pytest
+from builders import pod
 
 from snooze.sandbox import Sandbox
 
 PODS = "/api/v1/namespaces/default/pods"
-
-
-def pod(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-    }
 
 
 def watch(client: socket.socket) -> None:
@@ -53,7 +45,7 @@ def test_a_watch_whose_client_left_ends_without_an_error(
     # The client is gone; the next change is the sandbox's first write to its connection.
     with httpx.Client(base_url=sandbox.url) as http:
         for n in range(3):
-            http.post(PODS, json=pod(f"left-{n}")).raise_for_status()
+            http.post(PODS, json=pod(name=f"left-{n}")).raise_for_status()
     let_go_quietly(watchers, before, caplog)
 
 
@@ -73,11 +65,11 @@ def test_a_watch_whose_client_reset_a_full_connection_ends_without_an_error(
     big = "x" * 200_000
     with httpx.Client(base_url=sandbox.url) as http:
         for n in range(40):  # 8 MB of events the client never reads
-            body = pod(f"full-{n}")
+            body = pod(name=f"full-{n}")
             body["metadata"] = {"name": f"full-{n}", "annotations": {"big": big}}
             http.post(PODS, json=body).raise_for_status()
         time.sleep(0.5)
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         client.close()  # a reset, with the sandbox's writes still waiting
-        http.post(PODS, json=pod("after-reset")).raise_for_status()
+        http.post(PODS, json=pod(name="after-reset")).raise_for_status()
     let_go_quietly(watchers, before, caplog)
