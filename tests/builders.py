@@ -60,13 +60,13 @@ def pod_info(
     ready: bool = True,
     **fields: Any,
 ) -> PodInfo:
-    """A pod as the operator and the gateway read it: ready at `ip`, uid `uid-NAME` unless
+    """A pod as the operator and the gateway read it: ready at `ip`, its uid its name unless
     given; `state` is its snooze.dev/state label, beside `labels`."""
     found = dict(labels or {}) | ({STATE_LABEL: state} if state is not None else {})
     return PodInfo(
         namespace=namespace,
         name=name,
-        uid=uid if uid is not None else f"uid-{name}",
+        uid=uid if uid is not None else name,
         labels=found,
         ip=ip,
         ready=ready,

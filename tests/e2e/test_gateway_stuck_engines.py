@@ -40,6 +40,7 @@ def gateway(sandbox: Sandbox, tmp_path: Path) -> Iterator[GatewayProcess]:
         yield process
 
 
+# Not a manifest (tests/builders.py): creates the pods, their engines and the model.
 def model(cluster: Cluster, name: str, pods: int = 1, **engine: Any) -> list[SimulatedEngine]:
     """A model of `pods` pods, awake, with the status the operator would write."""
     engines = []

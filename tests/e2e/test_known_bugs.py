@@ -19,6 +19,7 @@ LABELS = {"app": "chat"}
 LORA_TP2 = ["serve", "org/model", "--enable-lora", "--lora-modules", "a=/a", "-tp", "2"]
 
 
+# Not a manifest (tests/builders.py): creates the model in the sandbox.
 def model(cluster: Cluster, **spec: Any) -> None:
     cluster.create_model("chat", {"selector": {"matchLabels": LABELS}, **spec})
 

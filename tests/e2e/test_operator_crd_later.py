@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from builders import gpu_pool
 from processes import Process
 from waits import wait_for
 
@@ -67,13 +68,7 @@ def test_operator_first_then_the_crd_then_a_model(bare: Cluster, tmp_path: Path)
 
         # The GPUPool CRD comes later still (an upgrade that adds it): pools are served too.
         install(bare, POOL_CRD)
-        pool = {
-            "apiVersion": "snooze.dev/v1alpha1",
-            "kind": "GPUPool",
-            "metadata": {"name": "gpu-0"},
-            "spec": {"memory": "70Gi"},
-        }
-        bare.http.post(POOLS, json=pool).raise_for_status()
+        bare.http.post(POOLS, json=gpu_pool()).raise_for_status()
         wait_for(
             "the pool's status",
             lambda: (

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from builders import gpu_pool
 from processes import Process
 from waits import wait_for
 
@@ -115,13 +116,8 @@ def test_a_pools_life_is_told_and_its_deletion_warns_nothing(
         tmp_path / "operator.log", "operator", "--probe-interval", "30", "--log-format", "json"
     )
     try:
-        pool = {
-            "apiVersion": "snooze.dev/v1alpha1",
-            "kind": "GPUPool",
-            "metadata": {"name": "gpu-0"},
-            "spec": {"memory": "1e400"},  # the schema takes it; the operator refuses it
-        }
-        cluster.http.post(POOLS, json=pool).raise_for_status()
+        # The schema takes this memory; the operator refuses it.
+        cluster.http.post(POOLS, json=gpu_pool(memory="1e400")).raise_for_status()
         wait_for("the invalid spec told", lambda: '"InvalidSpec"' in operator.output())
         fixed = {"spec": {"memory": "70Gi"}}
         cluster.http.patch(

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from builders import gpu_pool
 from gateway_fixtures import GatewayThread, gateway
 from waits import wait_for
 
@@ -138,13 +139,7 @@ class Watcher:
 def device_and_pool(cluster: Cluster) -> Kubelet:
     """A simulated device of 70 GiB and its GPUPool `gpu-0` (minResidency 1s), no member yet."""
     device = cluster.sim.add_device(name="gpu-0", memory_gib=70)
-    body = {
-        "apiVersion": "snooze.dev/v1alpha1",
-        "kind": "GPUPool",
-        "metadata": {"name": "gpu-0"},
-        "spec": {"memory": "70Gi", "minResidency": "1s"},
-    }
-    cluster.http.post(POOLS, json=body).raise_for_status()
+    cluster.http.post(POOLS, json=gpu_pool(minResidency="1s")).raise_for_status()
     return Kubelet(cluster, device)
 
 
@@ -493,15 +488,7 @@ def test_headroom_never_takes_a_member_serving_traffic_the_operator_did_not_rout
 def test_a_pool_that_cannot_fit_its_members_says_why(
     cluster: Cluster, operator: OperatorThread
 ) -> None:
-    cluster.http.post(
-        POOLS,
-        json={
-            "apiVersion": "snooze.dev/v1alpha1",
-            "kind": "GPUPool",
-            "metadata": {"name": "tiny"},
-            "spec": {"memory": "20Gi"},
-        },
-    ).raise_for_status()
+    cluster.http.post(POOLS, json=gpu_pool("tiny", "20Gi")).raise_for_status()
     cluster.create_pod("x-0", labels={"app": "x", "snooze.dev/pool": "tiny"})
     cluster.create_model(
         "x", {"selector": {"matchLabels": {"app": "x"}}, "pool": {"name": "tiny", "memory": "30Gi"}}

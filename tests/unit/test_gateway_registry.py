@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import builders
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -22,11 +23,8 @@ def model(
     status: dict[str, Any] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    return {
-        "metadata": {"namespace": namespace, "name": name},
-        "spec": {"selector": {"matchLabels": {"app": name}}, **spec},
-        "status": status or {},
-    }
+    """The builders' model in namespace ns, with a status (empty unless given)."""
+    return builders.model(name, namespace=namespace, status=status or {}, **spec)
 
 
 def claims(name: str, pods: dict[str, str], *, conflict: bool | None = None) -> dict[str, Any]:
@@ -42,19 +40,14 @@ def claims(name: str, pods: dict[str, str], *, conflict: bool | None = None) -> 
 
 
 def pod(name: str, app: str, state: str = "awake", *, ready: bool = True) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "namespace": "ns",
-            "name": name,
-            "uid": f"uid-{name}",
-            "labels": {"app": app, "snooze.dev/state": state},
-        },
-        "status": {
-            "phase": "Running",
-            "podIP": "127.0.0.9",
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
+    """The builders' pod of model `app`, running, in this engine state (the tests' axes)."""
+    return builders.pod(
+        name=name,
+        namespace="ns",
+        uid=f"uid-{name}",
+        labels={"app": app, "snooze.dev/state": state},
+        status=builders.running("127.0.0.9", {"type": "Ready", "status": str(ready)}),
+    )
 
 
 def test_routes_only_to_ready_pods_labelled_and_reported_awake() -> None:

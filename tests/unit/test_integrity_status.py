@@ -4,6 +4,7 @@ reads back), and the WakeVerified and KnownBug conditions."""
 from __future__ import annotations
 
 import pytest
+from builders import pod_info
 
 from snooze.api.modelstatus import (
     InferenceModelStatus,
@@ -12,7 +13,6 @@ from snooze.api.modelstatus import (
     merge_patch,
     parse_status,
 )
-from snooze.kube.pods import PodInfo
 from snooze.operator import status
 from snooze.operator.integritystatus import known_bug, verification_entry, wake_verified
 from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, integrity_of, rebuild
@@ -32,13 +32,6 @@ def engine(**integrity: object) -> EngineMemory:
     return memory
 
 
-def pod(name: str = "chat-0") -> PodInfo:
-    return PodInfo(
-        namespace="ns", name=name, uid="uid-1", labels={"snooze.dev/state": "asleep"},
-        ip="127.0.0.2", ready=True,
-    )  # fmt: skip
-
-
 def test_the_records_go_on_the_status_and_come_back_after_a_restart() -> None:
     recorded = engine(
         output=Check.RECORDED,
@@ -52,7 +45,7 @@ def test_the_records_go_on_the_status_and_come_back_after_a_restart() -> None:
     memory.engines["chat-0"] = recorded
     built = status.build(
         model_name="chat",
-        pods=[pod()],
+        pods=[pod_info("chat-0", uid="uid-1", state="asleep")],
         memory=memory,
         previous=InferenceModelStatus(),
         generation=1,

@@ -8,6 +8,7 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import builders
 import pytest
 from prometheus_client import start_http_server
 
@@ -70,12 +71,11 @@ class Source:
 
 
 def pod(name: str, **status: Any) -> PodInfo:
+    """The builders' pod with this status (and `spec` added to its spec), as the operator
+    reads it."""
+    spec = status.pop("spec", {})
     return pod_info(
-        {
-            "metadata": {"name": name, "namespace": "ns", "labels": {"app": "m"}},
-            "spec": {"containers": [{"name": "v", "image": "i"}], **status.pop("spec", {})},
-            "status": status,
-        }
+        builders.pod(name=name, namespace="ns", labels={"app": "m"}, spec=spec, status=status)
     )
 
 
