@@ -16,10 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
+from waits import until
 
 from snooze.sim import SimulatedEngine, serve_engines
 
-from .test_sim import fast, until
+from .test_sim import fast
 
 Release = tuple[int, int, int]
 

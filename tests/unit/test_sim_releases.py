@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from waits import until
 
 from snooze.sim import SimulatedEngine, serve_engines
 from snooze.sim.contract import parse_release
@@ -358,9 +359,3 @@ async def test_a_sleep_with_requests_in_flight_kills_a_parallel_engine_before_0_
         else:
             assert not engine.crashed
             assert (await http.get("/is_sleeping")).json() == {"is_sleeping": True}
-
-
-async def until(condition: Any) -> None:
-    async with asyncio.timeout(3):
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.002)
