@@ -46,6 +46,7 @@ def test_an_engine_back_from_unreachable_gets_the_rest_of_its_idle_after(
     # The idle time it had until a probe found it unreachable is kept (as the next test
     # shows): at most its whole life so far.
     kept = time.monotonic() - born
+    # A sleep: proves it is not slept for twice idle.after, the kept idle time being less.
     time.sleep(2 * IDLE)
     assert engine.sleep_calls == 0
     # Timed from before its address is back: the operator cannot see it answer any sooner.

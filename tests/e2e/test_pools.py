@@ -266,6 +266,7 @@ def test_cheapest_keeps_the_member_asked_for_most_over_the_one_asked_for_last(
     ask(gateway, once, 1)
     # The operator sees both at its next probes (0.1 s apart here): by then the popular one
     # has been idle a little longer, and asked for 200 times in the last ten minutes.
+    # A sleep, not a wait: the probes that see both (0.1 s apart) leave no mark to wait for.
     time.sleep(3.0)
     before = Counter(e["message"].split()[0] for e in cluster.events("MakingRoom"))
     assert ask(gateway, asleep) == "lorem ipsum"
@@ -461,8 +462,10 @@ def test_headroom_never_takes_a_member_serving_traffic_the_operator_did_not_rout
             pool.start(name)
         steady, quiet = two_awake(pool)
         ask_engine(pool.engines[steady])  # seen by a probe, then nothing more for a while
+        # A sleep: the steady one's last use is a second older than the quiet one's.
         time.sleep(1.0)
         ask_engine(pool.engines[quiet])  # the quiet one was used last, as far as anyone saw
+        # A sleep: a probe sees the quiet one's use before headroom is asked for.
         time.sleep(1.0)
 
         def traffic() -> None:
@@ -472,9 +475,11 @@ def test_headroom_never_takes_a_member_serving_traffic_the_operator_did_not_rout
 
         with ThreadPoolExecutor(1) as threads:
             serving = threads.submit(traffic)
+            # A sleep: the steady one serves for a second before headroom is asked for.
             time.sleep(1.0)
             patch_pool(cluster, {"headroom": {"wakes": 1, "idleAfter": "1s"}})
             wait_for("one of them asleep", lambda: pool.engines[quiet].is_sleeping, timeout=15)
+            # A sleep: proves the steady one, still serving, stays awake for a second more.
             time.sleep(1.0)
             stop.set()
             serving.result(30)

@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 from builders import pod
+from waits import wait_for
 
 from snooze.sandbox import Sandbox
 
@@ -25,10 +26,8 @@ def watch(client: socket.socket) -> None:
 
 def let_go_quietly(watchers: set[object], before: int, caplog: pytest.LogCaptureFixture) -> None:
     """The sandbox drops the watch, and logs no warning or error on the way."""
-    deadline = time.monotonic() + 30
-    while len(watchers) > before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(watchers) == before, "the watch never noticed its client left"
+    wait_for("the watch to notice its client left", lambda: len(watchers) <= before, 30)
+    assert len(watchers) == before
     errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert errors == [], [r.getMessage() for r in errors]
 
@@ -68,6 +67,8 @@ def test_a_watch_whose_client_reset_a_full_connection_ends_without_an_error(
             body = pod(name=f"full-{n}")
             body["metadata"] = {"name": f"full-{n}", "annotations": {"big": big}}
             http.post(PODS, json=body).raise_for_status()
+        # A sleep, not a wait: nothing tells when the sandbox's send buffers are full; half a second
+        # of writes fills them.
         time.sleep(0.5)
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         client.close()  # a reset, with the sandbox's writes still waiting

@@ -10,6 +10,7 @@ import builders
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+from waits import until
 
 from snooze.gateway.model import model_from
 from snooze.gateway.registry import MODELS, PODS, Registry, resolve
@@ -150,10 +151,7 @@ async def test_a_dropped_watch_is_followed_by_a_fresh_list() -> None:
         follow(api, registry, kind=PODS, scope=None, watch_seconds=1)  # type: ignore[arg-type]
     )
     try:
-        for _ in range(100):
-            if len(registry.pods) == 2:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: len(registry.pods) == 2, 2.0)
         assert sorted(name for _, name in registry.pods) == ["p0", "p1"]
         assert api.watches == 2
     finally:

@@ -301,6 +301,7 @@ async def test_a_slow_engine_holds_a_shared_slot_no_longer_than_its_lease() -> N
         assert http.is_slow(slow) and not http.is_slow(quick)
         # From now on its requests wait for slots of their own: the shared one stays free.
         again = asyncio.create_task(get(slow))
+        # A sleep: the second request has started and found its own slot.
         await asyncio.sleep(0.05)
         async with asyncio.timeout(0.5):
             await get(quick)
@@ -327,12 +328,15 @@ async def test_requests_past_their_lease_go_on_without_a_slot_only_up_to_a_bound
             return await http.request("GET", url + "/metrics", total=total, connect=1.0)
 
         out = asyncio.create_task(get(first, 0.6))
+        # A sleep: past the request's 0.05 s lease; the count it moves is asserted.
         await asyncio.sleep(0.15)
         assert http.overtime == 1  # past its lease, out without its slot
         held = asyncio.create_task(get(second, 5.0))
+        # A sleep: past the second request's lease as well.
         await asyncio.sleep(0.15)
         assert http.overtime == 1  # past its lease too, but it keeps the slot
         waiting = asyncio.create_task(get(quick, 1.0))
+        # A sleep: proves the third request waits, for 0.15 s, while the slot is held.
         await asyncio.sleep(0.15)
         assert not waiting.done()
         with pytest.raises(TimeoutError):
@@ -397,6 +401,7 @@ async def test_owners_take_turns_so_one_with_many_waiters_delays_others_by_one()
     waiters.append(asyncio.create_task(take("one", "one")))
     waiters.append(asyncio.create_task(take("other", "other")))
     waiters.append(asyncio.create_task(take("first-probe", "many", urgent=True)))
+    # A sleep: every waiter queues before the holder lets go; the order they get in is the test.
     await asyncio.sleep(0.01)
     release.set()
     await asyncio.gather(holder, *waiters)

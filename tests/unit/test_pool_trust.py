@@ -44,7 +44,7 @@ def sleep_for_c(loop: PoolLoop, engines: dict[str, EngineMemory]) -> None:
     a.action = "Sleep"
 
     async def drain() -> None:
-        a.task = asyncio.create_task(asyncio.sleep(60))
+        a.task = asyncio.create_task(asyncio.sleep(60))  # an action under way, not a wait
         await loop.cycle()  # a drains
         a.task.cancel()
 

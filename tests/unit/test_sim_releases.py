@@ -183,6 +183,8 @@ async def test_pause_keep_freezes_and_resume_carries_on() -> None:
         await until(lambda: engine.waiting == 1)  # keep accepts and queues new ones, even 0.33
         await asyncio.sleep(0.05)  # the token being generated when the pause came ends
         generated = engine.generation_tokens
+        # A sleep: proves no token is generated while paused, for 0.1 s (tens of the simulator's
+        # steps).
         await asyncio.sleep(0.1)
         assert engine.generation_tokens == generated and not running.done()
         await http.post("/resume")
