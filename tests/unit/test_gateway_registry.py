@@ -30,10 +30,14 @@ def model(
 
 
 def claims(name: str, pods: dict[str, str], *, conflict: bool | None = None) -> dict[str, Any]:
-    """A status as the operator writes it: the name it routes by, pods, maybe a Conflict."""
+    """A status as the operator writes it: the name it routes by, pods, maybe a Conflict (with
+    every field the CRD requires of a condition)."""
     conditions = []
     if conflict is not None:
-        conditions.append({"type": "Conflict", "status": str(conflict), "message": "taken"})
+        conditions.append(
+            {"type": "Conflict", "status": str(conflict), "reason": "ModelNameTaken",
+             "message": "taken", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        )  # fmt: skip
     return {
         "modelName": name,
         "pods": [{"name": p, "state": s, "uid": f"uid-{p}"} for p, s in pods.items()],
@@ -128,6 +132,19 @@ def test_refusals_say_what_to_change() -> None:
     assert "onRequest" in (model_from(model("a", wake={"onRequest": False})).refusal() or "")
     invalid = model_from({"metadata": {"namespace": "ns", "name": "bad"}, "spec": {}})
     assert invalid.phase == "Invalid" and "selector" in (invalid.refusal() or "")
+
+
+def test_a_status_field_it_cannot_read_is_dropped_and_the_rest_kept() -> None:
+    """Read as the operator reads it (parse_status): a field of the wrong type, from an older
+    or newer release, costs that field alone, never the model's routing."""
+    status = claims("llm", {"p0": "awake"}, conflict=False)
+    status.update(lastWakeSeconds="soon", phase="Sleepy", scaledToZeroTime="2026-01-01T00:00:00Z")
+    status["pods"][0]["since"] = "yesterday"
+    read = model_from(model("chat", status=status))
+    assert read.holds("llm") and read.conflict is None
+    assert read.status_pods["p0"].state == "awake" and read.status_pods["p0"].uid == "uid-p0"
+    assert read.last_wake_seconds is None and read.phase == "Pending"
+    assert read.scaled_to_zero_at == 1767225600.0
 
 
 class FlakyApi:
