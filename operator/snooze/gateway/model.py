@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
+from snooze.api.agreed import NO_PODS_REASON, WAKE_REQUESTED_ANNOTATION
 from snooze.api.models import (
     DesiredState,
     EngineState,
@@ -72,6 +72,9 @@ class Model:
     waiting_for_room: str | None = None
     """The message of a WaitingForRoom condition that is True: its wake waits for its GPU
     pool to make room."""
+    no_pods: bool = False
+    """The operator found that its selector matches no pod (Ready False, NoPods), for the spec
+    as it stands (the condition's observedGeneration is the model's generation)."""
 
     @property
     def key(self) -> Key:
@@ -153,6 +156,8 @@ def model_from(body: Mapping[str, Any]) -> Model:
     conditions = {c.type: c for c in status.conditions}
     failed = _true(conditions, "WakeFailed")
     valid = conditions.get("SpecValid")
+    ready = conditions.get("Ready")
+    generation = meta.get("generation")
     if "phase" in status.model_fields_set:
         phase = status.phase.value
     else:
@@ -182,6 +187,11 @@ def model_from(body: Mapping[str, Any]) -> Model:
         if spec is not None and valid is not None and valid.status == "False"
         else None,
         waiting_for_room=_message(conditions, "WaitingForRoom", "waiting for room on its GPU pool"),
+        # Of the spec it was computed from: a selector changed since may match pods.
+        no_pods=ready is not None
+        and (ready.status, ready.reason) == ("False", NO_PODS_REASON)
+        and isinstance(generation, int)
+        and ready.observed_generation == generation,
     )
 
 
