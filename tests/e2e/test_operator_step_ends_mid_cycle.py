@@ -45,7 +45,9 @@ class RecordingApi:
     def __init__(self) -> None:
         self.patches: list[tuple[str, dict[str, Any]]] = []
 
-    async def patch(self, ref: Ref, name: str, body: dict[str, Any], *, sub: str = "") -> Any:
+    async def patch(
+        self, ref: Ref, name: str, body: dict[str, Any], *, sub: str = "", yield_to: Any = None
+    ) -> Any:
         self.patches.append((name, body))
         return {}
 
@@ -58,7 +60,7 @@ class GatedProber(Prober):
         self.host, self.first = host, first
 
     async def _get(self, base_url: str, path: str, *args: Any, **kwargs: Any) -> Answer:
-        if httpx.URL(base_url).host == self.host and path == "/metrics":
+        if httpx.URL(base_url).host == self.host and path.rstrip("/") == "/metrics":
             await self.first()
         return await super()._get(base_url, path, *args, **kwargs)
 
@@ -171,7 +173,9 @@ class VersioningApi(RecordingApi):
 
     version = 40
 
-    async def patch(self, ref: Ref, name: str, body: dict[str, Any], *, sub: str = "") -> Any:
+    async def patch(
+        self, ref: Ref, name: str, body: dict[str, Any], *, sub: str = "", yield_to: Any = None
+    ) -> Any:
         await super().patch(ref, name, body, sub=sub)
         self.version += 1
         return {"metadata": {"resourceVersion": str(self.version)}}
@@ -186,7 +190,7 @@ class DrainGate(EngineHttp):
         self.release = asyncio.Event()
 
     async def request(self, method: str, url: str, **kwargs: Any) -> Answer:
-        if method == "GET" and url.endswith("/metrics"):
+        if method == "GET" and url.rstrip("/").endswith("/metrics"):
             self.checking.set()
             await self.release.wait()
         return await super().request(method, url, **kwargs)

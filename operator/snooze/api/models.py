@@ -22,10 +22,9 @@ from pydantic.alias_generators import to_camel
 
 from snooze.api.durations import DURATION_PATTERN, parse_duration
 from snooze.api.keepawake import (
-    MAX_WINDOWS,
     AutoIdleSpec,
     PrewakeSpec,
-    ScheduleWindow,
+    Schedule,
 )
 from snooze.api.quantities import QUANTITY_PATTERN, parse_quantity
 
@@ -176,10 +175,14 @@ class ScaleTargetRef(Wire):
 
 
 class EngineSpec(Wire):
-    """How to reach each pod's vLLM engine."""
+    """Which engine each pod runs, and how to reach it."""
 
+    kind: Literal["vllm", "sglang"] = "vllm"
+    """vllm (`vllm serve` with --enable-sleep-mode) or sglang (`sglang.launch_server` with
+    --enable-memory-saver): how its engines are put to sleep, woken and probed."""
     port: int = Field(default=8000, ge=1, le=65535)
-    """The engine's HTTP port on the pod (vLLM serves on 8000 by default)."""
+    """The engine's HTTP port on the pod (vLLM serves on 8000 by default, SGLang on 30000: set
+    it)."""
     scheme: Literal["http", "https"] = "http"
     """http or https."""
 
@@ -199,7 +202,8 @@ class SleepSpec(Wire):
     """How deeply an idle engine sleeps."""
 
     level: Literal[1, 2] = 1
-    """1: weights move to host RAM, fast wake. 2: weights are discarded and reloaded on wake."""
+    """1: weights move to host RAM, fast wake (SGLang: needs --enable-weights-cpu-backup). 2:
+    weights are discarded and reloaded on wake."""
 
 
 class WakeSpec(Wire):
@@ -318,7 +322,7 @@ class InferenceModelSpec(Wire):
     """Optional: idle this long (longer than idle.after), the scaleTargetRef workload is scaled
     to zero replicas, freeing host RAM and the GPU reservation too; a request scales it back
     to the replicas it had. Never while minAwake > 0."""
-    schedule: list[ScheduleWindow] = Field(default_factory=list, max_length=MAX_WINDOWS)
+    schedule: Schedule = Field(default_factory=list)
     """Keep-awake windows: at each window's start the engines are woken (scaled up from zero
     if needed) before any request, and during it at least its minAwake stay awake."""
     prewake: PrewakeSpec | None = None

@@ -15,6 +15,7 @@ from snooze.demo import timeline
 from snooze.demo.controller import ReplicaSetStandIn
 from snooze.gateway.embedded import GatewayThread
 from snooze.kube.pods import pod_info
+from snooze.operator.eventcorrelation import COMBINED
 from snooze.operator.metrics import OperatorMetrics
 
 NS = "default"
@@ -194,7 +195,8 @@ class Sampler:
         response = await self.api.get(EVENTS, params={"fieldSelector": "reason=MakingRoom"})
         found = []
         for event in response.json().get("items", []):
-            name = event["metadata"]["name"]
+            # An Event said again is the same object with a higher count: a swap again.
+            name = f"{event['metadata']['name']}#{event.get('count') or 1}"
             if name in self._events_seen:
                 continue
             self._events_seen.add(name)
@@ -228,12 +230,14 @@ class Sampler:
         """The model's pod that was waking: still here, or (already restarted) in the last
         sample, which is then redrawn as failed."""
 
-        def waking(sample_pods: Mapping[str, timeline.PodSample]) -> set[str]:
-            return {n for n, p in sample_pods.items() if p.model == model and p.state == "waking"}
+        def in_state(sample_pods: Mapping[str, timeline.PodSample], state: str) -> set[str]:
+            return {n for n, p in sample_pods.items() if p.model == model and p.state == state}
 
-        here = waking(pods) or {
-            n for n, p in pods.items() if p.model == model and p.state == "asleep"
-        }
+        def waking(sample_pods: Mapping[str, timeline.PodSample]) -> set[str]:
+            # A wake that fails fast may never be sampled waking: the pod was asleep before.
+            return in_state(sample_pods, "waking") or in_state(sample_pods, "asleep")
+
+        here = waking(pods)
         if here:
             return here
         last = self.timeline.samples[-1] if self.timeline.samples else None
@@ -259,7 +263,8 @@ def waiting_for_room(status: InferenceModelStatus) -> str | None:
 
 def parse_swap(event: Mapping[str, Any], *, t: float) -> timeline.Swap | None:
     """A MakingRoom Event as a Swap, or None if it is worded otherwise (pure)."""
-    match = MAKING_ROOM.match(str(event.get("message") or ""))
+    # Similar Events said often are combined under one, which tells the latest.
+    match = MAKING_ROOM.match(str(event.get("message") or "").removeprefix(COMBINED))
     if event.get("reason") != "MakingRoom" or match is None:
         return None
     return timeline.Swap(

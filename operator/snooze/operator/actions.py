@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from snooze.api.agreed import (
+    RELEASED_ANNOTATION,
     SLEEP_LEVEL_ANNOTATION,
     SLEEP_SENT_ANNOTATION,
     SLEEP_STARTED_ANNOTATION,
@@ -20,27 +21,29 @@ from snooze.api.agreed import (
     WAKE_PROGRESS_ANNOTATION,
 )
 from snooze.api.models import EngineState, InferenceModelSpec
-from snooze.api.reasons import MEMORY_NOT_FREED, OUTPUT_MISMATCH, WEIGHTS_MISMATCH
+from snooze.api.reasons import MEMORY_NOT_FREED, WEIGHTS_MISMATCH
 from snooze.api.times import format_time
-from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
+from snooze.engine.client import RELOAD, WEIGHTS, EngineHttp
 from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
+from snooze.engine.interface import SleepingEngine, engine_client
 from snooze.kube.api import KubeApi, KubeError, pods_ref
-from snooze.kube.pods import PodInfo
-from snooze.operator.memory import EngineMemory, ModelMemory, process_of
+from snooze.kube.pods import PodInfo, released_text
+from snooze.kube.writes import WriteYielded, urgent
+from snooze.operator.firstrecord import record_unless_woken
+from snooze.operator.memory import EngineMemory, ModelMemory, outstanding_of, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.readiness import ReadinessGates
 from snooze.operator.settings import Settings, sleep_timeout
+from snooze.operator.stepwords import AFTER_SLEEP, AFTER_WAKE, why
 from snooze.operator.verification import Verifier
-from snooze.policy.integrity import Verdict
+from snooze.operator.wakegate import Emit, WakeGate, engine_url
 from snooze.policy.readiness import gate_for
 from snooze.policy.sleep import Action, ActionKind, retry_delay
 
+__all__ = ["Emit", "Executor", "engine_url"]
 log = logging.getLogger(__name__)
 # What the operator did, one line each (events.teller logs the actions that post an Event).
 told = logging.getLogger("snooze.operator.events")
-
-# (event type, reason, message) -> posted as a Kubernetes Event on the InferenceModel.
-Emit = Callable[[str, str, str], None]
 
 
 # The marks of a drain, removed when it ends without a sleep.
@@ -53,10 +56,6 @@ RECOVERED: dict[tuple[EngineState | None, EngineState | None], tuple[str, str]] 
     (EngineState.WAKING, EngineState.AWAKE): ("Woke", "awake"),
     (EngineState.WAKING, EngineState.ASLEEP): ("WakeInterrupted", "still asleep"),
 }
-
-
-def engine_url(spec: InferenceModelSpec, pod: PodInfo) -> str:
-    return f"{spec.engine.scheme}://{pod.ip}:{spec.engine.port}"
 
 
 class Executor:
@@ -89,6 +88,15 @@ class Executor:
         self.made_room = made_room
         """Told when a member's sleep to make room on its pool begins."""
         self.verifier = Verifier(http=http, metrics=metrics, namespace=namespace, model=model)
+        self.gate = WakeGate(
+            verifier=self.verifier,
+            memory=memory,
+            metrics=metrics,
+            namespace=namespace,
+            model=model,
+            emit=emit,
+            label=self.label,
+        )
         self.gates = ReadinessGates(namespace=namespace, api=api)
         """The snooze.dev/awake readiness gate of the pods that list it."""
 
@@ -111,6 +119,9 @@ class Executor:
         }[action.kind]
         engine.cancel.clear()
         engine.action = action.kind.value
+        self.verifier.kind = spec.engine.kind  # its checks are asked as the engine's kind asks
+        if action.kind in (ActionKind.SLEEP, ActionKind.WAKE, ActionKind.RESTART):
+            engine.prompted = True  # the engine's next claim may differ: no contradiction
         engine.task = asyncio.create_task(
             self._guarded(step, action, pod, spec, engine), name=f"{action.kind}:{pod.name}"
         )
@@ -125,7 +136,9 @@ class Executor:
         engine: EngineMemory,
     ) -> None:
         try:
-            await step(action, pod, spec, engine)
+            # A wake's writes go before those of other models' churn (kube/writes.py).
+            with urgent() if action.kind is ActionKind.WAKE else contextlib.nullcontext():
+                await step(action, pod, spec, engine)
         except KubeError as exc:
             log.warning("%s on %s/%s: API error: %s", action.kind, self.namespace, pod.name, exc)
             self._backoff(action, engine, "ApiError", str(exc))
@@ -133,8 +146,10 @@ class Executor:
             log.exception("%s on %s/%s failed", action.kind, self.namespace, pod.name)
             self._backoff(action, engine, type(exc).__name__, str(exc))
         finally:
-            engine.last_probe = None  # confirm the outcome with a probe at the next cycle
-            self.memory.poke.set()  # let the loop publish the outcome now
+            # Let the loop publish the outcome now. Its next probe comes at its pace, not at
+            # once: the outcome is known (the step's own checks), and an engine whose claims
+            # contradict it would otherwise be acted on again at every probe.
+            self.memory.poke.set()
 
     @staticmethod
     def _backoff(action: Action, engine: EngineMemory, reason: str, message: str) -> None:
@@ -153,6 +168,7 @@ class Executor:
         engine: EngineMemory,
         *,
         annotations: dict[str, str | None] | None = None,
+        yield_to: asyncio.Event | None = None,
     ) -> None:
         metadata: dict[str, object] = {"labels": {STATE_LABEL: state.value}}
         if annotations:
@@ -166,23 +182,31 @@ class Executor:
                 await self.gates.write(pod, engine, gate)
             else:
                 await self.gates.settle(pod, engine, gate)
-        await self.patch_pod(pod, engine, metadata)
+        await self.patch_pod(pod, engine, metadata, yield_to=yield_to)
         if gate is not None and gate.serves:
             await self.gates.settle(pod, engine, gate)  # routable from here, as by the label
         if state is EngineState.AWAKE and was is not EngineState.AWAKE:
             # Routable only from now (the gateway sends nothing to a pod not labelled awake):
-            # its idle clock starts now.
+            # its idle clock starts now, and any wake request made before is answered.
             engine.last_activity = max(engine.last_activity, time.time())
+            engine.woke_at = time.time()
         engine.published = state
         if state.value not in engine.state_since:
             engine.state_since = {state.value: time.time()}
 
     async def patch_pod(
-        self, pod: PodInfo, engine: EngineMemory, metadata: dict[str, object]
+        self,
+        pod: PodInfo,
+        engine: EngineMemory,
+        metadata: dict[str, object],
+        *,
+        yield_to: asyncio.Event | None = None,
     ) -> None:
         """Patch the pod's metadata, and remember which versions of the pod this write made
         stale (see EngineMemory.wrote)."""
-        answer = await self.api.patch(pods_ref(self.namespace), pod.name, {"metadata": metadata})
+        answer = await self.api.patch(
+            pods_ref(self.namespace), pod.name, {"metadata": metadata}, yield_to=yield_to
+        )
         version = (answer.get("metadata") or {}).get("resourceVersion") if answer else None
         engine.wrote(before=pod.resource_version, after=str(version or ""))
 
@@ -194,13 +218,12 @@ class Executor:
         # The pod's label as this process saw it; the label it wrote itself, if the pod index
         # still shows an older one (then this is no leftover, only a late echo).
         before = pod.state if engine.published is None else engine.published
-        if (
-            before is EngineState.WAKING
-            and action.label is EngineState.AWAKE
-            and not await self._checked(pod, spec, engine)
+        if action.label is EngineState.AWAKE and not await self.gate.found_awake(
+            pod, spec, engine, was=before
         ):
-            return  # a wake cut off by a restart of the operator is checked before it serves
-        await self.label(pod, action.label, engine)
+            return  # an engine found awake under another label is checked before it serves
+        with urgent() if action.label is EngineState.AWAKE else contextlib.nullcontext():
+            await self.label(pod, action.label, engine)
         # The pod index lags behind this process's own writes: a label written again is an
         # echo, not news.
         told.log(
@@ -258,12 +281,30 @@ class Executor:
             f"deleted {pod.name} so that its controller recreates it: {why}",
         )
 
+    def _client(
+        self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory
+    ) -> SleepingEngine:
+        """The engine's client, of its kind. An SGLang server's sleep state is kept on its pod
+        (RELEASED_ANNOTATION), written before each call that changes it."""
+        process = process_of(pod, spec.engine.port)
+
+        async def record(outstanding: frozenset[str]) -> None:
+            value = released_text(process.restarts, outstanding)
+            await self.patch_pod(pod, engine, {"annotations": {RELEASED_ANNOTATION: value}})
+
+        return engine_client(
+            spec.engine.kind,
+            engine_url(spec, pod),
+            client=self.http,
+            timeout=self.settings.probe_timeout,
+            outstanding=outstanding_of(pod, process),
+            record=record,
+        )
+
     async def _sleep(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
-        client = EngineClient(
-            engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
-        )
+        client = self._client(spec, pod, engine)
         if action.reason == "MakeRoom" and await _busy(client):
             # The pool chose it on a probe older than this: a member serving requests is not
             # put to sleep for another; the pool sees it busy now and chooses again.
@@ -276,18 +317,24 @@ class Executor:
             self.made_room(pod)
         started = time.time()
         # Label first, so that the gateway stops routing here before the drain begins. Any
-        # wake progress left from before belongs to an older sleep.
-        await self.label(
-            pod,
-            EngineState.DRAINING,
-            engine,
-            annotations={
-                SLEEP_STARTED_ANNOTATION: format_time(started),
-                WAKE_PROGRESS_ANNOTATION: None,
-            },
-        )
+        # wake progress left from before belongs to an older sleep. A wake asked while this
+        # waits for its namespace's budget ends the sleep before it began.
+        try:
+            await self.label(
+                pod,
+                EngineState.DRAINING,
+                engine,
+                annotations={
+                    SLEEP_STARTED_ANNOTATION: format_time(started),
+                    WAKE_PROGRESS_ANNOTATION: None,
+                },
+                yield_to=engine.cancel,
+            )
+        except WriteYielded:
+            log.info("%s/%s: a wake came before its drain began", self.namespace, pod.name)
+            return
         engine.drain_started = started
-        self.emit("Normal", "Draining", f"{pod.name}: {_why(action)}; draining before sleep")
+        self.emit("Normal", "Draining", f"{pod.name}: {why(action)}; draining before sleep")
         deadline = started + self.settings.drain_timeout
         drained = False
         while time.time() < deadline and not engine.cancel.is_set():
@@ -302,21 +349,24 @@ class Executor:
                 async with asyncio.timeout(self.settings.drain_poll):
                     await engine.cancel.wait()
         if not engine.cancel.is_set() and action.drained_only and not drained:
-            await self._give_up_drain(pod, engine)
+            await self._give_up_drain(pod, engine, spec.engine.kind)
             return
         if not engine.cancel.is_set() and spec.wake.verify:
             # Before the engine's first sleep (once per run): what its wakes are checked against.
-            model_name = spec.model_name or self.model
-            await self.verifier.record(
+            # The weights' digests take seconds: never while a wake waits for this room.
+            await record_unless_woken(
+                self.verifier,
                 client.base_url,
-                model_name,
+                spec.model_name or self.model,
                 engine,
                 process_of(pod, spec.engine.port),
-                # The weights' digests take seconds: never while a wake waits for this room.
                 weights=action.reason != "MakeRoom",
+                timeout=self.settings.record_timeout,
+                where=f"{self.namespace}/{pod.name}",
             )
         if engine.cancel.is_set():
-            await self.label(pod, EngineState.AWAKE, engine)
+            with urgent():  # a wake is asked: published at once
+                await self.label(pod, EngineState.AWAKE, engine)
             self.emit(
                 "Normal", "SleepCancelled", f"{pod.name}: sleep cancelled, the model is wanted"
             )
@@ -354,6 +404,9 @@ class Executor:
                 return
             sleeping = await _sleeping_or_none(client)
             if sleeping is not None:
+                engine.believe(
+                    sleeping, AFTER_SLEEP, process_of(pod, spec.engine.port), time.time()
+                )
                 await self.label(pod, EngineState.ASLEEP if sleeping else EngineState.AWAKE, engine)
             # An engine that does not answer stays `draining`, not routable: it may be frozen,
             # or still freeing its memory. The loop publishes it once a probe says which.
@@ -374,7 +427,8 @@ class Executor:
             pod, EngineState.ASLEEP, engine, annotations={SLEEP_LEVEL_ANNOTATION: str(level)}
         )
         engine.sleep_level = level
-        engine.sleeping = True  # what the next probe would say: a GPU pool counts on it now
+        # What the next probe would say: a GPU pool counts on it now.
+        engine.believe(True, AFTER_SLEEP, process_of(pod, spec.engine.port), finished)
         if level == 1:
             engine.note_host_copy(process_of(pod, spec.engine.port))
         self.memory.last_sleep_time = finished
@@ -383,18 +437,16 @@ class Executor:
         self.emit(
             "Normal",
             "Slept",
-            f"{pod.name}: asleep at level {level} after {finished - started:.2f}s ({_why(action)})",
+            f"{pod.name}: asleep at level {level} after {finished - started:.2f}s ({why(action)})",
         )
 
     async def _wake(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
-        client = EngineClient(
-            engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
-        )
+        client = self._client(spec, pod, engine)
         level = action.level or spec.sleep.level
         await self.label(pod, EngineState.WAKING, engine)
-        self.emit("Normal", "Waking", f"{pod.name}: waking from level {level} ({_why(action)})")
+        self.emit("Normal", "Waking", f"{pod.name}: waking from level {level} ({why(action)})")
         started = time.monotonic()
         done = set(pod.wake_steps)
         if done:
@@ -410,13 +462,14 @@ class Executor:
                     pod, engine, {"annotations": {WAKE_PROGRESS_ANNOTATION: progress}}
                 )
 
+        checked = False
         try:
             await client.wake(level, timeout=spec.wake_timeout_seconds, done=done, on_step=record)
             if await client.is_sleeping():
                 raise EngineError(
                     "the engine answered /wake_up but still says it sleeps", url=client.base_url
                 )
-            checked = await self._checked(pod, spec, engine)
+            checked = await self.gate.checked(pod, spec, engine)
         except EngineError as exc:
             pool = self.pool_of(pod)
             said = str(exc)
@@ -430,28 +483,25 @@ class Executor:
                     "have given back (the pool's MemoryNotFreed Event names it, and the pool "
                     f"makes room without it). vLLM said: {exc.message!r}"
                 )
-            engine.wake_failures += 1
-            engine.last_failure = time.time()
-            engine.last_failure_reason = exc.reason
-            engine.last_failure_message = said
-            self.memory.failure = (pod.name, exc.reason, said)
-            self.metrics.wake_failures.labels(self.namespace, self.model, exc.reason).inc()
             sleeping = await _sleeping_or_none(client)
-            await self.label(
-                pod, EngineState.AWAKE if sleeping is False else EngineState.ASLEEP, engine
-            )
-            self.emit(
-                "Warning",
-                "WakeFailed",
-                f"{pod.name}: wake failed ({exc.reason}, failure {engine.wake_failures} of "
-                f"{spec.wake.failure_threshold}): {said}",
-            )
-            return
+            if sleeping is not None:
+                engine.believe(sleeping, AFTER_WAKE, process_of(pod, spec.engine.port), time.time())
+            if sleeping is not False:
+                # Asleep, or not answering: not routable; the loop publishes what a probe says
+                # (an engine found awake then is checked before it serves: _label_action).
+                self.gate.count_failure(pod, spec, engine, exc.reason, said)
+                await self.label(pod, EngineState.ASLEEP, engine)
+                self.gate.tell_failure(pod, spec, engine, exc.reason, said)
+                return
+            # Awake though its wake failed: a step answered after the engine woke, or a release
+            # woke everything at its first step (before 0.8.3 /wake_up reads no tags). It
+            # serves only if its answer was checked, and is as before its sleep.
+            checked = await self.gate.checked_after_failed_wake(pod, spec, engine, exc.reason, said)
         if not checked:
             return  # it woke answering differently: failed, never published awake
         seconds = time.monotonic() - started
         now = time.time()
-        engine.wake_failures = 0
+        engine.wake_failures, engine.failed_wake_run = 0, None
         engine.last_failure = None
         engine.last_failure_reason = engine.last_failure_message = ""
         # A woken engine starts a fresh idle period: it was woken because it is wanted.
@@ -465,9 +515,10 @@ class Executor:
         self.memory.failure = None
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Awake").inc()
         engine.sleep_level = 0
-        engine.sleeping = False  # its pool counts its footprint from now, not from a probe
+        # Its pool counts its footprint from now, not from a probe.
+        engine.believe(False, AFTER_WAKE, process_of(pod, spec.engine.port), now)
         self.metrics.observe_wake(self.namespace, self.model, str(level), seconds)
-        self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({_why(action)})")
+        self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({why(action)})")
         if level == 2 and spec.wake.verify:
             # A level-2 wake reloaded the weights: their digests are compared once the engine
             # serves (the check takes seconds; no request waits for it).
@@ -475,70 +526,25 @@ class Executor:
                 client.base_url, engine, process_of(pod, spec.engine.port)
             )
             if weights is not None and weights.failed:
-                await self._failed_check(pod, spec, engine, WEIGHTS_MISMATCH, weights.message)
+                await self.gate.failed_check(pod, spec, engine, WEIGHTS_MISMATCH, weights.message)
 
-    async def _checked(self, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory) -> bool:
-        """Check a woken engine's answer against its record before it is published: False
-        (and the engine failed, never routed to) when it answers differently. Where it does,
-        its weights are checked too, to say whether they are what changed."""
-        if not spec.wake.verify:
-            return True
-        url = engine_url(spec, pod)
-        process = process_of(pod, spec.engine.port)
-        verdict = await self.verifier.output_after_wake(
-            url, spec.model_name or self.model, engine, process
-        )
-        if verdict is None or not verdict.failed:
-            return True
-        weights = await self.verifier.weights_after_wake(url, engine, process)
-        await self._failed_check(
-            pod, spec, engine, OUTPUT_MISMATCH, _with_weights(verdict, weights)
-        )
-        return False
-
-    async def _failed_check(
-        self,
-        pod: PodInfo,
-        spec: InferenceModelSpec,
-        engine: EngineMemory,
-        reason: str,
-        what: str,
-    ) -> None:
-        """A wake that left the engine answering (or weighing) differently: failed, the
-        engine labelled `failed` (never routed to), and remedied by wake.onFailure."""
-        engine.wake_failures += 1
-        engine.last_failure = time.time()
-        engine.last_failure_reason = reason
-        engine.last_failure_message = f"woke but {what}"
-        self.memory.failure = (pod.name, reason, engine.last_failure_message)
-        self.metrics.wake_failures.labels(self.namespace, self.model, reason).inc()
-        engine.sleeping, engine.sleep_level = False, 0
-        await self.label(
-            pod, EngineState.FAILED, engine, annotations={WAKE_PROGRESS_ANNOTATION: None}
-        )
-        remedy = (
-            "wake.onFailure is Restart: the pod is deleted so that its controller recreates it"
-            if spec.wake.on_failure == "Restart"
-            else "wake.onFailure is Report: it stays unrouted until its pod or container restarts"
-        )
-        self.emit(
-            "Warning",
-            "WakeFailed",
-            f"{pod.name}: wake failed ({reason}): it woke but {what}; it gets no requests; "
-            f"{remedy}",
-        )
-
-    async def _give_up_drain(self, pod: PodInfo, engine: EngineMemory) -> None:
+    async def _give_up_drain(self, pod: PodInfo, engine: EngineMemory, kind: str) -> None:
         """A drain that timed out on an engine that a /sleep with requests in flight would
-        kill (a known vLLM bug): it stays awake and serves; the next try backs off."""
+        kill (a known vLLM bug; every SGLang server's release): it stays awake and serves;
+        the next try backs off."""
         engine.busy = False
         engine.sleep_failures += 1
         engine.last_sleep_failure = time.time()
         engine.sleep_failure_reason = "KnownBug"
+        crash = (
+            "an SGLang server dies of a release with a request running: not released"
+            if kind == "sglang"
+            else "this vLLM release and configuration crash on a /sleep with requests in "
+            "flight (see the KnownBug condition): not sent"
+        )
         engine.sleep_failure_message = (
             f"requests were still in flight after {self.settings.drain_timeout:g}s of "
-            "draining, and this vLLM release and configuration crash on a /sleep with "
-            "requests in flight (see the KnownBug condition): not sent"
+            f"draining, and {crash}"
         )
         self.metrics.sleep_failures.labels(self.namespace, self.model, "KnownBug").inc()
         engine.drain_started = None
@@ -552,35 +558,15 @@ class Executor:
         )
 
 
-async def _busy(client: EngineClient) -> bool:
+async def _busy(client: SleepingEngine) -> bool:
     try:
         return (await client.activity()).in_flight > 0
     except EngineError:
         return False  # the sleep below says what is wrong
 
 
-async def _sleeping_or_none(client: EngineClient) -> bool | None:
+async def _sleeping_or_none(client: SleepingEngine) -> bool | None:
     try:
         return await client.is_sleeping()
     except EngineError:
         return None
-
-
-def _with_weights(output: Verdict, weights: Verdict | None) -> str:
-    """An output check's failure, with what the weights' check said of it."""
-    if weights is None:
-        return f"{output.message} (its weights were not checked)"
-    if weights.failed:
-        return f"{output.message}: {weights.message}"
-    return f"{output.message}, while {weights.message}"
-
-
-def _why(action: Action) -> str:
-    return {
-        "Idle": "idle for longer than idle.after",
-        "DesiredAsleep": "desiredState is Asleep",
-        "DesiredAwake": "desiredState is Awake",
-        "WakeRequested": "a wake was requested",
-        "MinAwake": "minAwake engines must stay awake",
-        "Primed": "woken back after a sleep that only pinned its host copy (the pool's prime)",
-    }.get(action.reason, action.reason)
