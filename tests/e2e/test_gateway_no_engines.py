@@ -72,6 +72,11 @@ def test_a_model_with_no_pods_is_answered_at_once(
     cluster.create_model("ghost", SPEC)
     wait_for("Ready=False, NoPods", lambda: ready_reason(cluster) == "NoPods")
     wait_for("the gateway to list it", lambda: gateway_pods(gw) == 0)
+    # Nothing is checked where no engine is: the status claims no verification.
+    verified = cluster.condition("ghost", "WakeVerified")
+    assert verified is not None
+    assert (verified["status"], verified["reason"]) == ("Unknown", "NoEngine"), verified
+    assert "0 engine" not in verified["message"], verified
 
     answer = httpx.post(gw.url + CHAT, json=body(), timeout=CLIENT_TIMEOUT)
     message = assert_no_engines(answer)
