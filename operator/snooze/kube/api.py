@@ -199,8 +199,10 @@ class KubeApi:
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         retry: bool = True,
+        headers: Mapping[str, str] | None = None,
     ) -> JSON:
-        """One call, retried on transient failures (unless not `retry`); the decoded answer."""
+        """One call, retried on transient failures (unless not `retry`); the decoded answer.
+        `headers` are sent besides the login's (impersonation, say)."""
         content = None if body is None else json.dumps(body).encode()
         last, last_status = "", None
         renewed = False
@@ -218,6 +220,7 @@ class KubeApi:
                     content=content,
                     params=params,
                     content_type=None if content is None else content_type,
+                    headers=headers,
                 )
             except aiohttp.ClientConnectorCertificateError as exc:
                 # Not transient: no retry makes the certificate valid.
@@ -271,6 +274,7 @@ class KubeApi:
         content: bytes | None,
         params: Mapping[str, str] | None,
         content_type: str | None,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes]:
         """One attempt: the status and the body. Its timeouts start once it has its slot: a
         burst of thousands of writes queues here for seconds, and that is this process's
@@ -285,7 +289,7 @@ class KubeApi:
                 self._url(login, path),
                 data=content,
                 params=params,
-                headers=self._headers(login, content_type),
+                headers={**self._headers(login, content_type), **(headers or {})},
                 proxy=login.proxy,
                 timeout=timeout,
             ) as response,
