@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from snooze.sim import metrics, rl
+from snooze.sim import metrics, rl, serverinfo
 from snooze.sim.engine import (
     SLEEP_MODES,
     EngineDead,
@@ -72,6 +72,7 @@ def build_app(engine: SimulatedEngine) -> web.Application:
             app.router.add_post("/collective_rpc", collective_rpc)
         app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     rl.add_routes(app, engine)
+    serverinfo.add_routes(app, engine)
     return app
 
 
