@@ -1,0 +1,297 @@
+"""`snooze check --engine URL --cycle`: one real sleep and wake of an idle engine, as the operator
+would carry them out, timed, with the wake checked as the operator checks one (its greedy answer
+and its weights' digests against those before the sleep: policy/integrity.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from snooze.check.asking import ask
+from snooze.check.report import Result, Subject, failure, ok, warning
+from snooze.engine.activity import ActivitySnapshot
+from snooze.engine.client import EngineClient
+from snooze.engine.errors import EngineError
+from snooze.engine.http import EngineHttp
+from snooze.engine.verify import NoGenerationRoute, digest, greedy, weight_checksums
+from snooze.policy import knownbugs
+from snooze.policy.integrity import Answer, Check, judge, recorded, weights_verdict
+from snooze.policy.knownbugs import ServeFacts
+
+GREEDY_TIMEOUT = 30.0
+"""A few tokens of one request on an engine that serves nothing else."""
+CHECKSUM_TIMEOUT = 600.0
+"""vLLM hashes every weight tensor on the host: minutes for a large model on one rank."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CycleOptions:
+    level: int = 1
+    """The sleep level asked for (the known-bug table may move it, as it does the operator's)."""
+    timeout: float = 300.0
+    """The most the sleep, and then the wake, may take each."""
+    force: bool = False
+    """Cycle an engine that is serving requests (its /sleep waits for them on vLLM 0.17+)."""
+    model: str | None = None
+    """The model name for the greedy requests; default: the first /v1/models lists."""
+    checker: bool = True
+    """Whether /weight_checker answered (else the weights are not compared)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Before:
+    """What the engine said before the cycle."""
+
+    sleeping: bool
+    activity: ActivitySnapshot | None
+    facts: ServeFacts
+
+
+def refusal(subject: Subject, before: Before, options: CycleOptions) -> Result | None:
+    """Pure: why the cycle must not run, as its one failure line; None when it may."""
+    if before.sleeping:
+        return failure(
+            subject,
+            "cycle-sleep",
+            "not run: the engine is asleep already (is Snooze's operator managing it?)",
+            "run --cycle on an awake engine that no operator manages (or set its "
+            "InferenceModel's desiredState: Awake first)",
+        )
+    busy = before.activity.in_flight if before.activity is not None else 0
+    if busy and not options.force:
+        return failure(
+            subject,
+            "cycle-sleep",
+            f"not run: the engine is serving {busy} request(s), and a sleep stops generation",
+            "run it when the engine is idle, or add --force (vLLM 0.17+ waits for requests "
+            "in flight; older releases abort them)",
+            in_flight=busy,
+        )
+    return None
+
+
+def level_to_use(
+    subject: Subject, facts: ServeFacts, asked: int
+) -> tuple[int | None, Result | None]:
+    """Pure: the level the operator would sleep it at when asked for `asked` (the known-bug
+    table, wake.onKnownBug FallBack), and a line saying why when that is not `asked`."""
+    conduct = knownbugs.conduct(facts, asked, "FallBack")
+    if conduct.level == asked:
+        return asked, None
+    if conduct.level is None:
+        return None, warning(
+            subject,
+            "cycle-sleep",
+            f"not run: Snooze keeps this engine awake at level {asked}: {conduct.why} "
+            f"({knownbugs.describe(conduct.bugs)})",
+            "see the known-bugs line",
+        )
+    return conduct.level, warning(
+        subject,
+        "cycle-sleep",
+        f"level {asked} asked; Snooze {conduct.why}: cycled at level {conduct.level}",
+        "see the known-bugs line",
+    )
+
+
+async def run(
+    subject: Subject,
+    http: EngineHttp,
+    url: str,
+    before: Before,
+    options: CycleOptions,
+) -> list[Result]:
+    """The cycle; each step a line. Stops at the first step that fails, saying where it left
+    the engine."""
+    refused = refusal(subject, before, options)
+    if refused is not None:
+        return [refused]
+    level, moved = level_to_use(subject, before.facts, options.level)
+    results = [moved] if moved is not None else []
+    if level is None:
+        return results
+    client = EngineClient(url, client=http, timeout=10.0)
+    model = options.model or await _first_model(http, url)
+
+    baseline, output_note = await _record_output(http, url, model)
+    sums_before, weights_note = (
+        await _checksums(http, url) if options.checker else (None, "no /weight_checker")
+    )
+
+    taken, error = await _timed(lambda: client.sleep(level, "wait", timeout=options.timeout))
+    if error is None:
+        try:
+            if not await client.is_sleeping():
+                error = f"/sleep answered, but /is_sleeping still says false after {taken:.2f}s"
+        except EngineError as exc:
+            error = str(exc)
+    if error is not None:
+        results.append(
+            failure(
+                subject,
+                "cycle-sleep",
+                f"level-{level} sleep failed: {error}",
+                "read the engine's log; if it runs without --enable-sleep-mode, add it",
+                level=level,
+            )
+        )
+        return results
+    results.append(
+        ok(
+            subject,
+            "cycle-sleep",
+            f"slept at level {level} in {taken:.2f}s",
+            level=level,
+            sleep_seconds=round(taken, 3),
+        )
+    )
+
+    taken, error = await _timed(lambda: client.wake(level, timeout=options.timeout))
+    if error is not None:
+        results.append(
+            failure(
+                subject,
+                "cycle-wake",
+                f"the level-{level} wake failed: {error}",
+                f"the engine may be left asleep: POST {url}/wake_up, or restart its pod",
+                level=level,
+            )
+        )
+        return results
+    results.append(
+        ok(
+            subject,
+            "cycle-wake",
+            f"woke from level {level} in {taken:.2f}s",
+            level=level,
+            wake_seconds=round(taken, 3),
+        )
+    )
+    results.append(await _check_output(subject, http, url, model, baseline, output_note))
+    results.append(await _check_weights(subject, http, url, sums_before, weights_note))
+    return results
+
+
+async def _timed(step: Callable[[], Awaitable[None]]) -> tuple[float, str | None]:
+    started = time.monotonic()
+    try:
+        await step()
+    except EngineError as exc:
+        return time.monotonic() - started, str(exc)
+    return time.monotonic() - started, None
+
+
+async def _first_model(http: EngineHttp, url: str) -> str | None:
+    asked = await ask(http, "GET", url + "/v1/models", timeout=GREEDY_TIMEOUT)
+    return first_model(asked.body) if asked.status == 200 else None
+
+
+def first_model(body: bytes) -> str | None:
+    """Pure: the first model id of a /v1/models answer."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    cards = data.get("data") if isinstance(data, dict) else None
+    card = cards[0] if isinstance(cards, list) and cards else None
+    found = card.get("id") if isinstance(card, dict) else None
+    return found if isinstance(found, str) and 0 < len(found) <= 256 else None
+
+
+async def _greedy(http: EngineHttp, url: str, model: str, route: str | None) -> Answer:
+    got = await greedy(http, url, model, route=route, timeout=GREEDY_TIMEOUT)
+    return Answer.of(route=got.route, tokens=got.tokens, text=got.text)
+
+
+async def _record_output(
+    http: EngineHttp, url: str, model: str | None
+) -> tuple[Answer | None, str]:
+    """The greedy answer before the sleep (asked twice), or why the output is not checked."""
+    if model is None:
+        return None, "no model name (/v1/models did not say one; give --model)"
+    try:
+        first = await _greedy(http, url, model, None)
+        second = await _greedy(http, url, model, first.route)
+    except NoGenerationRoute:
+        return None, "the model does not generate text"
+    except EngineError as exc:
+        return None, f"its answer before the sleep could not be had: {exc}"
+    if recorded(first, second) is Check.NOT_DETERMINISTIC:
+        return None, (
+            f"two greedy answers before the sleep differed ({first.shown()}, then "
+            f"{second.shown()}): as Snooze's operator would, it is not checked"
+        )
+    return first, ""
+
+
+async def _check_output(
+    subject: Subject,
+    http: EngineHttp,
+    url: str,
+    model: str | None,
+    baseline: Answer | None,
+    note: str,
+) -> Result:
+    if baseline is None or model is None:
+        return warning(
+            subject,
+            "cycle-output",
+            f"not checked: {note}",
+            "give --model NAME (the served model name) for an output check",
+        )
+    try:
+        first = await _greedy(http, url, model, baseline.route)
+        second = None if first.same_as(baseline) else await _greedy(http, url, model, first.route)
+    except EngineError as exc:
+        return failure(
+            subject,
+            "cycle-output",
+            f"no answer after the wake: {exc}",
+            "read the engine's log; restart its pod",
+        )
+    verdict = judge(baseline, first, second)
+    if verdict.state is Check.VERIFIED:
+        return ok(subject, "cycle-output", verdict.message)
+    if verdict.state is Check.NOT_DETERMINISTIC:
+        return warning(subject, "cycle-output", verdict.message, "nothing to do: not checked")
+    return failure(
+        subject,
+        "cycle-output",
+        verdict.message,
+        "do not let Snooze sleep it at this level; see the known-bugs line and "
+        "docs/wake-verification.md",
+    )
+
+
+async def _checksums(http: EngineHttp, url: str) -> tuple[dict[str, str] | None, str]:
+    try:
+        sums = await weight_checksums(http, url, timeout=CHECKSUM_TIMEOUT)
+    except EngineError as exc:
+        return None, f"the digests before the sleep could not be had: {exc}"
+    return sums, "" if sums is not None else "no /weight_checker"
+
+
+async def _check_weights(
+    subject: Subject,
+    http: EngineHttp,
+    url: str,
+    before: dict[str, str] | None,
+    note: str,
+) -> Result:
+    if before is None:
+        return ok(subject, "cycle-weights", f"not compared: {note}")
+    after, failed = await _checksums(http, url)
+    if after is None:
+        return warning(subject, "cycle-weights", f"not compared: {failed}", "read the engine's log")
+    mismatches = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    verdict = weights_verdict(digest(before), len(before), digest(after), mismatches)
+    if verdict.state is Check.VERIFIED:
+        return ok(subject, "cycle-weights", verdict.message, tensors=len(before))
+    return failure(
+        subject,
+        "cycle-weights",
+        verdict.message,
+        "do not let Snooze sleep it at this level; see docs/wake-verification.md",
+    )
