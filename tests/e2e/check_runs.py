@@ -37,9 +37,9 @@ class Run:
 
     def line(self, check: str) -> str:
         """The one line of `check` (the first subject's)."""
-        [found] = [
-            line for line in self.out.splitlines() if re.match(rf"^  \S+ +{check}: ", line)
-        ][:1]
+        [found] = [line for line in self.out.splitlines() if re.match(rf"^  \S+ +{check}: ", line)][
+            :1
+        ]
         return found
 
     def document(self) -> dict[str, Any]:

@@ -71,9 +71,7 @@ def test_every_release_the_simulator_speaks_checks_and_cycles(sim: SimulatorHost
 
 
 @pytest.mark.parametrize("version", ["0.10.2", "0.11.1", "0.27.0", "0.33.0"])
-def test_a_level_2_cycle_reloads_and_checks_the_weights(
-    sim: SimulatorHost, version: str
-) -> None:
+def test_a_level_2_cycle_reloads_and_checks_the_weights(sim: SimulatorHost, version: str) -> None:
     sim_engine = engine(sim, vllm_version=version)
     run = check("--engine", sim_engine.url, "--cycle", "--level", "2")
     assert run.code == 0, run.out

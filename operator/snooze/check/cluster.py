@@ -243,20 +243,25 @@ async def _models_and_pools(
 
 
 async def _listed(api: KubeApi, namespace: str | None) -> tuple[list[JSON], list[JSON], list[JSON]]:
-    """The InferenceModels, GPUPools and pods of a namespace (None: of every namespace)."""
+    """The InferenceModels, GPUPools and pods of a namespace (None: of every namespace); no
+    GPUPools where their CRD is missing (the crds line says so), NotFound where the
+    InferenceModels' is."""
     where = f" in {namespace}" if namespace else ""
     pool_path = f"/apis/{models.GROUP}/{models.VERSION}"
     pool_path += f"/namespaces/{namespace}/{gpupool.PLURAL}" if namespace else f"/{gpupool.PLURAL}"
+
+    async def pools() -> JSON:
+        try:
+            return await _read(f"GPUPools{where}", api.list(Ref(pool_path)))
+        except NotFound:
+            return {}
+
     listed_models, listed_pools, listed_pods = await asyncio.gather(
         _read(f"InferenceModels{where}", api.list(models_ref(namespace))),
-        _read(f"GPUPools{where}", api.list(Ref(pool_path))),
+        pools(),
         _read(f"pods{where}", api.list(pods_ref(namespace))),
     )
-    return (
-        _items(listed_models),
-        _items(listed_pools),
-        _items(listed_pods),
-    )
+    return _items(listed_models), _items(listed_pools), _items(listed_pods)
 
 
 def _items(listed: JSON) -> list[JSON]:

@@ -420,7 +420,7 @@ def metrics(
     elif filtered.answered:
         said += f"; a probe reads {_size(len(filtered.body))}"
         if whole.answered:
-            said += f" of its {_size(len(whole.body))} page"
+            said += f" (the whole page: {_size(len(whole.body))})"
     if gaps:
         return warning(
             subject, "metrics", f"{said}; but {'; '.join(gaps)}", "; ".join(fixes), **data

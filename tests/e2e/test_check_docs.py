@@ -1,0 +1,113 @@
+"""docs/install.md's `snooze check` commands, run as printed through bash, and their sample output
+held to what they print: the cluster's check against the sandbox holding the page's release
+(the operator's pod Ready, the operator writing the example model's status, a simulated engine
+in the example's pod), and the engine's check in a network namespace of the test's own, where
+the port that `kubectl port-forward` would forward is a `snooze sim` on 127.0.0.1:8000 and the
+pod is the sandbox's. Numbers (timings, sizes, tokens) may differ from the sample; nothing else."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docs_pages
+import pytest
+import yaml
+from check_install import ENGINE_POD, add_engine_pod, apply_model, example, installed, settled
+from conftest import Cluster
+from test_chart_clients import Namespace
+from waits import wait_for
+
+from snooze.operator.embedded import OperatorThread
+
+PAGE = "docs/install.md"
+VENV_BIN = str(Path(sys.executable).parent)
+NUMBER = re.compile(r"\d+(\.\d+)?( kB| bytes)?")
+
+__all__ = ["installed"]
+
+
+def blocks_and_samples() -> list[tuple[str, str]]:
+    """Each `snooze check` command block of the page, with the text block that follows it."""
+    blocks = docs_pages.blocks(docs_pages.read(PAGE))
+    found = []
+    for i, block in enumerate(blocks):
+        if block.lang == "sh" and block.body.startswith("snooze check"):
+            sample = blocks[i + 1]
+            assert sample.lang == "text", f"no sample output after {block.body!r}"
+            found.append((block.body, sample.body))
+    return found
+
+
+def shape(text: str) -> list[str]:
+    """The lines with their numbers made alike."""
+    return [NUMBER.sub("N", line.rstrip()) for line in text.strip().splitlines()]
+
+
+def test_the_page_has_both_commands() -> None:
+    commands = [command.strip() for command, _ in blocks_and_samples()]
+    assert commands == [
+        "snooze check",
+        f"snooze check --engine http://127.0.0.1:8000 --pod default/{ENGINE_POD} --cycle",
+    ]
+
+
+def test_the_clusters_check_as_printed(
+    cluster: Cluster, installed: dict[str, Any], operator: OperatorThread
+) -> None:
+    [(command, sample), _] = blocks_and_samples()
+    add_engine_pod(cluster)
+    apply_model(cluster)
+    wait_for("the operator's status", lambda: settled(cluster), timeout=30)
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert shape(done.stdout) == shape(sample), done.stdout
+
+
+@pytest.fixture
+def namespace() -> Iterator[Namespace]:
+    space = Namespace()
+    yield space
+    space.close()
+
+
+def test_the_engines_check_as_printed(namespace: Namespace, tmp_path: Path) -> None:
+    [_, (command, sample)] = blocks_and_samples()
+    snooze = (sys.executable, "-m", "snooze.cli")
+    namespace.start(*snooze, "sandbox", "--port", "6443", "--kubeconfig", "/tmp/kubeconfig",
+                    log=tmp_path / "sandbox.log")  # fmt: skip
+    wait_for(
+        "the sandbox's kubeconfig",
+        lambda: "kubeconfig written" in (tmp_path / "sandbox.log").read_text(),
+    )
+    # The example's pod, as its Deployment's ReplicaSet and the kubelet would make it.
+    [deployment] = [d for d in example("vllm-qwen3-8b.yaml") if d["kind"] == "Deployment"]
+    template = deployment["spec"]["template"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": ENGINE_POD, "namespace": "default", **template["metadata"]},
+        "spec": template["spec"],
+        "status": {"phase": "Running", "podIP": "10.1.0.7"},
+    }
+    manifest = yaml.safe_dump(pod)
+    done = namespace.run(f"kubectl apply --validate=false -f - <<'EOF'\n{manifest}EOF")
+    assert done.returncode == 0, done.stderr
+    # What `kubectl port-forward pod/... 8000` would reach: a simulated vLLM 0.33.0 engine.
+    namespace.start(*snooze, "sim", "--model", "Qwen/Qwen3-8B", log=tmp_path / "sim.log")
+    wait_for(
+        "the engine",
+        lambda: namespace.run("curl -sf http://127.0.0.1:8000/health").returncode == 0,
+    )
+    namespace.env["PATH"] = f"{VENV_BIN}{os.pathsep}{namespace.env['PATH']}"
+    done = namespace.run(command)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert shape(done.stdout) == shape(sample), done.stdout
