@@ -15,11 +15,13 @@ import docs_pages
 import pytest
 import yaml
 from conftest import Cluster, next_address
+from waits import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chart"))
 
 from test_install_docs import commands, install
 
+from snooze.operator.embedded import OperatorThread
 from snooze.sim import EngineConfig
 
 ROOT = docs_pages.ROOT
@@ -162,3 +164,12 @@ def installed(cluster: Cluster, tmp_path: Path) -> dict[str, Any]:
 def settled(cluster: Cluster) -> bool:
     status = cluster.status("qwen3-8b")
     return status.get("awake") == 1 and status.get("engines") == 1
+
+
+@pytest.fixture
+def model_running(cluster: Cluster, installed: dict[str, Any], operator: OperatorThread) -> None:
+    """The install page's release, and its example model with its engine awake, as the
+    operator (running) reports it."""
+    add_engine_pod(cluster)
+    apply_model(cluster)
+    wait_for("the operator's status", lambda: settled(cluster), timeout=30)

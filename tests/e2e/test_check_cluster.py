@@ -22,7 +22,8 @@ from check_install import (
     apply_model,
     apply_release,
     example,
-    settled,
+    installed,
+    model_running,
     start_operator_pods,
 )
 from check_runs import Run, check
@@ -33,14 +34,11 @@ from snooze.operator.embedded import OperatorThread
 from snooze.sandbox import Sandbox
 
 pytestmark = pytest.mark.needs("kubectl")
+__all__ = ["installed", "model_running"]  # fixtures
 
 
-def test_a_healthy_install_checks_ok(
-    cluster: Cluster, installed: dict[str, Any], operator: OperatorThread
-) -> None:
-    add_engine_pod(cluster)
-    apply_model(cluster)
-    wait_for("the operator's status", lambda: settled(cluster), timeout=30)
+@pytest.mark.usefixtures("model_running")
+def test_a_healthy_install_checks_ok(cluster: Cluster) -> None:
     run = check()
     assert run.code == 0, run.out + run.err
     assert run.lines() == {
@@ -62,12 +60,8 @@ def test_a_healthy_install_checks_ok(
     }
 
 
-def test_impersonation_refused_is_a_warning_that_says_what_to_run(
-    cluster: Cluster, installed: dict[str, Any], operator: OperatorThread
-) -> None:
-    add_engine_pod(cluster)
-    apply_model(cluster)
-    wait_for("the operator's status", lambda: settled(cluster), timeout=30)
+@pytest.mark.usefixtures("model_running")
+def test_impersonation_refused_is_a_warning_that_says_what_to_run(cluster: Cluster) -> None:
     cluster.sandbox.inject_fault(
         method="POST",
         path_contains="selfsubjectaccessreviews",

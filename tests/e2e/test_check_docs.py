@@ -13,23 +13,19 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import docs_pages
 import pytest
 import yaml
-from check_install import ENGINE_POD, add_engine_pod, apply_model, example, installed, settled
-from conftest import Cluster
+from check_install import ENGINE_POD, example, installed, model_running
 from test_chart_clients import Namespace
 from waits import wait_for
-
-from snooze.operator.embedded import OperatorThread
 
 PAGE = "docs/install.md"
 VENV_BIN = str(Path(sys.executable).parent)
 NUMBER = re.compile(r"\d+(\.\d+)?( kB| bytes)?")
 
-__all__ = ["installed"]
+__all__ = ["installed", "model_running"]
 
 
 def blocks_and_samples() -> list[tuple[str, str]]:
@@ -57,13 +53,9 @@ def test_the_page_has_both_commands() -> None:
     ]
 
 
-def test_the_clusters_check_as_printed(
-    cluster: Cluster, installed: dict[str, Any], operator: OperatorThread
-) -> None:
+@pytest.mark.usefixtures("model_running")
+def test_the_clusters_check_as_printed() -> None:
     [(command, sample), _] = blocks_and_samples()
-    add_engine_pod(cluster)
-    apply_model(cluster)
-    wait_for("the operator's status", lambda: settled(cluster), timeout=30)
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(
         ["bash", "-c", command], capture_output=True, text=True, env=env, timeout=120
@@ -82,12 +74,7 @@ def namespace() -> Iterator[Namespace]:
 def test_the_engines_check_as_printed(namespace: Namespace, tmp_path: Path) -> None:
     [_, (command, sample)] = blocks_and_samples()
     snooze = (sys.executable, "-m", "snooze.cli")
-    namespace.start(*snooze, "sandbox", "--port", "6443", "--kubeconfig", "/tmp/kubeconfig",
-                    log=tmp_path / "sandbox.log")  # fmt: skip
-    wait_for(
-        "the sandbox's kubeconfig",
-        lambda: "kubeconfig written" in (tmp_path / "sandbox.log").read_text(),
-    )
+    namespace.start_sandbox(tmp_path / "sandbox.log")
     # The example's pod, as its Deployment's ReplicaSet and the kubelet would make it.
     [deployment] = [d for d in example("vllm-qwen3-8b.yaml") if d["kind"] == "Deployment"]
     template = deployment["spec"]["template"]

@@ -9,6 +9,7 @@ import urllib.parse
 from typing import TYPE_CHECKING
 
 from snooze.api.durations import duration_flag
+from snooze.kube.flags import add_credential_arguments
 
 if TYPE_CHECKING:
     from snooze.check.report import Result
@@ -83,15 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --cycle: the most the sleep, and then the wake, may take (default: 5m)",
     )
     cluster = parser.add_argument_group("cluster")
-    cluster.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="the kubeconfig to use (default: KUBECONFIG, else the pod's service account, "
-        "else ~/.kube/config)",
-    )
-    cluster.add_argument(
-        "--context", metavar="NAME", help="the kubeconfig context to use (default: its current)"
-    )
+    add_credential_arguments(cluster)
     cluster.add_argument(
         "--namespace",
         action="append",
