@@ -4,10 +4,14 @@ and the JSON shape docs/check.md documents."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
+import docs_pages
 import pytest
 
 from snooze.check.report import (
+    CHECKS,
     CLUSTER,
     FORMAT_VERSION,
     Kind,
@@ -38,7 +42,7 @@ MODEL = Subject(kind=Kind.MODEL, namespace="llm", name="chat")
     ],
 )
 def test_only_a_failure_fails(levels: list[Level], code: int) -> None:
-    results = [Result(subject=CLUSTER, check="c", level=level, message="m") for level in levels]
+    results = [Result(subject=CLUSTER, check="crds", level=level, message="m") for level in levels]
     assert exit_code(results) == code
 
 
@@ -107,3 +111,21 @@ def test_a_users_name_is_never_taken_for_a_word_of_ours() -> None:
         "  ok       model: fine",
         "Cluster",
     ]
+
+
+def test_every_check_is_documented_and_every_documented_check_is_one() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "check.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    documented = {name for row in rows for name in re.findall(r"`([a-z-]+)`", row.split("|")[1])}
+    assert documented == CHECKS
+    with pytest.raises(ValueError, match="not a check's name"):
+        ok(CLUSTER, "everything", "fine")
+
+
+def test_the_pages_json_sample_has_the_documents_shape() -> None:
+    [block] = [b for b in docs_pages.blocks(docs_pages.read("docs/check.md")) if b.lang == "json"]
+    sample = json.loads(block.body)
+    [entry] = sample["checks"]
+    subject = Subject(kind=Kind.MODEL, namespace="default", name="qwen3-8b")
+    real = as_json([ok(subject, entry["check"], entry["message"])] * 7)
+    assert sample == {**real, "checks": real["checks"][:1]}

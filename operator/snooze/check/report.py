@@ -14,6 +14,20 @@ FORMAT_VERSION = 1
 goes away; new fields and new checks come without it."""
 
 
+CHECKS = frozenset(
+    {
+        # The cluster's.
+        "crds", "operator", "leader", "permissions", "models", "model", "pods", "engines",
+        "pool", "members-node", "members-claim",
+        # An engine's.
+        "engine", "dev-mode", "sleep-mode", "serve-args", "known-bugs", "weight-checker",
+        "metrics", "cycle-sleep", "cycle-wake", "cycle-output", "cycle-weights",
+    }
+)  # fmt: skip
+"""Every check's name: docs/check.md describes each (a test keeps the two alike), and scripts
+read them from --output json; a name is never reused for another meaning."""
+
+
 class Level(enum.StrEnum):
     OK = "ok"
     WARNING = "warning"
@@ -69,6 +83,10 @@ class Result:
     """What to do, for a warning or a failure."""
     data: Mapping[str, Any] = field(default_factory=dict)
     """Figures a script may want (a cycle's timings, an engine's release), JSON-ready."""
+
+    def __post_init__(self) -> None:
+        if self.check not in CHECKS:
+            raise ValueError(f"{self.check!r} is not a check's name (report.CHECKS)")
 
 
 def ok(subject: Subject, check: str, message: str, **data: Any) -> Result:

@@ -305,21 +305,11 @@ def known_bugs(
     conducts = {level: knownbugs.conduct(facts, level, "FallBack") for level in knownbugs.LEVELS}
     said = "; ".join(f"level {level}: {c.why}" for level, c in conducts.items())
     text = f"{running}: {knownbugs.describe(bugs)}. Snooze (wake.onKnownBug FallBack): {said}"
-    if all(c.level is None for c in conducts.values()):
-        return failure(
-            subject,
-            "known-bugs",
-            text,
-            f"upgrade vLLM past the rows' fixes ({KNOWN_BUGS}), or run it without what they need",
-            bugs=[bug.key for bug in bugs],
-        )
-    return warning(
-        subject,
-        "known-bugs",
-        text,
-        f"upgrade vLLM past the rows' fixes ({KNOWN_BUGS}) to sleep it as asked",
-        bugs=[bug.key for bug in bugs],
-    )
+    never = all(c.level is None for c in conducts.values())
+    judged = failure if never else warning
+    without = ", or run it without what they need" if never else " to sleep it as asked"
+    fix = f"upgrade vLLM past the rows' fixes ({KNOWN_BUGS}){without}"
+    return judged(subject, "known-bugs", text, fix, bugs=[bug.key for bug in bugs])
 
 
 def checker_present(asked: Asked) -> bool:
