@@ -82,6 +82,7 @@ def test_the_install_pages_check_as_printed(kube: Kube, release: str) -> None:
         operator = f"Operator {SYSTEM}/{release}-operator"
         model = f"InferenceModel {ENGINES}/chat"
         expected = {
+            ("Cluster", "api"): "ok",
             ("Cluster", "crds"): "ok",
             (operator, "operator"): "ok",
             (operator, "leader"): "ok",

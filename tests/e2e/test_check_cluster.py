@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from check_install import (
     ENGINE_POD,
     OPERATOR_POD,
@@ -28,6 +29,7 @@ from check_install import (
 )
 from check_runs import Run, check
 from conftest import Cluster, next_address
+from processes import free_port
 from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
@@ -42,6 +44,7 @@ def test_a_healthy_install_checks_ok(cluster: Cluster) -> None:
     run = check()
     assert run.code == 0, run.out + run.err
     assert run.lines() == {
+        ("Cluster", "api"): "ok",
         ("Cluster", "crds"): "ok",
         ("Operator snooze/snooze-operator", "operator"): "ok",
         ("Operator snooze/snooze-operator", "leader"): "ok",
@@ -54,7 +57,7 @@ def test_a_healthy_install_checks_ok(cluster: Cluster) -> None:
     assert "system:serviceaccount:snooze:snooze-operator may do all 23" in run.line("permissions")
     document = check("--output", "json").document()
     assert document["passed"] is True and document["counts"] == {
-        "ok": 7,
+        "ok": 8,
         "warning": 0,
         "failure": 0,
     }
@@ -228,3 +231,25 @@ def test_pools_whose_members_are_on_two_nodes_or_off_the_claim_fail(cluster: Clu
     )
     assert lines[("Cluster", "operator")] == "failure"  # none installed
     assert lines[("InferenceModel default/chat", "model")] == "failure"  # none reported
+
+
+def test_an_api_server_that_does_not_answer_is_one_line_at_once(tmp_path: Path) -> None:
+    """Every other read would fail the same way after its retries: one line, in seconds."""
+    port = free_port()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1", "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )  # fmt: skip
+    run = check("--kubeconfig", str(kubeconfig))
+    assert run.code == 1 and "Traceback" not in run.err
+    assert run.lines() == {("Cluster", "api"): "failure"}
+    assert f"no answer from the API server at http://127.0.0.1:{port}" in run.line("api")
+    assert run.seconds < 15

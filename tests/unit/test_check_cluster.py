@@ -15,6 +15,7 @@ from snooze.check.clusterjudge import (
     CrdSeen,
     OperatorConfig,
     Review,
+    api,
     crds,
     first_difference,
     leader,
@@ -282,3 +283,18 @@ def test_the_permissions_line() -> None:
     assert "kubectl auth can-i --list --as=system:serviceaccount:snooze:snooze-operator" in (
         refused.fix
     )
+
+
+@pytest.mark.parametrize(
+    ("version", "level", "words"),
+    [
+        ({"major": "1", "minor": "34", "gitVersion": "v1.34.4"}, Level.OK, "Kubernetes v1.34.4"),
+        ({"major": "1", "minor": "28+", "gitVersion": "v1.28.3-eks"}, Level.OK, "v1.28.3-eks"),
+        ({"major": "1", "minor": "27", "gitVersion": "v1.27.9"}, Level.FAILURE, "need 1.28"),
+        ({"gitVersion": "v9"}, Level.WARNING, "cannot be read"),
+        (None, Level.FAILURE, "no answer from the API server at https://k:6443: refused"),
+    ],
+)
+def test_the_api_line(version: dict[str, str] | None, level: Level, words: str) -> None:
+    found = api("https://k:6443", version, "refused")
+    assert found.level is level and words in found.message, found

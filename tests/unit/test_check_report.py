@@ -127,5 +127,5 @@ def test_the_pages_json_sample_has_the_documents_shape() -> None:
     sample = json.loads(block.body)
     [entry] = sample["checks"]
     subject = Subject(kind=Kind.MODEL, namespace="default", name="qwen3-8b")
-    real = as_json([ok(subject, entry["check"], entry["message"])] * 7)
+    real = as_json([ok(subject, entry["check"], entry["message"])] * 8)
     assert sample == {**real, "checks": real["checks"][:1]}

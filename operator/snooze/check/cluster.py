@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from snooze.api import crd, gpupool, models
 from snooze.check import clusterjudge, modeljudge
 from snooze.check.clusterjudge import CrdSeen, OperatorConfig, Review
-from snooze.check.report import CLUSTER, Result, failure, warning
+from snooze.check.report import CLUSTER, Level, Result, failure, warning
 from snooze.kube.api import KubeApi, KubeError, NotFound, Ref, models_ref, pods_ref
 from snooze.kube.credentials import Source
 from snooze.kube.pods import pod_info
@@ -56,16 +56,31 @@ async def check_cluster(
 
 
 async def _checks(api: KubeApi, namespaces: Sequence[str], named: str | None) -> list[Result]:
+    reached = await _api(api)
+    if reached.level is Level.FAILURE:
+        return [reached]  # every other read would fail the same way, each after retries
     configs, operators = await _operators(api, named)
     watched: Sequence[str] | None = None
     if configs:
         every = any(not c.watched for c in configs)
         watched = () if every else sorted({ns for c in configs for ns in c.watched})
     summary, objects = await _models_and_pools(api, namespaces, watched, bool(configs))
-    results = [await _crds(api), *operators, *summary]
+    results = [reached, await _crds(api), *operators, *summary]
     for config in configs:
         results += await _operator(api, config)
     return results + objects
+
+
+async def _api(api: KubeApi) -> Result:
+    """One read, not retried: whether the API server answers at all, and its version."""
+    try:
+        async with asyncio.timeout(READ_SECONDS):
+            version = await api.request("GET", "/version", retry=False)
+    except TimeoutError:
+        return clusterjudge.api(api.server, None, f"no answer within {READ_SECONDS:g}s")
+    except KubeError as exc:
+        return clusterjudge.api(api.server, None, str(exc))
+    return clusterjudge.api(api.server, version, "")
 
 
 async def _crds(api: KubeApi) -> Result:

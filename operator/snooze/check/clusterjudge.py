@@ -5,6 +5,7 @@ ServiceAccount may do what api/rbac.py says it needs. Pure: objects in, results 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,41 @@ from snooze.check.report import CLUSTER, Kind, Result, Subject, failure, ok, war
 JSON = Mapping[str, Any]
 APPLY_CRDS = "kubectl apply -f crds/ (the files of this Snooze's release)"
 INSTALL = "install the chart (docs/install.md)"
+
+
+# -- The API server --------------------------------------------------------------------------
+
+OLDEST_KUBERNETES = (1, 28)
+"""The CRDs' validation rules (CEL) need it; the chart's kubeVersion says the same."""
+
+
+def api(server: str, version: JSON | None, failure_text: str) -> Result:
+    """The `api` check: the API server answers, with a Kubernetes the CRDs' rules work on."""
+    if version is None:
+        return failure(
+            CLUSTER,
+            "api",
+            f"no answer from the API server at {server}: {failure_text}",
+            "check the kubeconfig's server and credentials (kubectl version says the same)",
+        )
+    shown = str(version.get("gitVersion") or "an unknown version")
+    numbers = [re.match(r"\d+", str(version.get(k) or "")) for k in ("major", "minor")]
+    if numbers[0] is None or numbers[1] is None:
+        return warning(
+            CLUSTER,
+            "api",
+            f"Kubernetes {shown} at {server}: its version cannot be read",
+            "make sure it is 1.28 or newer (the CRDs' validation rules need it)",
+        )
+    found = (int(numbers[0].group()), int(numbers[1].group()))
+    if found < OLDEST_KUBERNETES:
+        return failure(
+            CLUSTER,
+            "api",
+            f"Kubernetes {shown} at {server}: the CRDs' validation rules need 1.28 or newer",
+            "upgrade the cluster to Kubernetes 1.28 or newer",
+        )
+    return ok(CLUSTER, "api", f"Kubernetes {shown} at {server}", version=shown)
 
 
 # -- CRDs ------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ goes away; new fields and new checks come without it."""
 CHECKS = frozenset(
     {
         # The cluster's.
-        "crds", "operator", "leader", "permissions", "models", "model", "pods", "engines",
+        "api", "crds", "operator", "leader", "permissions", "models", "model", "pods", "engines",
         "pool", "members-node", "members-claim",
         # An engine's.
         "engine", "dev-mode", "sleep-mode", "serve-args", "known-bugs", "weight-checker",
