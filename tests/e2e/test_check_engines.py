@@ -142,7 +142,7 @@ def test_the_pods_arguments_decide_the_known_bugs(sim: SimulatorHost, cluster: C
     )
     bugs = run.line("known-bugs")
     assert "FAILURE" in bugs and "lora-tp-level1" in bugs and "lora-level2" in bugs
-    assert "not run: Snooze keeps this engine awake" in run.line("cycle-sleep")
+    assert "not run: not at level 1 as asked: Snooze stays awake" in run.line("cycle-sleep")
     assert sim_engine.seen["POST /sleep"] == 0
     missing = check("--engine", sim_engine.url, "--pod", "default/gone")
     assert "FAILURE" in missing.line("serve-args") and "gone" in missing.line("serve-args")

@@ -72,28 +72,14 @@ def refusal(subject: Subject, before: Before, options: CycleOptions) -> Result |
     return None
 
 
-def level_to_use(
-    subject: Subject, facts: ServeFacts, asked: int
-) -> tuple[int | None, Result | None]:
+def level_to_use(subject: Subject, facts: ServeFacts, asked: int) -> tuple[int | None, str]:
     """Pure: the level the operator would sleep it at when asked for `asked` (the known-bug
-    table, wake.onKnownBug FallBack), and a line saying why when that is not `asked`."""
+    table, wake.onKnownBug FallBack; None: it keeps the engine awake), and why, when that is
+    not `asked`."""
     conduct = knownbugs.conduct(facts, asked, "FallBack")
     if conduct.level == asked:
-        return asked, None
-    if conduct.level is None:
-        return None, warning(
-            subject,
-            "cycle-sleep",
-            f"not run: Snooze keeps this engine awake at level {asked}: {conduct.why} "
-            f"({knownbugs.describe(conduct.bugs)})",
-            "see the known-bugs line",
-        )
-    return conduct.level, warning(
-        subject,
-        "cycle-sleep",
-        f"level {asked} asked; Snooze {conduct.why}: cycled at level {conduct.level}",
-        "see the known-bugs line",
-    )
+        return asked, ""
+    return conduct.level, f"not at level {asked} as asked: Snooze {conduct.why}"
 
 
 async def run(
@@ -109,9 +95,9 @@ async def run(
     if refused is not None:
         return [refused]
     level, moved = level_to_use(subject, before.facts, options.level)
-    results = [moved] if moved is not None else []
     if level is None:
-        return results
+        return [warning(subject, "cycle-sleep", f"not run: {moved}", "see the known-bugs line")]
+    results: list[Result] = []
     client = EngineClient(url, client=http, timeout=10.0)
     model = options.model or await _first_model(http, url)
 
@@ -138,15 +124,16 @@ async def run(
             )
         )
         return results
-    results.append(
-        ok(
-            subject,
-            "cycle-sleep",
-            f"slept at level {level} in {taken:.2f}s",
-            level=level,
-            sleep_seconds=round(taken, 3),
+    slept = f"slept at level {level} in {taken:.2f}s"
+    figures = {"level": level, "sleep_seconds": round(taken, 3)}
+    if moved:
+        results.append(
+            warning(
+                subject, "cycle-sleep", f"{slept}, {moved}", "see the known-bugs line", **figures
+            )
         )
-    )
+    else:
+        results.append(ok(subject, "cycle-sleep", slept, **figures))
 
     taken, error = await _timed(lambda: client.wake(level, timeout=options.timeout))
     if error is not None:
