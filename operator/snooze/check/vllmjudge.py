@@ -79,10 +79,10 @@ class PodSeen:
             for env in container.get("env") or []:
                 if isinstance(env, Mapping) and env.get("name") == DEV_MODE:
                     if "valueFrom" in env:
-                        found = None if found is False else found
+                        found = None  # set from elsewhere: not known here
                     elif str(env.get("value", "")) == "1":
                         return True
-            if container.get("envFrom") and found is False:
+            if container.get("envFrom"):
                 found = None
         return found
 
