@@ -175,13 +175,14 @@ def test_hostile_engines_give_failure_lines_within_the_timeout(hostile: Hostile)
     assert stalled["engine"] == "ok"
     assert stalled["dev-mode"] == stalled["metrics"] == "failure"
     assert stalled["cycle-sleep"] == "failure"  # not run: dev mode is not known to work
-    # Asked each route once, no retries (/metrics: the check's filtered and whole reads, and
-    # the operator's own probe), and never /sleep.
+    # Asked each route once, no retries (/metrics/, which filters on vLLM, for the check's
+    # own read; /metrics for the whole page and the operator's probe), and never /sleep.
     assert hostile.asked(stalls) == {
         "GET /version": 1,
         "GET /is_sleeping": 1,
         "GET /server_info": 1,
         "POST /weight_checker": 1,
-        "GET /metrics": 3,
+        "GET /metrics/": 1,
+        "GET /metrics": 2,
     }
     assert all("\x1b" not in line for line in run.out.splitlines())

@@ -17,7 +17,12 @@ from snooze.engine.probe import Prober
 from snooze.policy.knownbugs import ServeFacts
 
 NAME = "vLLM"
-METRICS = "/metrics"
+# vLLM mounts prometheus_client's app, which filters on `name[]`, under /metrics; from 0.8.5 the
+# instrumentator's own GET /metrics, registered first, answers the whole page whatever is asked
+# (docs/vllm-contract.md). So the filtered page is asked at /metrics/, and at /metrics where
+# that is not found.
+FILTERING = "/metrics/"
+PLAIN = "/metrics"
 SERVER_INFO_LIMIT = 4 << 20
 """/server_info holds the whole configuration and the host's environment: tens of kB."""
 SERVER_INFO_TIMES = 3
@@ -69,15 +74,8 @@ async def examine(
             ),
             # An empty body: the route refuses it (its `action` is required) before hashing.
             ask(http, "POST", url + "/weight_checker", json={}, timeout=timeout),
-            ask(
-                http,
-                "GET",
-                url + METRICS,
-                params=[("name[]", name) for name in ACTIVITY_METRICS],
-                timeout=timeout,
-                limit=METRICS_LIMIT,
-            ),
-            ask(http, "GET", url + METRICS, timeout=timeout, limit=METRICS_LIMIT),
+            _filtered_metrics(http, url, timeout),
+            ask(http, "GET", url + PLAIN, timeout=timeout, limit=METRICS_LIMIT),
             _probe(prober, url),
         )
     finally:
@@ -123,6 +121,17 @@ async def examine(
         # Not known from its configuration, and now proven: it slept.
         results[results.index(sleep)] = ok(subject, "sleep-mode", "on: the cycle put it to sleep")
     return results + cycled
+
+
+async def _filtered_metrics(http: EngineHttp, url: str, timeout: float) -> Asked:  # noqa: ASYNC109
+    """The families Snooze reads, asked for where vLLM's filtering app answers."""
+    query = [("name[]", name) for name in ACTIVITY_METRICS]
+    asked = await ask(
+        http, "GET", url + FILTERING, params=query, timeout=timeout, limit=METRICS_LIMIT
+    )
+    if asked.status != 404:
+        return asked
+    return await ask(http, "GET", url + PLAIN, params=query, timeout=timeout, limit=METRICS_LIMIT)
 
 
 async def _probe(prober: Prober, url: str) -> tuple[ActivitySnapshot | None, str]:
