@@ -127,8 +127,9 @@ class Bench:
                 headers={"Content-Type": "application/merge-patch+json"},
             ).raise_for_status()
 
-    def gateway(self, metrics_port: int | None = None) -> str:
-        """Start the gateway; with `metrics_port`, its Prometheus metrics are served there."""
+    def gateway(self, metrics_port: int | None = None, extra: tuple[str, ...] = ()) -> str:
+        """Start the gateway; with `metrics_port`, its Prometheus metrics are served there;
+        `extra`: more of its flags."""
         port = free_port()
         code = (
             "import argparse, sys; from snooze.gateway import cli; p = argparse.ArgumentParser();"
@@ -137,7 +138,7 @@ class Bench:
         args = ["--host", "127.0.0.1", "--port", str(port), "--expose-model-status"]
         if metrics_port is not None:
             args += ["--metrics-port", str(metrics_port)]
-        self.spawn("-c", code, *args)
+        self.spawn("-c", code, *args, *extra)
         self.gateway_url = f"http://127.0.0.1:{port}"
         # A minute: a run on a loaded machine (two cores shared with other work, load average
         # 4) once gave up after the default thirty seconds.

@@ -10,6 +10,9 @@ reset between phases), its CPU, and the calm model's wake (the wake request to i
 saying awake) and its sleep (how long after idle.after it came), each phase against the
 baseline as ratios, and what the hostile model's status says in the end.
 
+Then the gateway's scenes (hostile_gateway.py): a 300 MB answer, a stream nobody reads, an
+engine that lies about being awake, and a flood of idle connections, each beside its control.
+
 Usage: python hostile.py [--rounds 5] [--huge-mb 300] [--drips 200]
 """
 
@@ -27,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import hostile_gateway
 import httpx
 from harness import NS, Bench, bench, free_port, wait_until
 
@@ -213,6 +217,8 @@ def main() -> None:
                 result["hostile_status"] = status_of(setup, name)
                 report[phase] = result
         report["probe_failures"] = probe_failures(metrics)
+    log("gateway")  # the gateway's scenes, in a sandbox of their own (hostile_gateway.py)
+    report["gateway"] = hostile_gateway.scenes(args.huge_mb)
     print(json.dumps(report))
 
 

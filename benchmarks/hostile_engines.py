@@ -17,6 +17,15 @@ Kinds:
 - `page`: `text`, whole.
 `/is_sleeping` answers `{"is_sleeping": false}` for every kind, `/health` 200.
 
+What an engine answers on the inference routes (`/v1/chat/completions`, `/v1/completions`),
+its `answer`:
+- `huge`: a completion of `bytes` bytes, not streamed, in chunks of 1 MiB as fast as they are
+  taken, with a `Content-Length` only if `length` is true;
+- `endless`: a completion that never ends, as fast as it is taken;
+- `silent`: nothing, ever (an engine asleep while its metrics say awake): it reads the
+  request and holds it until the client leaves (`longest` says how long that took);
+- none (the default): 404.
+
 Usage: python hostile_engines.py --control-port PORT
 """
 
@@ -42,6 +51,7 @@ BUCKETS = "".join(
     f'vllm:e2e_request_latency_seconds_bucket{{engine="0",le="{n}.0"}} {n}\n' for n in range(200)
 ).encode()
 CHUNK = 1 << 20
+INFERENCE = ("/v1/chat/completions", "/v1/completions")
 DISCONNECTED = (ConnectionError, asyncio.CancelledError)
 
 
@@ -52,6 +62,7 @@ class Engine:
     length: bool = False
     interval: float = 0.1
     text: str = ""
+    answer: str = ""
     requests: dict[str, int] = field(default_factory=dict)
     sent: int = 0
     open: int = 0
@@ -120,11 +131,29 @@ class Engines:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/is_sleeping", self.is_sleeping)
         app.router.add_get("/health", self.health)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.1)
+        for path in INFERENCE:
+            app.router.add_post(path, self.inference)
+        # A client that leaves cancels its handler: a silent answer then ends.
+        runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=0.1,
+            handler_cancellation=True,
+        )
         await runner.setup()
         await web.TCPSite(runner, host, 8000, reuse_address=True).start()
         self.runners[host] = runner
         return web.json_response({"host": host, "replaced": False})
+
+    async def inference(self, request: web.Request) -> web.StreamResponse:
+        engine = self.engine(request)
+        await request.read()
+        if engine.answer == "silent":
+            return await silent(request, engine)
+        if engine.answer in ("huge", "endless"):
+            return await completion(request, engine)
+        return web.json_response({"error": {"message": "no answer"}}, status=404)
 
     async def report(self, _: web.Request) -> web.Response:
         return web.json_response({host: e.report() for host, e in self.by_host.items()})
@@ -164,6 +193,39 @@ async def drip(request: web.Request, engine: Engine, body: bytes) -> web.StreamR
             index = (index + 1) % len(body)
             await asyncio.sleep(engine.interval)
     return response
+
+
+async def completion(request: web.Request, engine: Engine) -> web.StreamResponse:
+    """A JSON completion of `engine.bytes` bytes (`huge`), or one without end (`endless`)."""
+    head = b'{"id":"cmpl-huge","object":"text_completion","choices":[{"index":0,"text":"'
+    tail = b'","finish_reason":"length"}]}'
+    headers = {"Content-Type": "application/json"}
+    endless = engine.answer == "endless"
+    if engine.length and not endless:
+        headers["Content-Length"] = str(engine.bytes)
+    response = web.StreamResponse(headers=headers)
+    await response.prepare(request)
+    with engine.writing():
+        await response.write(head)
+        engine.sent += len(head)
+        left = engine.bytes - len(head) - len(tail)
+        block = b"a" * CHUNK
+        while endless or left > 0:
+            piece = block if endless else block[:left]
+            await response.write(piece)
+            engine.sent += len(piece)
+            left -= len(piece)
+        await response.write(tail)
+        engine.sent += len(tail)
+        await response.write_eof()
+    return response
+
+
+async def silent(request: web.Request, engine: Engine) -> web.StreamResponse:
+    """Holds the request, answering nothing, until its client leaves (which cancels it)."""
+    with engine.writing():
+        await asyncio.Event().wait()
+    return web.Response(status=503)
 
 
 async def serve(control_port: int) -> None:

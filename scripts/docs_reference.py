@@ -1,6 +1,7 @@
 """Write the docs' reference pages from their sources of truth: the CRDs (snooze.api.crd), the
 `snooze` command's argparse parsers, and the metrics registries of the operator, the gateway and
-the simulator. Run `python scripts/docs_reference.py` after changing any of them;
+the simulator; and the site's pages of the README's comparison, limits and maturity, from the
+README. Run `python scripts/docs_reference.py` after changing any of them;
 tests/unit/test_docs_reference.py fails while a checked-in page differs from what this writes.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -320,11 +322,54 @@ PAGES: dict[str, Callable[[], str]] = {
 }
 
 
+# The README's sections the site shows too ----------------------------------------------------
+
+README_PAGES: dict[str, tuple[str, str]] = {
+    "compare.md": ("How it compares", "How Snooze compares"),
+    "limits.md": ("Limits and known issues", "Limits and known issues"),
+    "maturity.md": ("Maturity", "Maturity"),
+}
+"""docs/ page -> (the README's heading, the page's title)."""
+
+
+def readme_section(heading: str) -> str:
+    """The body of the README's `## heading` section, up to the next `## `."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"\n## {heading}\n") + len(f"\n## {heading}\n")
+    end = text.find("\n## ", start)
+    return text[start : end if end >= 0 else len(text)].strip("\n") + "\n"
+
+
+def site_links(markdown: str) -> str:
+    """The README's links as a page of docs/ reads them: `docs/pools.md` is `pools.md` there.
+    A link elsewhere in the repository has no page on the site: refused, so that the README
+    says it another way (a path in code, say)."""
+
+    def relink(match: re.Match[str]) -> str:
+        target = match.group(2)
+        if re.match(r"[a-z]+://|#", target):
+            return match.group(0)
+        if not target.startswith("docs/"):
+            raise ValueError(f"the README links {target!r}, which the docs site has no page for")
+        return f"{match.group(1)}({target.removeprefix('docs/')})"
+
+    return re.sub(r"(\[[^\]]*\])\(([^)\s]+)\)", relink, markdown)
+
+
+def readme_page(name: str) -> str:
+    heading, title = README_PAGES[name]
+    source = HEADER.format(source=f'README.md\'s section "{heading}"')
+    return f"{source}# {title}\n\n{site_links(readme_section(heading))}"
+
+
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     for name, make in PAGES.items():
         (OUT / name).write_text(make())
         print(f"wrote {(OUT / name).relative_to(ROOT)}")
+    for name in README_PAGES:
+        (ROOT / "docs" / name).write_text(readme_page(name))
+        print(f"wrote docs/{name}")
     return 0
 
 

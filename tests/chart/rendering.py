@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import helm_python as helm
+import helm_python._native as helm_native
 import jsonschema
 import kubernetes_validate.utils as kubernetes_validate
 import pytest
@@ -73,12 +74,33 @@ class Rendering:
         return found
 
 
+# What a cluster with prometheus-operator serves: the chart renders its monitoring objects only
+# where the cluster has their kinds (`.Capabilities.APIVersions.Has`).
+MONITORING_APIS = [f"monitoring.coreos.com/v1/{kind}" for kind in MONITORING_KINDS]
+
+
 def render(
-    values: dict[str, Any] | None = None, *, release: str = RELEASE, namespace: str = NAMESPACE
+    values: dict[str, Any] | None = None,
+    *,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    api_versions: list[str] = MONITORING_APIS,
 ) -> Rendering:
-    """Render the chart as `helm install` would (schema validation included), offline."""
+    """Render the chart as `helm install` would (schema validation included), offline, for a
+    cluster that serves these API versions besides Kubernetes' own (`helm template
+    --api-versions`)."""
+    options = {"name": release, "namespace": namespace, "is_install": True}
     with helm.Chart.load(CHART) as chart:
-        manifests = chart.render(values or {}, name=release, namespace=namespace, is_install=True)
+        # Chart.render has no api_versions argument, but the native call it makes takes them
+        # (helm-python-sdk 0.2.2, pinned): the same options, one more.
+        manifests = json.loads(
+            helm_native.call_string(
+                "helm_render",
+                chart._raw(),
+                json.dumps(values or {}),
+                json.dumps({**options, "api_versions": api_versions}),
+            )
+        )
     objects = [
         obj
         for path, text in sorted(manifests.items())

@@ -222,3 +222,31 @@ def test_notes_name_the_gateway_and_an_unambiguous_resource() -> None:
     assert "no engine is fenced off" in notes
     everything = render(VALUE_SETS["everything"]).notes
     assert "no engine is fenced off" not in everything and "No Prometheus" not in everything
+
+
+def test_monitoring_objects_need_prometheus_operators_api_and_say_so() -> None:
+    """A ServiceMonitor or PrometheusRule sent to a cluster without their CRDs fails the whole
+    install, naming neither value: the chart leaves them out there and its notes say why."""
+    everything = VALUE_SETS["everything"]
+    served = render(everything)
+    assert served.of_kind("ServiceMonitor") and served.of_kind("PrometheusRule")
+    assert "serves no monitoring.coreos.com" not in served.notes
+    bare = render(everything, api_versions=[])
+    assert not bare.of_kind("ServiceMonitor") and not bare.of_kind("PrometheusRule")
+    for kind, value in (("ServiceMonitor", "serviceMonitor"), ("PrometheusRule", "prometheusRule")):
+        assert (
+            f"{value}.enabled is true, but this cluster serves no monitoring.coreos.com/v1\n{kind}"
+        ) in bare.notes
+        assert f"--api-versions monitoring.coreos.com/v1/{kind}" in bare.notes
+    # Only what the cluster lacks is left out.
+    half = render(everything, api_versions=["monitoring.coreos.com/v1/ServiceMonitor"])
+    assert half.of_kind("ServiceMonitor") and not half.of_kind("PrometheusRule")
+
+
+def test_the_notes_warn_while_the_image_is_the_unpublished_default() -> None:
+    assert "nobody\npublishes Snooze's image" in render().notes
+    named = render({"image": {"repository": "registry.example.com/snooze", "tag": "0.1.0"}})
+    assert "publishes Snooze's image" not in named.notes
+    deployment = named.one("Deployment", "-operator")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/snooze:0.1.0"

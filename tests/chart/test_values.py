@@ -114,6 +114,12 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
         "maxUnavailable",
     ),
     ("negative shutdown grace", {"gateway": {"shutdownGraceSeconds": -1}}, "shutdownGrace"),
+    ("zero client read timeout", {"gateway": {"clientReadTimeout": 0}}, "clientReadTimeout"),
+    (
+        "start timeout not a duration",
+        {"gateway": {"upstreamStartTimeout": "90 s"}},
+        "upstreamStartTimeout",
+    ),
     (
         "runbook address with a fragment",
         {"prometheusRule": {"runbookBaseURL": "https://docs/x#y"}},

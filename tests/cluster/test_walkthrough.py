@@ -31,7 +31,7 @@ def apply_example(kube: Kube) -> None:
     # The image your cluster pulls, set before the pods start (a change after would roll out
     # new pods under the test's feet).
     repository, tag = image()
-    text = EXAMPLE.read_text().replace("ghcr.io/example/snooze:0.1.0", f"{repository}:{tag}")
+    text = EXAMPLE.read_text().replace("snooze:0.1.0", f"{repository}:{tag}")
     kube.kubectl(*command[1:-2], "-f", "-", input=text)
 
 

@@ -120,6 +120,31 @@ def test_an_engine_frozen_mid_stream_ends_the_stream_with_an_error_event(
     assert "--upstream-idle-timeout" in final["error"]["message"]
 
 
+def test_the_idle_timeout_holds_after_a_longer_first_byte_timeout(engine: EngineProcess) -> None:
+    """The idle bound is kept from the second chunk on even when the first byte's is longer
+    (as by default: ten minutes, then two): the answers' one timer was left set for the first
+    byte's deadline, and a stream frozen after its first chunks hung that long."""
+    patient = start_gateway(upstream_first_byte_timeout=30.0, upstream_idle_timeout=1.0)
+    try:
+        wait_for("routable", lambda: routable_pods(patient, "slow") == 1)
+        body = {"model": "slow", "messages": MESSAGES, "max_tokens": 400, "stream": True}
+        began = time.monotonic()
+        events = []
+        with httpx.stream("POST", patient.url + CHAT, json=body, timeout=60) as response:
+            for line in response.iter_lines():
+                if line.startswith("data:"):
+                    events.append(line)
+                    if len(events) == 3:
+                        engine.freeze()
+        took = time.monotonic() - began
+    finally:
+        patient.stop()
+    final = json.loads(events[-1].removeprefix("data: "))
+    assert final["error"]["code"] == "upstream_timeout"
+    assert "--upstream-idle-timeout" in final["error"]["message"]
+    assert took < 15, took  # the idle timeout's second (and a loaded machine), not thirty
+
+
 def test_a_stream_longer_than_the_idle_timeout_but_never_idle_that_long_goes_through(
     engine: EngineProcess, impatient: GatewayThread
 ) -> None:

@@ -35,3 +35,13 @@ def test_the_hostile_engines_benchmark_runs_as_printed() -> None:
     assert report["drip"]["hostile_engines"]["count"] == 200
     reasons = {key.rsplit("reason=", 1)[1].strip('"') for key in report["probe_failures"]}
     assert reasons == {"AnswerTooLarge", "Timeout"}
+
+    # The gateway's scenes (hostile_gateway.py), each beside its control.
+    gateway = report["gateway"]
+    assert gateway["huge"]["answer"]["code"] == 200 and gateway["huge"]["answer"]["mb"] == 300
+    assert gateway["huge"]["ratio"] < 1.5 and gateway["huge"]["others"]["failed"] == 0
+    assert gateway["unread"]["ratio"] < 3
+    lying = gateway["lying"]
+    assert lying["stream"]["code"] == lying["whole"]["code"] == lying["next"]["code"] == 502
+    assert lying["next"]["s"] < lying["stream"]["s"] < lying["before_s"]
+    assert gateway["flood"]["shed"] >= gateway["flood"]["connections"] - 64

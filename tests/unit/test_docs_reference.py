@@ -35,6 +35,26 @@ def test_the_checked_in_page_is_the_generated_one(name: str) -> None:
     )
 
 
+@pytest.mark.parametrize("name", sorted(REFERENCE.README_PAGES))
+def test_the_sites_page_of_a_readme_section_is_that_section(name: str) -> None:
+    """The comparison, the limits and the maturity are written once, in the README; the site's
+    pages are generated from it."""
+    assert (ROOT / "docs" / name).read_text() == REFERENCE.readme_page(name), (
+        f"docs/{name} is stale: run `python scripts/docs_reference.py`"
+    )
+    heading, _ = REFERENCE.README_PAGES[name]
+    body = REFERENCE.readme_section(heading)
+    assert body.strip() and "\n## " not in body
+
+
+def test_a_readme_link_outside_the_docs_is_refused_for_the_site() -> None:
+    assert REFERENCE.site_links("[a](docs/pools.md#x) [b](https://x.y/z)") == (
+        "[a](pools.md#x) [b](https://x.y/z)"
+    )
+    with pytest.raises(ValueError, match=r"benchmarks/README\.md"):
+        REFERENCE.site_links("see [it](benchmarks/README.md)")
+
+
 def test_the_pages_cover_what_they_are_generated_from() -> None:
     from snooze.cli import COMMANDS
     from snooze.gateway.metrics import GatewayMetrics

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from snooze.gateway.headers import forward_headers
 from snooze.gateway.hold import known_failure
 from snooze.gateway.model import Model, model_from
-from snooze.gateway.proxy import forward_headers
 from snooze.gateway.router import Router, pick
 from snooze.gateway.wake import wake_pending
 from snooze.kube.pods import PodInfo

@@ -140,6 +140,8 @@ def test_the_reason_set_is_closed_and_codes_are_http_codes() -> None:
         "unavailable",
         "upstream_error",
         "upstream_timeout",
+        "upstream_stalled",
+        "client_stalled",
         "shutting_down",
     }
 

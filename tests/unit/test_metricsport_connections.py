@@ -4,9 +4,7 @@ and a clock the test moves: who is admitted, who makes room, who is closed when.
 from __future__ import annotations
 
 import socket
-import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 
 import pytest
 
@@ -40,24 +38,18 @@ def closed(client: socket.socket) -> bool:
         return False
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def connect(made: list[tuple[socket.socket, socket.socket]]) -> tuple[socket.socket, socket.socket]:
     pair = socket.socketpair()
     made.append(pair)
     return pair
 
 
-def test_a_full_port_replaces_the_longest_waiting_connection(
+def test_a_full_port_replaces_the_longest_waiting_connection_at_once(
     pairs: list[tuple[socket.socket, socket.socket]],
 ) -> None:
-    """The oldest connection still waiting for its request is closed, and the new one is
-    admitted once that one's thread has ended: never more connections than threads allowed."""
+    """The oldest connection still waiting for its request is shut down, and the new one is
+    admitted at once, without waiting for the closed one's thread: that one stays listed,
+    as closing, until its thread ends."""
     clock = Clock()
     connections = Connections(most=3, head_timeout=5, lifetime=45, clock=clock)
     first, second, third = (connect(pairs) for _ in range(3))
@@ -66,21 +58,37 @@ def test_a_full_port_replaces_the_longest_waiting_connection(
         clock.now += 1
     connections.answering(first[0])  # its request is in: it is being answered, never replaced
     newcomer = connect(pairs)
-    with ThreadPoolExecutor(1) as pool:
-        admitted = pool.submit(connections.admit, newcomer[0])
-        wait_until(lambda: closed(second[1]))
-        assert not admitted.done(), "admitted before the closed connection's thread ended"
-        assert len(connections) == 3
-        connections.release(second[0])  # as its thread does when it ends
-        assert admitted.result(timeout=5) is True
+    assert connections.admit(newcomer[0])
+    assert closed(second[1])
+    assert len(connections) == 4  # the closed one's thread has not ended yet
+    connections.release(second[0])  # as its thread does when it ends
     assert len(connections) == 3
     assert not closed(first[1]) and not closed(third[1]) and not closed(newcomer[1])
+
+
+def test_threads_still_ending_are_bounded(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    """A flood faster than replaced connections' threads end is refused past `most_closing`
+    of them, and admitted again as they end."""
+    connections = Connections(most=2, most_closing=2, head_timeout=5, lifetime=45)
+    idle = [connect(pairs) for _ in range(2)]
+    for server, _ in idle:
+        assert connections.admit(server)
+    flood = [connect(pairs) for _ in range(3)]
+    assert connections.admit(flood[0][0]) and connections.admit(flood[1][0])
+    assert all(closed(client) for _, client in idle)
+    assert not connections.admit(flood[2][0]), "two threads are still ending"
+    connections.release(idle[0][0])
+    assert connections.admit(flood[2][0])
+    assert closed(flood[0][1]) and not closed(flood[2][1])
+    assert connections.closed_early == 4  # three replaced, one refused
 
 
 def test_a_port_whose_connections_are_all_answered_refuses_a_new_one(
     pairs: list[tuple[socket.socket, socket.socket]],
 ) -> None:
-    connections = Connections(most=2, head_timeout=5, lifetime=45, room_timeout=0.05)
+    connections = Connections(most=2, head_timeout=5, lifetime=45)
     admitted = [connect(pairs) for _ in range(2)]
     for server, _ in admitted:
         assert connections.admit(server)

@@ -259,6 +259,53 @@ def test_the_command_line_says_what_is_wrong(
     assert (tmp_path / "mine").is_dir()
 
 
+@pytest.mark.parametrize(
+    ("measure_from", "says"),
+    [
+        ("2001", "last request is at 2000, so nothing would be counted; give a time from 0"),
+        ("2030-01-01T00:00:00Z", "last request is at 2000, so nothing would be counted"),
+        ("100%", "100% would count nothing"),
+        ("150%", "a share is 0%"),
+    ],
+)
+def test_a_measure_from_past_the_trace_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], measure_from: str, says: str
+) -> None:
+    """Counting from after the last request would print a table of zeros and exit 0, as if
+    it were a result."""
+    path = tmp_path / "trace.csv"
+    path.write_text("timestamp,model\n0,m\n100,m\n2000,m\n")
+    args = ["whatif", "--trace", str(path), "--policy", "always-on", "--out", str(tmp_path / "o")]
+    assert main([*args, f"--measure-from={measure_from}"]) == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    # Its last request is still counted.
+    assert main([*args, "--measure-from", "2000"]) == 0
+    assert "0 of 1 requests held" in capsys.readouterr().out
+
+
+def test_each_policy_gets_a_sentence_on_devices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "trace.csv"
+    # Two models, each with one request at the start and one a day later.
+    path.write_text("timestamp,model\n0,a\n0,b\n86400,a\n86400,b\n")
+    code = main(
+        ["whatif", "--trace", str(path), "--policy", "always-on", "--policy", "fixed:10m",
+         "--policy", "tiers:10m,1h", "--out", str(tmp_path / "out")]
+    )  # fmt: skip
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    said = {line.split(":")[0]: line for line in lines if "devices held on average" in line}
+    assert said["always-on"].startswith(
+        "always-on: 2.0 devices held on average, 2 at the peak, against 2 always on: "
+        "no device saved; 0 of 4 requests held."
+    )
+    # Sleep alone gives no device back; scale to zero does, on average and at the peak.
+    assert "no device saved" in said["fixed"]
+    assert "saved on average" in said["tiers"] and "requests held (p99" in said["tiers"]
+
+
 def test_simulation_fields_are_all_set() -> None:
     # Guards the hand-computed cases against a simulation that silently counts nothing.
     result = simulate("fixed:1m", [0, 500])

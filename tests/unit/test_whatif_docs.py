@@ -34,6 +34,9 @@ def test_the_readme_compare_command_gives_its_figures(tmp_path: Path) -> None:
     assert all(by[n]["devices_peak"] == 17 for n in ("always-on", "fixed:10m", "fixed:1m"))
     assert [by[n]["devices_peak"] for n in ("tiers:10m,1h", "tiers:10m,2h")] == [9, 10]
     assert by["tiers:10m,1h"]["added_latency_p99_s"] == 60.0
+    # The sentence the docs quote is the one the command printed.
+    [quoted] = [line for line in pages.docs().splitlines() if line.startswith("tiers:10m,1h: ")]
+    assert quoted in done.stdout.splitlines()
     # Written where the command said, not into the tree (bash() checks the tree).
     assert (Path(done.stdout.split("wrote ")[1].split(" and ")[0])).exists()
 

@@ -216,3 +216,11 @@ selector. */}}
     {{- toYaml ($scraper.podSelector | default (dict "matchLabels" (dict "app.kubernetes.io/name" "prometheus"))) | nindent 4 }}
 {{- end }}
 {{- end }}
+
+{{/* "true" when the cluster serves this monitoring kind (prometheus-operator's CRDs), else
+nothing: without them the API server would refuse the whole install, with a message that does
+not say which value asked for them; the object is left out and NOTES.txt says why. `helm
+template` knows no cluster: it is told with --api-versions. */}}
+{{- define "snooze.monitoringAPI" -}}
+{{- if .ctx.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind) }}true{{ end }}
+{{- end }}

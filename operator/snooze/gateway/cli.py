@@ -31,6 +31,14 @@ _BOUNDS = (
     ("--upstream-idle-timeout", "upstream_idle_timeout", "DURATION",
      "how long an engine may pause between two chunks of an answer; then 504, or a final "
      "SSE error event"),
+    ("--upstream-start-timeout", "upstream_start_timeout", "DURATION",
+     "how long an engine with requests waiting may start no answer (no stream's first "
+     "event, no whole answer); then they get 502 and it gets no requests for a while. Above "
+     "one long prompt's prefill alone: 128k tokens on a 70B model is about a minute on four "
+     "A100s"),
+    ("--client-read-timeout", "client_read_timeout", "DURATION",
+     "how long a client may take none of its answer; then it is cut and its request ends "
+     "(its model may sleep, its pool make room); well under the models' wake timeouts"),
     ("--client-header-timeout", "client_header_timeout", "DURATION",
      "how long a client may take to send a request's line and headers; then 408"),
     ("--client-body-timeout", "client_body_timeout", "DURATION",

@@ -16,6 +16,7 @@ Choices a user can observe:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -27,7 +28,10 @@ from aiohttp import web
 from yarl import URL
 
 from snooze.gateway import paths, proxy
+from snooze.gateway import stalls as stalls_
 from snooze.gateway.body import BodyBudget, Parser, Reservation, read_body
+from snooze.gateway.clients import ClientStalled, ClientWatches, abandon, bounded_write
+from snooze.gateway.deadlines import Bounds
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
 from snooze.gateway.hold import Holds, Outcome, Waited
 from snooze.gateway.metrics import GatewayMetrics
@@ -35,6 +39,7 @@ from snooze.gateway.model import Model
 from snooze.gateway.registry import Claim, Registry
 from snooze.gateway.router import Router
 from snooze.gateway.settings import GatewaySettings
+from snooze.gateway.stalls import PROBE_PATH, PROBED_PATHS, Probe, Stalls, probe_engine
 from snooze.gateway.wake import WakeRequestFailed, WakeRequests
 from snooze.gateway.watch import CRD_CHECK_SECONDS
 
@@ -60,6 +65,7 @@ class Inference:
         bodies: BodyBudget,
         parser: Parser,
         session: Callable[[], aiohttp.ClientSession],
+        stalls: Stalls,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -70,9 +76,13 @@ class Inference:
         self.bodies = bodies
         self.parser = parser
         self.session = session
-        self.bounds = proxy.Bounds(
-            first_byte=settings.upstream_first_byte_timeout, idle=settings.upstream_idle_timeout
+        self.stalls = stalls
+        self.bounds = Bounds(
+            first_byte=settings.upstream_first_byte_timeout,
+            idle=settings.upstream_idle_timeout,
+            client_read=settings.client_read_timeout,
         )
+        self.clients = ClientWatches(settings.client_read_timeout)
         self.held_seconds: list[float] = []
         """How long each held request waited, for tests and benchmarks."""
 
@@ -131,7 +141,7 @@ class Inference:
                 return result
             started, held = result.stream, result.seconds
             model = self.registry.get(model.key) or model  # its spec may have changed meanwhile
-        return await self._forward(request, model, name, raw, started, held)
+        return await self._forward(request, model, name, raw, started, held, stream=stream)
 
     async def _wait_loaded(self) -> None:
         """A request that comes while the gateway lists models and pods (it has just started,
@@ -191,16 +201,21 @@ class Inference:
                     else:
                         text = f"waiting for model {current.model_name} to wake"
                     if response is not None:
-                        await response.write(f": {_one_line(text)}\n\n".encode())
+                        comment = f": {_one_line(text)}\n\n".encode()
+                        await bounded_write(response, comment, self.bounds.client_read)
 
-                waited = await self.holds.wait_awake(
-                    model,
-                    name=name,
-                    asked_at=asked_at,
-                    deadline=begun + model.hold_seconds(),
-                    tick=self.settings.keepalive_seconds,
-                    on_tick=keepalive if response is not None else None,
-                )
+                try:
+                    waited = await self.holds.wait_awake(
+                        model,
+                        name=name,
+                        asked_at=asked_at,
+                        deadline=begun + model.hold_seconds(),
+                        tick=self.settings.keepalive_seconds,
+                        on_tick=keepalive if response is not None else None,
+                    )
+                except ClientStalled:
+                    assert response is not None  # only a stream's comments are written
+                    return abandon(request, response)
         finally:
             self.holds.leave(model)
         seconds = time.monotonic() - begun
@@ -208,7 +223,11 @@ class Inference:
             self.held_seconds.append(seconds)
             log.info("held a request for %s for %.3fs", model.model_name, seconds)
             if response is not None:
-                await response.write(f": held {seconds:.3f}s while the model woke\n\n".encode())
+                comment = f": held {seconds:.3f}s while the model woke\n\n".encode()
+                try:
+                    await bounded_write(response, comment, self.bounds.client_read)
+                except ClientStalled:
+                    return abandon(request, response)
             return Held(stream=response, seconds=seconds)
         # After a known failure, retrying helps once the wake request lapses; otherwise soon.
         retry = 1
@@ -220,13 +239,10 @@ class Inference:
             model, waited, retry, name_it=self.settings.expose_model_status
         )
         reason = "shutting_down" if code == "shutting_down" else REASONS[status]
-        if response is None:
-            headers = {"Retry-After": str(retry)} if status == 503 else None
-            return error_response(status, message, code=code, headers=headers, reason=reason)
-        await response.write(sse_error(status, message, code=code))
-        await response.write_eof()
-        response[REJECTED] = reason
-        return response
+        headers = {"Retry-After": str(retry)} if status == 503 else None
+        return await self._refuse(
+            request, response, status, message, code, reason=reason, headers=headers
+        )
 
     def _retry_after(self, model: Model, asked_at: float | None) -> int:
         """Seconds until the wake request a request waited on lapses, and a new request would
@@ -244,6 +260,8 @@ class Inference:
         body: bytes,
         started: web.StreamResponse | None,
         held: float,
+        *,
+        stream: bool,
     ) -> web.StreamResponse:
         assert model.spec is not None
         tried: set[str] = set()
@@ -251,27 +269,42 @@ class Inference:
         while True:
             current = self.registry.get(model.key)
             awake = self.registry.awake_pods(current) if current and current.holds(name) else []
-            candidates = [p for p in awake if p.name not in tried]
+            untried = [p for p in awake if p.name not in tried]
+            # An engine found stuck gets nothing for a while: the operator's view that it is
+            # awake stands, but this replica saw it start nothing.
+            avoided = {p.name: self.stalls.avoided((p.namespace, p.name)) for p in untried}
+            candidates = [p for p in untried if not avoided[p.name]]
             pod = self.router.choose(candidates, model.key)
             if pod is None:
+                stuck = {n: s for n, s in avoided.items() if s}
+                if stuck:
+                    return await self._all_stuck(request, model, stuck, started)
                 message = (
                     f"no awake pod of model {model.model_name!r} could be reached"
                     + (f" (tried {', '.join(sorted(tried))})" if tried else "")
                     + "; retry shortly"
                 )
-                if started is None:
-                    return error_response(502, message, code="no_pod_reachable")
-                await started.write(sse_error(502, message, code="no_pod_reachable"))
-                await started.write_eof()
-                started[REJECTED] = REASONS[502]
-                return started
+                return await self._refuse(request, started, 502, message, "no_pod_reachable")
             # Built from parts, the path from the allowlist: never the client's own string.
+            path = _allowed_path(request)
             url = URL.build(
                 scheme=model.spec.engine.scheme,
                 host=pod.ip or "",
                 port=model.spec.engine.port,
-                path=_allowed_path(request),
+                path=path,
                 query=request.query,
+            )
+            probe: Probe | None = None
+            if path in PROBED_PATHS:
+                probe = functools.partial(
+                    probe_engine,
+                    self.session(),
+                    url.with_path(PROBE_PATH).with_query(None),
+                    name,
+                    request.headers.get("Authorization"),
+                )
+            watch = self.stalls.waiting(
+                (pod.namespace, pod.name), stream=stream or started is not None, probe=probe
             )
             with (
                 self.router.track(pod),
@@ -287,12 +320,63 @@ class Inference:
                         extra_headers=extra,
                         pod_name=pod.name,
                         bounds=self.bounds,
+                        watch=watch,
+                        clients=self.clients,
                     )
                 except proxy.ConnectFailed as exc:
                     sending.not_sent()
                     log.warning("%s; trying another pod", exc)
                     tried.add(pod.name)
                     self.router.unreachable(pod)
+
+    async def _all_stuck(
+        self,
+        request: web.Request,
+        model: Model,
+        stuck: dict[str, float],
+        started: web.StreamResponse | None,
+    ) -> web.StreamResponse:
+        """Every awake pod of the model was found stuck of late: answered at once."""
+        retry = max(1, math.ceil(min(stuck.values())))
+        pods = ", ".join(sorted(stuck))
+        message = (
+            f"every awake pod of model {model.model_name!r} ({pods}) started no answer for "
+            f"{self.stalls.bound:g}s ({stalls_.FLAG}) while requests waited on it of late, and "
+            f"gets no request for now; retry in {retry}s"
+        )
+        return await self._refuse(
+            request,
+            started,
+            502,
+            message,
+            "upstream_stalled",
+            reason="upstream_stalled",
+            headers={"Retry-After": str(retry)},
+        )
+
+    async def _refuse(
+        self,
+        request: web.Request,
+        started: web.StreamResponse | None,
+        status: int,
+        message: str,
+        code: str,
+        *,
+        reason: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> web.StreamResponse:
+        """An error of the gateway's own: an answer, or the final event of a stream begun."""
+        reason = reason or REASONS[status]
+        if started is None:
+            return error_response(status, message, code=code, headers=headers, reason=reason)
+        try:
+            await bounded_write(
+                started, sse_error(status, message, code=code), self.bounds.client_read, eof=True
+            )
+        except ClientStalled:
+            return abandon(request, started)
+        started[REJECTED] = reason
+        return started
 
 
 def _allowed_path(request: web.Request) -> str:

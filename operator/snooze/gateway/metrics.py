@@ -32,6 +32,10 @@ from snooze.api.agreed import (
 )
 from snooze.gateway.metrics_port import IdleSignal
 
+POD_STALLS = "snooze_gateway_pod_stalls_total"
+"""Times an engine was found stuck: what the gateway tells of an engine that lies about
+being awake (the operator may read it beside the per-engine traffic of api/agreed.py)."""
+
 # `_created` samples double every counter's and histogram's series and no panel or rule
 # reads them: at a thousand models the page is megabytes, scraped every few seconds.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -45,6 +49,8 @@ RejectReason = Literal[
     "unavailable",  # the model cannot be woken (wake.onRequest false, no wake possible): 503
     "upstream_error",  # no awake pod could be reached, or it failed while answering: 502
     "upstream_timeout",  # the engine sent nothing for longer than an --upstream-* bound: 504
+    "upstream_stalled",  # the engine started no answer for --upstream-start-timeout: 502
+    "client_stalled",  # the client took none of its answer for --client-read-timeout: cut
     "shutting_down",  # this replica is draining (SIGTERM): 503, another replica answers
 ]
 REJECT_REASONS: tuple[RejectReason, ...] = get_args(RejectReason)
@@ -56,6 +62,8 @@ _MODEL_REASONS: tuple[RejectReason, ...] = (
     "unavailable",
     "upstream_error",
     "upstream_timeout",
+    "upstream_stalled",
+    "client_stalled",
 )
 
 # A proxied completion: from a cached answer (tens of ms) to a long stream held for a wake.
@@ -162,6 +170,13 @@ class GatewayMetrics:
             ["namespace", "pod"],
             registry=r,
         )
+        self.pod_stalls = Counter(
+            POD_STALLS,
+            "Times an engine (pod) started no answer for --upstream-start-timeout while requests "
+            "waited on it: they got 502, and it got no request for a while.",
+            ["namespace", "pod"],
+            registry=r,
+        )
         self.build_info = Info("snooze_gateway_build", "The gateway's version.", registry=r)
         self.build_info.info({"version": __version__})
         # Rejections without a model exist from the start, so `rate()` has a zero to start from.
@@ -234,9 +249,18 @@ class GatewayMetrics:
                 self.went_idle.inc()
                 self.idle.went_idle()
 
+    def engine_stalled(self, namespace: str, pod: str) -> None:
+        """An engine was found stuck (stalls.py)."""
+        self.pod_stalls.labels(namespace, pod).inc()
+
     def pod_gone(self, namespace: str, pod: str) -> None:
         """Drop a deleted pod's series: the page keeps only pods that exist."""
-        for metric in (self.pod_requests, self.pod_in_flight, self.pod_last_request):
+        for metric in (
+            self.pod_requests,
+            self.pod_in_flight,
+            self.pod_last_request,
+            self.pod_stalls,
+        ):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, pod)
 

@@ -1,161 +1,48 @@
-"""Forwards one request to an engine and passes the answer back as it arrives, unbuffered."""
+"""Forwards one request to an engine, and passes its answer on to the client as it comes,
+streamed or not: nothing of it is held but the chunk in hand, so the gateway's memory does
+not grow with an answer, however long (one of 300 MB took a gateway from 70 to 946 MiB when
+answers that come whole were read whole first). What is held is bounded: a refusal that
+meets a stream already begun keeps its first ERROR_TEXT_BYTES, for the error event that
+tells it.
+
+The first chunk is read before anything is sent, so that an engine silent until then still
+gets a clean 504 in OpenAI's shape. After that, a stream that fails ends with an SSE error
+event; an answer that comes whole and fails midway is cut (its client sees a body shorter
+than announced, or an unfinished chunked one, and raises), since nothing can be appended to
+JSON already sent.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from snooze.gateway.clients import ClientStalled, ClientWatches, abandon, bounded_write
+from snooze.gateway.deadlines import FIRST_BYTE_FLAG, Bounds, Deadlines, UpstreamSilent
 from snooze.gateway.errors import REJECTED, error_response, sse_error
+from snooze.gateway.headers import forward_headers, forwarded_for
+from snooze.gateway.stalls import EngineStuck, Waiting
 
 log = logging.getLogger(__name__)
 
-# RFC 9110 hop-by-hop headers belong to one connection, never forwarded; Host and
-# Content-Length are recomputed for the new connection and body.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
 # Errors after the request may have reached the engine: never retried (not idempotent).
 UPSTREAM_BROKE = (aiohttp.ClientError, ConnectionError)
 # Errors before anything was sent: another pod may be tried.
 NOT_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+ERROR_TEXT_BYTES = 8192
+"""What is read of an engine's refusal of a stream already begun: its error event quotes
+2,000 characters of it (8 KiB of UTF-8 at most)."""
+EVENT_START = b"data:"
 
 
 class ConnectFailed(Exception):
     """The engine could not be reached at all: the request was not sent, another pod may try."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Bounds:
-    """How long an engine may keep a client waiting (the gateway's --upstream-* flags)."""
-
-    first_byte: float
-    """From sending the request to the answer's head and first chunk."""
-    idle: float
-    """Between two chunks of the answer."""
-
-
-class _Chunks:
-    """An answer's body chunk by chunk, each read bounded: the first by the first-byte
-    deadline, the others by the idle timeout. Raises UpstreamSilent when one is late.
-
-    One timer per answer, not one per chunk (a stream has hundreds): each read moves the
-    deadline, and the timer, when it fires, either finds the deadline moved and sleeps
-    until it, or cancels the read it bounds, as asyncio.timeout would."""
-
-    def __init__(self, upstream: aiohttp.ClientResponse, bounds: Bounds, deadline: float):
-        self.upstream = upstream
-        self.bounds = bounds
-        self.first = True
-        self.loop = asyncio.get_running_loop()
-        self.until = deadline
-        """When the read under way is late."""
-        self.reading = False
-        self.late = False
-        self.task: asyncio.Task[object] | None = None
-        self.timer: asyncio.TimerHandle | None = None
-
-    async def next(self) -> bytes:
-        if self.timer is None:
-            self.task = asyncio.current_task()
-            self.timer = self.loop.call_at(self.until, self._ring)
-        if not self.first:
-            self.until = self.loop.time() + self.bounds.idle
-        assert self.task is not None
-        cancelling = self.task.cancelling()
-        self.reading = True
-        try:
-            chunk = await self.upstream.content.readany()
-        except asyncio.CancelledError:
-            if self.late and self.task.uncancel() <= cancelling:
-                self.close()
-                if self.first:
-                    raise UpstreamSilent(
-                        self.bounds.first_byte, "--upstream-first-byte-timeout"
-                    ) from None
-                raise UpstreamSilent(self.bounds.idle, "--upstream-idle-timeout") from None
-            raise
-        finally:
-            self.reading = False
-        self.first = False
-        return chunk
-
-    def _ring(self) -> None:
-        now = self.loop.time()
-        if self.reading and now >= self.until and self.task is not None:
-            self.timer = None
-            self.late = True
-            self.task.cancel()
-            return
-        # Not reading (writing to the client, which this bound does not cover): the next
-        # read sets its own deadline, no earlier than a full idle period from now.
-        self.timer = self.loop.call_at(
-            self.until if self.reading else now + self.bounds.idle, self._ring
-        )
-
-    def close(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer = None
-
-
-class UpstreamSilent(Exception):
-    """The engine sent nothing for longer than a bound allows."""
-
-    def __init__(self, seconds: float, flag: str) -> None:
-        super().__init__(f"{seconds:g}s ({flag})")
-        self.seconds = seconds
-        self.flag = flag
-
-
-def forward_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
-    named = {v.strip().lower() for v in headers.get("Connection", "").split(",") if v.strip()}
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
-        lowered = name.lower()
-        if lowered not in HOP_BY_HOP and lowered not in named:
-            out.add(name, value)
-    return out
-
-
-def forwarded_for(headers: CIMultiDict[str], peer: str | None) -> None:
-    """One X-Forwarded-For, and one Forwarded: what the client (or a proxy before the
-    gateway) sent, then the peer the gateway saw. Appended, not replaced, so that a chain set
-    by an ingress in front survives; a reader trusts entries from the right, as far as it
-    trusts the proxies. X-Real-IP is the peer alone."""
-    claimed = [v.strip() for v in headers.popall("X-Forwarded-For", []) if v.strip()]
-    chain = [*claimed, peer] if peer else claimed
-    if chain:
-        headers["X-Forwarded-For"] = ", ".join(chain)
-    # The same for RFC 7239's Forwarded: the peer is its last element. X-Real-IP names one
-    # address, so a client's own is dropped and the peer's put in its place.
-    elements = [v.strip() for v in headers.popall("Forwarded", []) if v.strip()]
-    if peer:
-        node = f'"[{peer}]"' if ":" in peer else peer  # an IPv6 node is quoted and bracketed
-        elements.append(f"for={node}")
-    if elements:
-        headers["Forwarded"] = ", ".join(elements)
-    headers.popall("X-Real-IP", None)
-    if peer:
-        headers["X-Real-IP"] = peer
 
 
 async def forward(
@@ -168,137 +55,191 @@ async def forward(
     extra_headers: Mapping[str, str],
     pod_name: str,
     bounds: Bounds,
+    watch: Waiting,
+    clients: ClientWatches,
 ) -> web.StreamResponse:
-    """Send `body` to `url`; stream the answer into `started` (an SSE already begun) or a new one.
+    """Send `body` to `url`; pass the answer on into `started` (an SSE already begun) or a new
+    response, as it comes.
 
     Raises ConnectFailed only when nothing was sent; every later failure becomes a 502, a
-    silent engine a 504 (or an SSE error event when the stream has begun).
+    silent engine a 504 (or an SSE error event when the stream has begun; an answer that comes
+    whole and breaks after its first bytes went out is cut, and its client sees it cut).
     """
     headers = forward_headers(request.headers)
     headers.popall("Content-Encoding", None)  # the body was decoded (body.py)
     forwarded_for(headers, request.remote)
-    deadline = asyncio.get_running_loop().time() + bounds.first_byte
+    relay = Relay(request, started, extra_headers, pod_name, bounds, clients)
     try:
-        async with asyncio.timeout_at(deadline):
-            upstream = await session.request(request.method, url, data=body, headers=headers)
-    except NOT_SENT as exc:
-        raise ConnectFailed(f"pod {pod_name}: {exc}") from exc
-    except TimeoutError:
-        return await _silent(
-            started,
-            request,
-            pod_name,
-            UpstreamSilent(bounds.first_byte, "--upstream-first-byte-timeout"),
+        async with watch:
+            return await relay.run(session, url, body, headers, watch)
+    except EngineStuck as exc:
+        message = (
+            f"the engine in pod {pod_name} is taken as stuck: {exc}; it gets no request for "
+            f"{exc.avoid:g}s; retry"
         )
-    except UPSTREAM_BROKE as exc:
-        return await _broken(started, request, pod_name, exc)
-    async with upstream:
-        chunks = _Chunks(upstream, bounds, deadline)
+        return await relay.fail(502, message, "upstream_stalled", "upstream_stalled")
+    except ClientStalled as exc:
+        return relay.cut(exc)
+
+
+class Relay:
+    """The passage of one answer: where it has got to, and how it ends when it fails."""
+
+    def __init__(
+        self,
+        request: web.Request,
+        started: web.StreamResponse | None,
+        extra_headers: Mapping[str, str],
+        pod_name: str,
+        bounds: Bounds,
+        clients: ClientWatches,
+    ) -> None:
+        self.request = request
+        self.started = started
+        """The SSE begun while the request was held, if it was."""
+        self.response = started
+        """What the client has been sent the head of, if anything."""
+        self.event_stream = started is not None
+        self.extra = extra_headers
+        self.pod_name = pod_name
+        self.bounds = bounds
+        self.clients = clients
+
+    async def run(
+        self,
+        session: aiohttp.ClientSession,
+        url: URL,
+        body: bytes,
+        headers: CIMultiDict[str],
+        watch: Waiting,
+    ) -> web.StreamResponse:
+        first_byte = asyncio.get_running_loop().time() + self.bounds.first_byte
         try:
-            return await _relay(upstream, chunks, request, started, extra_headers, pod_name)
+            async with asyncio.timeout_at(first_byte):
+                upstream = await session.request(
+                    self.request.method, url, data=body, headers=headers
+                )
+        except NOT_SENT as exc:
+            raise ConnectFailed(f"pod {self.pod_name}: {exc}") from exc
+        except TimeoutError:
+            return await self.silent(UpstreamSilent(self.bounds.first_byte, FIRST_BYTE_FLAG))
+        except UPSTREAM_BROKE as exc:
+            return await self.broken(exc)
+        deadlines = Deadlines(self.bounds, first_byte)
+        try:
+            async with upstream:
+                return await self._relay(upstream, deadlines, watch)
         finally:
-            chunks.close()
+            deadlines.close()
 
-
-async def _relay(
-    upstream: aiohttp.ClientResponse,
-    chunks: _Chunks,
-    request: web.Request,
-    started: web.StreamResponse | None,
-    extra_headers: Mapping[str, str],
-    pod_name: str,
-) -> web.StreamResponse:
-    """The engine's answer, its head received, passed on to the client."""
-    event_stream = upstream.content_type == "text/event-stream"
-    if started is not None and (upstream.status >= 300 or not event_stream):
-        # The client already has a 200 SSE head: the engine's refusal becomes an event.
+    async def _relay(
+        self, upstream: aiohttp.ClientResponse, deadlines: Deadlines, watch: Waiting
+    ) -> web.StreamResponse:
+        """The engine's answer, its head received, passed on to the client."""
+        event_stream = upstream.content_type == "text/event-stream"
+        ok = upstream.status < 300
+        if not ok:
+            watch.started()  # an error: the request waits for nothing more
+        if self.started is not None and (not ok or not event_stream):
+            # The client already has a 200 SSE head: the engine's refusal becomes an event.
+            return await self._refused(upstream, deadlines)
         try:
-            text = (await _whole(chunks)).decode(errors="replace")[:2000]
+            chunk = await deadlines.read(upstream)
+        except UpstreamSilent as exc:
+            return await self.silent(exc)
+        except UPSTREAM_BROKE as exc:
+            return await self.broken(exc)
+        response = self.response
+        if response is None:
+            response = web.StreamResponse(status=upstream.status)
+            self._copy_headers(upstream, response)
+            if not event_stream and upstream.content_length is not None:
+                response.content_length = upstream.content_length
+            await response.prepare(self.request)
+            self.response, self.event_stream = response, event_stream
+        try:
+            async with self.clients.watch(self.request.transport):
+                while chunk:
+                    # Anything of a successful answer shows the engine works; of a stream,
+                    # an event, not a comment (vLLM sends comments while idle when asked to).
+                    if ok and (not event_stream or EVENT_START in chunk):
+                        watch.progress()
+                    await response.write(chunk)
+                    chunk = await deadlines.read(upstream)
+                await response.write_eof()
+        except UpstreamSilent as exc:
+            return await self.silent(exc)
+        except UPSTREAM_BROKE as exc:
+            if self.request.transport is None or self.request.transport.is_closing():
+                raise  # the client left: nothing to tell it
+            return await self.broken(exc)
+        return response
+
+    async def _refused(
+        self, upstream: aiohttp.ClientResponse, deadlines: Deadlines
+    ) -> web.StreamResponse:
+        assert self.started is not None
+        parts, size = [], 0
+        try:
+            while size < ERROR_TEXT_BYTES and (chunk := await deadlines.read(upstream)):
+                parts.append(chunk)
+                size += len(chunk)
+            text = b"".join(parts)[:ERROR_TEXT_BYTES].decode(errors="replace")[:2000]
         except (UpstreamSilent, *UPSTREAM_BROKE) as exc:
             text = f"(its answer was cut: {exc})"
-        await started.write(sse_error(upstream.status, f"pod {pod_name} answered: {text}"))
-        await started.write_eof()
-        return started
-    if started is None and not event_stream:
+        event = sse_error(upstream.status, f"pod {self.pod_name} answered: {text}")
+        await bounded_write(self.started, event, self.bounds.client_read, eof=True)
+        return self.started
+
+    def _copy_headers(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
+        for name, value in forward_headers(upstream.headers).items():
+            if name.lower() not in ("date", "server"):
+                response.headers.add(name, value)
+        response.headers.update(self.extra)
+
+    async def silent(self, exc: UpstreamSilent) -> web.StreamResponse:
+        message = (
+            f"the engine in pod {self.pod_name} did not answer within {exc} and was given up "
+            "on; the request may have reached it, so it is not retried"
+        )
+        return await self.fail(504, message, "upstream_timeout", "upstream_timeout")
+
+    async def broken(self, exc: BaseException) -> web.StreamResponse:
+        message = (
+            f"the engine in pod {self.pod_name} failed while answering ({type(exc).__name__}: "
+            f"{exc}); the request may be retried"
+        )
+        return await self.fail(502, message, "upstream_failed", "upstream_error")
+
+    async def fail(self, status: int, message: str, code: str, reason: str) -> web.StreamResponse:
+        """The error as an answer, or as the final event of a stream already begun; an answer
+        that comes whole, begun, is cut."""
+        log.warning("%s %s: %s", self.request.method, self.request.path, message)
+        response = self.response
+        if response is None:
+            return error_response(status, message, code=code, reason=reason)
+        if not self.event_stream:
+            # JSON already begun: cut, so that its client sees it unfinished.
+            transport = self.request.transport
+            if transport is not None:
+                transport.abort()
+            response[REJECTED] = reason
+            return response
         try:
-            payload = await _whole(chunks)
-        except UpstreamSilent as exc:
-            return await _silent(None, request, pod_name, exc)
-        except UPSTREAM_BROKE as exc:
-            return await _broken(None, request, pod_name, exc)
-        whole = web.Response(status=upstream.status, body=payload)
-        _copy_headers(upstream, whole, extra_headers)
-        return whole
-    response = started
-    if response is None:
-        response = web.StreamResponse(status=upstream.status)
-        _copy_headers(upstream, response, extra_headers)
-        await response.prepare(request)
-    try:
-        while chunk := await chunks.next():
-            await response.write(chunk)
-    except UpstreamSilent as exc:
-        return await _silent(response, request, pod_name, exc)
-    except UPSTREAM_BROKE as exc:
-        if request.transport is None or request.transport.is_closing():
-            raise  # the client left: nothing to tell it
-        return await _broken(response, request, pod_name, exc)
-    await response.write_eof()
-    return response
+            await bounded_write(
+                response, sse_error(status, message, code=code), self.bounds.client_read, eof=True
+            )
+        except ClientStalled as exc:
+            return self.cut(exc)
+        response[REJECTED] = reason
+        return response
 
-
-async def _whole(chunks: _Chunks) -> bytes:
-    parts = []
-    while chunk := await chunks.next():
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-def _copy_headers(
-    upstream: aiohttp.ClientResponse, response: web.StreamResponse, extra: Mapping[str, str]
-) -> None:
-    for name, value in forward_headers(upstream.headers).items():
-        if name.lower() not in ("date", "server"):
-            response.headers.add(name, value)
-    response.headers.update(extra)
-
-
-async def _silent(
-    started: web.StreamResponse | None, request: web.Request, pod_name: str, exc: UpstreamSilent
-) -> web.StreamResponse:
-    message = (
-        f"the engine in pod {pod_name} did not answer within {exc} and was given up on; "
-        "the request may have reached it, so it is not retried"
-    )
-    log.warning("%s %s: %s", request.method, request.path, message)
-    return await _end(started, request, 504, message, "upstream_timeout", "upstream_timeout")
-
-
-async def _broken(
-    started: web.StreamResponse | None, request: web.Request, pod_name: str, exc: BaseException
-) -> web.StreamResponse:
-    message = (
-        f"the engine in pod {pod_name} failed while answering ({type(exc).__name__}: {exc}); "
-        "the request may be retried"
-    )
-    log.warning("%s %s: %s", request.method, request.path, message)
-    return await _end(started, request, 502, message, "upstream_failed", "upstream_error")
-
-
-async def _end(
-    started: web.StreamResponse | None,
-    request: web.Request,
-    status: int,
-    message: str,
-    code: str,
-    reason: str,
-) -> web.StreamResponse:
-    """The error as an answer, or as the final event of a stream already begun."""
-    if started is None:
-        return error_response(status, message, code=code, reason=reason)
-    if not started.prepared:
-        await started.prepare(request)
-    await started.write(sse_error(status, message, code=code))
-    await started.write_eof()
-    started[REJECTED] = reason
-    return started
+    def cut(self, exc: ClientStalled) -> web.StreamResponse:
+        """A client that takes nothing of its answer (deadlines.abandon)."""
+        log.info(
+            "%s %s from %s: cut, %s", self.request.method, self.request.path, self.request.remote,
+            exc,
+        )  # fmt: skip
+        response = self.response
+        assert response is not None  # only a write to a client can stall
+        return abandon(self.request, response)

@@ -23,6 +23,7 @@ from snooze.gateway.metrics import GatewayMetrics
 from snooze.gateway.registry import MODELS, PODS, Registry
 from snooze.gateway.router import Router
 from snooze.gateway.settings import GatewaySettings
+from snooze.gateway.stalls import Stalls
 from snooze.gateway.wake import WakeRequests
 from snooze.gateway.watch import follow
 from snooze.kube.api import KubeApi
@@ -46,8 +47,9 @@ class Gateway:
         scopes: list[str | None] = list(settings.namespaces) or [None]
         self.scopes = scopes
         self.router = Router()
+        self.stalls = Stalls(bound=settings.upstream_start_timeout, metrics=self.metrics)
         self.registry = Registry(
-            scopes=scopes, on_pod_gone=self.metrics.pod_gone, on_model_gone=self.router.forget
+            scopes=scopes, on_pod_gone=self._pod_gone, on_model_gone=self.router.forget
         )
         self.wakes = WakeRequests(
             api=api,
@@ -71,6 +73,7 @@ class Gateway:
             bodies=self.bodies,
             parser=self.parser,
             session=self._session_or_fail,
+            stalls=self.stalls,
         )
         self.draining = False
         """SIGTERM was received: not ready, no new work, what is under way finishes."""
@@ -172,6 +175,10 @@ class Gateway:
             self.holds.close()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), 1.0)
+
+    def _pod_gone(self, namespace: str, pod: str) -> None:
+        self.metrics.pod_gone(namespace, pod)
+        self.stalls.forget(namespace, pod)
 
     def _session_or_fail(self) -> aiohttp.ClientSession:
         if self._session is None:

@@ -30,6 +30,17 @@ class GatewaySettings:
     upstream_idle_timeout: float = 120.0
     """How long an engine may pause between two chunks of an answer: then the answer ends
     (502, or a final SSE error event)."""
+    upstream_start_timeout: float = 90.0
+    """How long an engine with requests waiting on it may start no answer at all (no stream's
+    first event, no answer that comes whole): then it is taken as stuck (asleep, frozen), the
+    requests waiting on it get 502, and it gets no request for a while (stalls.py). Longer
+    than the longest prefill of one prompt with nothing else running: a 128k-token prompt
+    on a 70B model takes about 4e16 FLOPs, a minute on four A100s at half their peak."""
+    client_read_timeout: float = 30.0
+    """How long a client may take none of an answer being sent to it (its connection's
+    buffers full): then its connection is cut and its request ends, so that it no longer
+    keeps its model busy (awake, and kept in its GPU pool). Well under a model's wake timeout
+    (2 minutes by default), which a request waiting on that pool's room is held for."""
     client_header_timeout: float = 15.0
     """How long a client may take to send a request's line and headers, from its first byte
     (or from connecting): then 408 and the connection is closed."""

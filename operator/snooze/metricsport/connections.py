@@ -9,7 +9,9 @@ once; a connection that has not sent its request line and headers within HEAD_TI
 lasts longer than its port's lifetime in all, is closed. When MOST_CONNECTIONS are open, a
 new one takes the place of the one that has waited longest for its request (an idle or
 trickling client), so that such clients cannot lock the scraper, the operator or the kubelet
-out; it is refused only when every open connection is being answered.
+out; it is refused only when every open connection is being answered. The one replaced is
+shut down and left to its thread to end: a flood is shed as fast as it comes, not a thread's
+end at a time.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ HEAD_TIMEOUT = 5.0
 """Seconds from accepting a connection to its whole request line and headers."""
 IO_TIMEOUT = 5.0
 """Seconds any one read or write may block: a client that stops reading its answer."""
-ROOM_TIMEOUT = 0.5
-"""Seconds a new connection may wait for the thread of the one closed to make room to end."""
+MOST_CLOSING = 16
+"""Connections shut down whose threads have not ended yet: past it, a new connection is
+refused rather than let threads pile up (they end within milliseconds of their shutdown)."""
 
 
 @dataclass
@@ -40,7 +43,8 @@ class _Open:
 
 class Connections:
     """The open connections of one server, with their deadlines; each is listed from its
-    admission until its thread ends, so that there are never more than `most` threads.
+    admission until its thread ends, so that there are never more than `most` threads
+    serving and `most_closing` ending.
     Thread-safe: connections are admitted and reaped by the server's thread, marked and
     released by their own. A socket is shut down only while it is listed, and is unlisted
     before it is closed, so that a shutdown never reaches a file descriptor the system has
@@ -51,47 +55,46 @@ class Connections:
         *,
         lifetime: float,
         most: int = MOST_CONNECTIONS,
+        most_closing: int = MOST_CLOSING,
         head_timeout: float = HEAD_TIMEOUT,
-        room_timeout: float = ROOM_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.most = most
         self.head_timeout = head_timeout
         self.lifetime = lifetime
-        self.room_timeout = room_timeout
+        self.most_closing = most_closing
         self._clock = clock
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._open: dict[socket.socket, _Open] = {}
+        self._closing = 0
         self.closed_early = 0
         """Connections closed for their deadline or to make room, and refused ones."""
 
     def __len__(self) -> int:
-        with self._changed:
+        with self._lock:
             return len(self._open)
 
     def admit(self, sock: socket.socket) -> bool:
-        """List a new connection, once there is room: when full, the connection that has
-        waited longest for its request is closed, and its thread awaited. False (refuse it)
-        when no room comes within `room_timeout`: every open one is being answered."""
-        with self._changed:
-            if len(self._open) >= self.most:
+        """List a new connection. When `most` are open, the one that has waited longest for
+        its request is shut down (its thread ends by itself) and the new one takes its place
+        at once. False (refuse it) when every open one is being answered, or when
+        `most_closing` shut down are still ending."""
+        with self._lock:
+            if len(self._open) - self._closing >= self.most:
                 waiting = [
                     (o.accepted, s) for s, o in self._open.items() if not (o.answering or o.closing)
                 ]
-                if waiting:
-                    self._close(min(waiting, key=lambda pair: pair[0])[1])
-                if not self._changed.wait_for(
-                    lambda: len(self._open) < self.most, self.room_timeout
-                ):
+                if not waiting or self._closing >= self.most_closing:
                     self.closed_early += 1
                     return False
+                self._close(min(waiting, key=lambda pair: pair[0])[1])
             now = self._clock()
             self._open[sock] = _Open(accepted=now, deadline=now + self.head_timeout)
             return True
 
     def answering(self, sock: socket.socket) -> None:
         """Its request's head is in: from now on only its lifetime bounds it."""
-        with self._changed:
+        with self._lock:
             entry = self._open.get(sock)
             if entry is not None:
                 entry.answering = True
@@ -99,14 +102,15 @@ class Connections:
 
     def release(self, sock: socket.socket) -> None:
         """Unlist it as its thread ends (before it is closed)."""
-        with self._changed:
-            if self._open.pop(sock, None) is not None:
-                self._changed.notify_all()
+        with self._lock:
+            entry = self._open.pop(sock, None)
+            if entry is not None and entry.closing:
+                self._closing -= 1
 
     def reap(self) -> None:
         """Close the connections past their deadline."""
         now = self._clock()
-        with self._changed:
+        with self._lock:
             for sock, entry in self._open.items():
                 if entry.deadline <= now and not entry.closing:
                     self._close(sock)
@@ -115,6 +119,7 @@ class Connections:
         """With the lock held: end the connection; its thread's blocked read or write
         returns, and the thread ends and releases it."""
         self._open[sock].closing = True
+        self._closing += 1
         self.closed_early += 1
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)

@@ -14,8 +14,10 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from snooze.metricsport.connections import IO_TIMEOUT, MOST_CONNECTIONS, Connections
+from snooze.metricsport.connections import IO_TIMEOUT, Connections
 
+ACCEPT_QUEUE = 1024
+"""Connections the kernel holds until the port takes them (Linux caps it at somaxconn)."""
 ANSWER_TIME = 15.0
 """Seconds a connection has, beyond any wait of its own, to send its request and read its
 answer: more than a scrape may take (Prometheus gives up after 10 s by default)."""
@@ -72,7 +74,10 @@ class _BoundedServer(ThreadingWSGIServer):
 
     name: str
     connections: Connections
-    request_queue_size = MOST_CONNECTIONS
+    # The kernel's queue of connections not yet accepted. When full, it drops new ones and
+    # their clients retry 1, 3, 7, 15 and 31 s later: a flood of a few hundred held the
+    # scraper's own connection back that long, though each is taken in about a millisecond.
+    request_queue_size = ACCEPT_QUEUE
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.connections.admit(request):

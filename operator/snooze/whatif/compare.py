@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         f"{span:.1f} hours"
     )
     print(report.table(results))
+    print(report.sentences(results))
     line = report.json_line(results)
     (args.out / "whatif.json").write_text(line + "\n", encoding="utf-8")
     try:

@@ -147,7 +147,10 @@ def latencies(args: argparse.Namespace) -> Latencies:
 
 
 def measure_from(text: str | None, first: float, last: float) -> float | None:
-    from snooze.whatif.trace import TraceError, parse_time
+    """Where counting starts, checked against the trace (its first and last request): a time
+    after the last request would count nothing, and print a table of zeros as if it were a
+    result."""
+    from snooze.whatif.trace import TraceError, format_time, parse_time
 
     if text is None:
         return None
@@ -156,13 +159,23 @@ def measure_from(text: str | None, first: float, last: float) -> float | None:
             share = float(text[:-1]) / 100
         except ValueError:
             share = -1.0
-        if not 0 <= share <= 1:
-            raise TraceError(f"--measure-from {text}: a share is 0% to 100%")
+        if not 0 <= share < 1:
+            raise TraceError(
+                f"--measure-from {text}: a share is 0% (the whole trace) to below 100% "
+                "(100% would count nothing)"
+            )
         return first + share * (last - first)
     try:
-        return parse_time(text)
+        start = parse_time(text)
     except ValueError as exc:
         raise TraceError(f"--measure-from: {exc}") from None
+    if start > last:
+        raise TraceError(
+            f"--measure-from {text}: the trace's last request is at {format_time(last)}, so "
+            f"nothing would be counted; give a time from {format_time(first)} to "
+            f"{format_time(last)}, or a share of the trace such as 50%"
+        )
+    return start
 
 
 def pool_flags(args: argparse.Namespace) -> PoolFlags:

@@ -292,6 +292,34 @@ def table(results: Sequence[Result]) -> str:
     return aligned(rows)
 
 
+def sentences(results: Sequence[Result]) -> str:
+    """What the table means for devices, one plain sentence a policy: how many a cluster
+    holds on average and at its peak, against every model on devices of its own."""
+    lines = []
+    for r in results:
+        always = r.devices_always_on
+        share = r.device_hours_held / r.gpu_hours_always_on if r.gpu_hours_always_on else 0.0
+        mean = always * share
+        saved = always - mean
+        if saved < 0.05:
+            gain = "no device saved"
+        else:
+            gain = f"{saved:.1f} saved on average ({1 - share:.0%})"
+            gain += (
+                f", {always - r.devices_peak} at the peak"
+                if r.devices_peak < always
+                else (", none at the peak, which the cluster must still have")
+            )
+        held = f"{r.held_requests:,} of {r.requests:,} requests held"
+        if r.held_requests:
+            held += f" (p99 {r.added_latency_p99_s:.2f}s added)"
+        lines.append(
+            f"{r.name}: {mean:.1f} devices held on average, {r.devices_peak} at the peak, "
+            f"against {always} always on: {gain}; {held}."
+        )
+    return "\n".join(lines)
+
+
 def aligned(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []

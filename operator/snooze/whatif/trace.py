@@ -29,6 +29,8 @@ NO_TOKENS = -1
 """The output_tokens column's value for a request whose line gives none."""
 EARLIEST = datetime(1900, 1, 1, tzinfo=UTC).timestamp()
 LATEST = datetime(9000, 1, 1, tzinfo=UTC).timestamp()
+SINCE_1970_FROM = datetime(2000, 1, 1, tzinfo=UTC).timestamp()
+"""Times from here on are taken as dates when printed; earlier ones as seconds from a start."""
 """Times whatif takes: pre-wake and schedules read them as dates, and the longest lead or
 idle period a spec may give (292 years) keeps clear of the calendar's end (year 9999)."""
 GZIP_MAGIC = b"\x1f\x8b"
@@ -133,6 +135,16 @@ def parse_time(text: str) -> float:
             "seconds since 1970-01-01 (or since the trace's start) or an ISO 8601 time"
         )
     return value
+
+
+def format_time(value: float) -> str:
+    """A trace's time as the trace gives it, in seconds; with its date too where the trace
+    counts from 1970 (a trace may count from its own start instead)."""
+    seconds = f"{value:.0f}" if value == int(value) else f"{value:.1f}"
+    if value < SINCE_1970_FROM:
+        return seconds
+    moment = datetime.fromtimestamp(value, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{seconds} ({moment})"
 
 
 def _short(text: str) -> str:

@@ -1,0 +1,140 @@
+"""An engine that takes requests and starts none (asleep while the operator's view says awake,
+as when its metrics lie) fails them fast: after --upstream-start-timeout (a second here)
+rather than the first-byte timeout's ten minutes, with a 502 that says so; it then gets no
+request for a while (another pod of its model gets them; with none, a 502 at once, with
+Retry-After), and the gateway's page counts it for the operator. An engine busy with other
+requests is not stuck, however long one request waits in its queue, nor one whose answer
+comes whole after a long generation. The gateway is a `snooze gateway` process; the engines
+are simulated, one of them put to sleep behind the operator's back (the test writes the
+status the operator would)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import Cluster
+from processes import GatewayProcess, running_gateway
+from stand_in import write_status
+from test_gateway import MESSAGES
+from waits import wait_for
+
+from snooze.gateway.stalls import AVOID_FIRST
+from snooze.sandbox import Sandbox
+from snooze.sim import SimulatedEngine
+
+START = 1.0
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture
+def gateway(sandbox: Sandbox, tmp_path: Path) -> Iterator[GatewayProcess]:
+    with running_gateway(
+        tmp_path / "gateway.log", "--upstream-start-timeout", f"{START}s"
+    ) as process:
+        yield process
+
+
+def model(cluster: Cluster, name: str, pods: int = 1, **engine: Any) -> list[SimulatedEngine]:
+    """A model of `pods` pods, awake, with the status the operator would write."""
+    engines = []
+    for i in range(pods):
+        labels = {"app": name, "snooze.dev/state": "awake"}
+        engines.append(cluster.create_pod(f"{name}-{i}", labels=labels, model=name, **engine))
+    cluster.create_model(name, {"selector": {"matchLabels": {"app": name}}})
+    write_status(cluster, name, model_name=name, pods={f"{name}-{i}": "awake" for i in range(pods)})
+    return engines
+
+
+def put_to_sleep(engine: SimulatedEngine) -> None:
+    """Sleep the engine behind the operator's back: its pod stays published awake."""
+    httpx.post(f"{engine.url}/sleep", params={"level": 1}, timeout=10).raise_for_status()
+    assert engine.is_sleeping
+
+
+def chat(
+    gateway: GatewayProcess, name: str, *, stream: bool = False, tokens: int = 2
+) -> tuple[httpx.Response, float]:
+    """The answer, read whole, and how long it took."""
+    body = {"model": name, "messages": MESSAGES, "max_tokens": tokens, "stream": stream}
+    began = time.monotonic()
+    answer = httpx.post(gateway.url + CHAT, json=body, timeout=30)
+    return answer, time.monotonic() - began
+
+
+def test_a_stream_to_an_engine_that_sleeps_behind_its_label_fails_fast(
+    cluster: Cluster, gateway: GatewayProcess
+) -> None:
+    (engine,) = model(cluster, "liar")
+    wait_for("routable", lambda: gateway.routable("liar"))
+    put_to_sleep(engine)
+
+    answer, took = chat(gateway, "liar", stream=True)
+    assert answer.status_code == 502, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "upstream_stalled"
+    assert "liar-0" in error["message"] and "--upstream-start-timeout" in error["message"]
+    assert took < 10 * START, took  # not the first-byte timeout's ten minutes
+
+    # Avoided now: answered at once, saying for how long, without reaching the engine.
+    waiting = engine.waiting
+    again, took_again = chat(gateway, "liar", stream=True)
+    assert again.status_code == 502 and again.json()["error"]["code"] == "upstream_stalled"
+    assert 0 < int(again.headers["Retry-After"]) <= AVOID_FIRST
+    assert took_again < took
+    assert engine.waiting == waiting
+    assert gateway.sample("snooze_gateway_pod_stalls_total", pod="liar-0") == 1
+    assert gateway.in_flight("liar-0") == 0
+
+
+def test_an_answer_that_comes_whole_fails_fast_too(
+    cluster: Cluster, gateway: GatewayProcess
+) -> None:
+    """Not streamed, an answer comes only after its whole generation, so its wait alone
+    proves nothing: the gateway's own one-token stream to the engine tells."""
+    (engine,) = model(cluster, "liar")
+    wait_for("routable", lambda: gateway.routable("liar"))
+    put_to_sleep(engine)
+    answer, took = chat(gateway, "liar")
+    assert answer.status_code == 502, answer.text
+    assert answer.json()["error"]["code"] == "upstream_stalled"
+    assert took < 10 * START, took
+    assert gateway.sample("snooze_gateway_pod_stalls_total", pod="liar-0") == 1
+
+
+def test_the_other_pods_of_the_model_serve_meanwhile(
+    cluster: Cluster, gateway: GatewayProcess
+) -> None:
+    sleeper, _ = model(cluster, "pair", pods=2)
+    wait_for("routable", lambda: gateway.routable("pair"))
+    put_to_sleep(sleeper)
+    codes = [chat(gateway, "pair", stream=True)[0].status_code for _ in range(6)]
+    # At most one request (the one the gateway sent it first) waited on the sleeper.
+    assert codes.count(502) <= 1 and codes.count(200) >= 5, codes
+    assert gateway.in_flight("pair-0") == 0  # nothing left hanging there
+
+
+def test_an_engine_busy_with_others_is_not_stuck(cluster: Cluster, gateway: GatewayProcess) -> None:
+    """The control: an engine that runs one request at a time (the others wait in its queue,
+    as behind a long prefill) makes a stream wait three start timeouts for its turn while
+    another streams; and an answer that comes whole takes three start timeouts to generate
+    (the gateway's probe of the engine is answered meanwhile). Both are served."""
+    model(cluster, "busy", max_concurrency=1, token_seconds=0.03)
+    model(cluster, "long", token_seconds=0.03)
+    wait_for("routable", lambda: gateway.routable("busy") and gateway.routable("long"))
+    body = {"model": "busy", "messages": MESSAGES, "max_tokens": 100, "stream": True}
+    with httpx.stream("POST", gateway.url + CHAT, json=body, timeout=30) as first:
+        assert first.status_code == 200
+        queued, waited = chat(gateway, "busy", stream=True)  # its turn after the first's
+    assert queued.status_code == 200, queued.text
+    assert waited > 2 * START
+
+    whole, took = chat(gateway, "long", tokens=100)
+    assert whole.status_code == 200, whole.text
+    assert took > 2 * START
+    for pod in ("busy-0", "long-0"):
+        assert gateway.sample("snooze_gateway_pod_stalls_total", pod=pod) == 0
