@@ -19,7 +19,7 @@ from chart_helpers import EXAMPLES, ROOT
 from network_policies import Pod, reaches
 from rendering import render
 
-PAGES = ["README.md", "docs/install.md", "charts/snooze/README.md"]
+PAGES = ["README.md", "docs/install.md", "charts/snooze/README.md", "docs/inference-gateway.md"]
 READMES = [ROOT / page for page in PAGES]
 
 
@@ -177,6 +177,44 @@ def test_the_documented_install_fences_off_the_engines_and_the_metrics_ports(
     for anyone in (tenant, gateway, prometheus):
         assert not can(anyone, operator, liveness), "the kubelet's, from the node, alone"
     assert not can(gateway, operator, operator_metrics)
+
+
+def test_the_install_behind_the_inference_gateway_lets_the_picker_reach_the_engines() -> None:
+    """docs/inference-gateway.md's install: the operator reads the pickers (its flag and its
+    token), and the example's picker, which scrapes vLLM's metrics, reaches the engines' port,
+    where a tenant's pod still does not."""
+    [words] = [w for p, w in INSTALLS if p == ROOT / "docs/inference-gateway.md"]
+    namespace, objects = install(words)
+    [operator] = [
+        obj
+        for obj in objects
+        if obj["kind"] == "Deployment"
+        and obj["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+    ]
+    assert "--inference-gateway" in operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert any(
+        o["kind"] == "Secret" and o["metadata"]["name"].endswith("-picker-token") for o in objects
+    )
+    policies = [obj for obj in objects if obj["kind"] == "NetworkPolicy"]
+    example = EXAMPLES / "inference-gateway"
+    [engines] = [
+        doc
+        for doc in yaml.safe_load_all((example / "qwen3-8b.yaml").read_text())
+        if doc["kind"] == "Deployment"
+    ]
+    [picker] = [
+        doc
+        for doc in yaml.safe_load_all((example / "picker.yaml").read_text())
+        if doc["kind"] == "Deployment"
+    ]
+    engine = Pod(
+        engines["metadata"]["namespace"], engines["spec"]["template"]["metadata"]["labels"]
+    )
+    port = engines["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+    epp = Pod(picker["metadata"]["namespace"], picker["spec"]["template"]["metadata"]["labels"])
+    assert reaches(policies, epp, engine, port)
+    assert not reaches(policies, Pod(engine.namespace, {"app": "curious"}), engine, port)
+    assert reaches(policies, pod_of(objects, "operator", namespace), engine, port)
 
 
 def test_the_default_install_fences_the_metrics_ports_and_says_what_it_cannot_fence() -> None:

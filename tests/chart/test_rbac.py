@@ -17,6 +17,7 @@ RULE_LISTS: dict[str, tuple[Permission, ...]] = {
     "snooze.rules.operator": rbac.OPERATOR,
     "snooze.rules.gateway": rbac.GATEWAY,
     "snooze.rules.gatewayDiscovery": rbac.GATEWAY_DISCOVERY,
+    "snooze.rules.inferenceGateway": rbac.INFERENCE_GATEWAY,
     "snooze.rules.peering.cluster": tuple(
         p for p in rbac.PEERING if p.resource == "clusterkopfpeerings"
     ),
@@ -135,10 +136,16 @@ def test_roles_are_built_only_from_the_rule_lists(
     cluster, namespaced = sections
     assert "kind: ClusterRole\n" in text and "kind: Role\n" in text
     if cluster_only and namespaced_only:
-        assert re.findall(r'include "([^"]+)"', cluster) == [own, cluster_only]
-        assert re.findall(r'include "([^"]+)"', namespaced) == [own, namespaced_only]
+        # The Inference Gateway's rules only with inferenceGateway.enabled; peering's with it.
+        gated = "snooze.rules.inferenceGateway"
+        assert re.findall(r'include "([^"]+)"', cluster) == [own, gated, cluster_only]
+        assert re.findall(r'include "([^"]+)"', namespaced) == [own, gated, namespaced_only]
         for section in sections:
             assert re.search(r"if \$peering \}\}\s*\{\{- include \"snooze.rules.peering", section)
+            assert re.search(
+                r"if \$?\.Values\.inferenceGateway\.enabled \}\}\s*\{\{- include \"" + gated,
+                section,
+            )
     else:
         assert re.findall(r'include "([^"]+)"', cluster) == [own]
         assert re.findall(r'include "([^"]+)"', namespaced) == [own]

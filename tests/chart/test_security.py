@@ -88,9 +88,17 @@ def test_probes_and_writable_tmp(name: str) -> None:
         [container] = spec["containers"]
         for probe in ("livenessProbe", "readinessProbe"):
             assert "httpGet" in container[probe], f"{component}: no HTTP {probe}"
-        [mount] = container["volumeMounts"]
+        mount, *others = container["volumeMounts"]
         assert mount["mountPath"] == "/tmp"
-        assert spec["volumes"] == [{"name": mount["name"], "emptyDir": {}}]
+        volume, *secrets = spec["volumes"]
+        assert volume == {"name": mount["name"], "emptyDir": {}}
+        # Besides, only the endpoint pickers' token (inferenceGateway), read-only.
+        assert [m["mountPath"] for m in others if m["readOnly"]] == (
+            ["/var/run/snooze/picker"] if others else []
+        )
+        assert [v["secret"]["secretName"].endswith("-picker-token") for v in secrets] == (
+            [True] if others else []
+        )
         assert not spec.get("hostNetwork") and not spec.get("hostPID")
 
 

@@ -5,6 +5,7 @@ cluster. What it knowingly does not do is listed in docs/getting-started.md (its
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,10 @@ import pytest
 from kube import Kube, wait_for
 from kubernetes.client.rest import ApiException
 
+from snooze.api.agreed import AWAKE_CONDITION
+from snooze.api.times import parse_time
+from snooze.kube.api import STRATEGIC_MERGE_PATCH as STRATEGIC
+from snooze.kube.pods import condition_patch
 from snooze.sandbox import Sandbox
 
 GROUP, VERSION, PLURAL = "parity.snooze.test", "v1", "widgets"
@@ -216,3 +221,61 @@ def test_an_unknown_field_is_refused_when_strict(api: Any) -> None:
     # 400 (a strict decoding error) from both, naming the field.
     assert status_of(refused.value) == 400
     assert 'unknown field \\"spec.colour\\"' in refused.value.body
+
+
+def test_one_pod_condition_is_merged_by_type_through_its_status(api: Any) -> None:
+    """The operator's write of its readiness gate (kube/pods.py condition_patch, a strategic
+    merge of pods/status): merged into the conditions by type, the kubelet's left as they are,
+    the transition time kept when the patch leaves it out."""
+    core = kubernetes.client.CoreV1Api(api)
+    name = f"gated-{RUN}"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            # Bound to no node of the cluster: no kubelet writes its status but this test.
+            "nodeName": "parity-nowhere",
+            "readinessGates": [{"conditionType": AWAKE_CONDITION}],
+            "containers": [{"name": "engine", "image": "registry.invalid/none"}],
+        },
+    }
+
+    def created() -> bool:
+        # A fresh namespace's default ServiceAccount comes a moment after it (its controller
+        # makes it), and until then the API server refuses pods there.
+        try:
+            core.create_namespaced_pod(NAMESPACE, pod)
+        except ApiException as error:
+            if status_of(error) == 403 and "serviceaccount" in str(error.body).lower():
+                return False
+            raise
+        return True
+
+    wait_for("the pod created", created)
+
+    def patch(body: dict[str, Any]) -> None:
+        core.patch_namespaced_pod_status(name, NAMESPACE, body, _content_type=STRATEGIC)
+
+    try:
+        kubelet = [
+            {"type": "ContainersReady", "status": "True"},
+            {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady"},
+        ]
+        patch({"status": {"conditions": kubelet}})
+        for serves, reason, since in ((True, "Awake", 0.0), (False, "Asleep", None)):
+            patch(
+                condition_patch(
+                    AWAKE_CONDITION, status=serves, reason=reason, message=reason, since=since
+                )
+            )
+        stored = json.loads(core.read_namespaced_pod(name, NAMESPACE, _preload_content=False).data)
+        found = {c["type"]: c for c in stored["status"]["conditions"]}
+        assert set(found) == {"ContainersReady", "Ready", AWAKE_CONDITION}
+        assert found["Ready"]["reason"] == "ReadinessGatesNotReady"
+        gate = found[AWAKE_CONDITION]
+        assert (gate["status"], gate["reason"], gate["message"]) == ("False", "Asleep", "Asleep")
+        assert parse_time(gate["lastTransitionTime"]) == 0.0
+        assert stored["spec"]["readinessGates"] == [{"conditionType": AWAKE_CONDITION}]
+    finally:
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)

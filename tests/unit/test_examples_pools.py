@@ -9,8 +9,6 @@ from __future__ import annotations
 import copy
 import itertools
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from manifests import validate_strict
 
 from snooze.api import agreed, gpupool, models
 from snooze.api.gpupool import GPUPoolSpec
@@ -58,14 +57,7 @@ def test_the_two_ways_and_nothing_unchecked() -> None:
 
 
 def test_built_in_kinds_pass_kubernetes_validate_strict() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "kubernetes_validate", "--strict", "-k", KUBERNETES,
-         *map(str, FILES)],
-        capture_output=True,
-        text=True,
-    )  # fmt: skip
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output
+    output = validate_strict(FILES, KUBERNETES)
     unknown = re.findall(r"Couldn't find schema for kind (\S+) with api version (\S+)", output)
     assert {kind for kind, _ in unknown} <= SNOOZE_KINDS, output
     passed = re.findall(

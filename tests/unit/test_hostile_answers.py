@@ -102,6 +102,15 @@ def test_a_label_is_read_as_written_wherever_it_is() -> None:
     assert labels.get("state") is None  # not the end of another label's name
 
 
+def test_a_label_is_never_read_from_inside_another_labels_value() -> None:
+    """A value holds anything its writer chose (a client's model name, a tenant's fairness id):
+    `,name="` inside it is part of the value, not a label."""
+    labels = Labels(b'model_name="a,target=",target="real",fake="x\\",target="no""')
+    assert labels.get("target") == "real"
+    assert labels.get("model_name") == "a,target="
+    assert Labels(b'a=",b="x""').get("b") is None
+
+
 def test_a_label_that_is_read_and_not_utf8_is_refused() -> None:
     assert read_in_pieces(GAUGES.encode() + b'vllm:x{a="\xff"} 1\n', 100) is not None
     with pytest.raises(ValueError, match="sleep_state is not UTF-8"):

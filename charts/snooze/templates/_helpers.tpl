@@ -118,6 +118,11 @@ Plain YAML only inside these blocks: no template actions, no wildcards.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "patch", "delete"]
+# write the snooze.dev/awake condition of pods that list it as a readiness gate, so that a
+# sleeping engine leaves every Service and InferencePool
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
 # post an Event for each sleep, wake and failure
 - apiGroups: [""]
   resources: ["events"]
@@ -161,6 +166,33 @@ Plain YAML only inside these blocks: no template actions, no wildcards.
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
   verbs: ["list"]
+{{- end }}
+
+{{- define "snooze.rules.inferenceGateway" -}}
+# find the InferencePools whose selector selects a model's pods, and the endpoint picker each
+# names
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["list"]
+# read the Service that an InferencePool's endpointPickerRef names
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get"]
+# find the ready replicas of each endpoint picker behind its Service, to read the requests
+# queued there
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list"]
+{{- end }}
+
+{{- define "snooze.rules.pickerMetrics" -}}
+# read the endpoint pickers' metrics, which check this token's right to get /metrics
+- nonResourceURLs: ["/metrics"]
+  verbs: ["get"]
+{{- end }}
+
+{{- define "snooze.pickerReaderName" -}}
+{{- printf "%s-picker" (include "snooze.fullname" .) }}
 {{- end }}
 
 {{- define "snooze.rules.peering.cluster" -}}

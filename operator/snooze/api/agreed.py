@@ -14,6 +14,10 @@ failed); the gateway routes only to pods its model's status, which the operator 
 says are awake."""
 POOL_LABEL = f"{GROUP}/pool"
 """On a pod: the GPUPool it is a member of (or it references the pool's ResourceClaim)."""
+AWAKE_CONDITION = f"{GROUP}/awake"
+"""On a pod that lists it among its `spec.readinessGates`: the condition the operator writes
+"True" while the engine serves and "False" (with a reason) while it does not, so that the pod
+is Ready, and so in every Service, EndpointSlice and InferencePool, only while it serves."""
 WAKE_REQUESTED_ANNOTATION = f"{GROUP}/wake-requested-at"
 """On an InferenceModel: when a wake was last asked for (RFC 3339), by the gateway for a held
 request, or by hand with `kubectl annotate`."""

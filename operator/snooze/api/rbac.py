@@ -51,6 +51,13 @@ OPERATOR: tuple[Permission, ...] = (
     ),
     Permission(
         group="",
+        resource="pods/status",
+        verbs=("patch",),
+        why="write the snooze.dev/awake condition of pods that list it as a readiness gate, so "
+        "that a sleeping engine leaves every Service and InferencePool",
+    ),
+    Permission(
+        group="",
         resource="events",
         verbs=("create",),
         why="post an Event for each sleep, wake and failure",
@@ -130,4 +137,51 @@ PEERING: tuple[Permission, ...] = (
         why="kopf peering, per watched namespace: see the other operator replicas and keep "
         "this one's entry alive, so that only the highest-priority replica acts",
     ),
+)
+
+# Only with --inference-gateway (the chart's inferenceGateway.enabled), where the operator
+# watches: a model behind the Gateway API Inference Extension is woken by what its endpoint
+# picker queues.
+INFERENCE_GATEWAY: tuple[Permission, ...] = (
+    Permission(
+        group="inference.networking.k8s.io",
+        resource="inferencepools",
+        verbs=("list",),
+        why="find the InferencePools whose selector selects a model's pods, and the endpoint "
+        "picker each names",
+    ),
+    Permission(
+        group="",
+        resource="services",
+        verbs=("get",),
+        why="read the Service that an InferencePool's endpointPickerRef names",
+    ),
+    Permission(
+        group="discovery.k8s.io",
+        resource="endpointslices",
+        verbs=("list",),
+        why="find the ready replicas of each endpoint picker behind its Service, to read the "
+        "requests queued there",
+    ),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NonResourcePermission:
+    """One RBAC rule on URLs that are no resource (a ClusterRole's only)."""
+
+    urls: tuple[str, ...]
+    verbs: tuple[str, ...]
+    why: str
+
+
+# What the endpoint pickers ask of whoever reads their metrics: they check its token with a
+# TokenReview, then a SubjectAccessReview for `get` on the non-resource URL /metrics
+# (controller-runtime's metrics filter, which the Inference Extension's picker uses, v1.5.0:
+# cmd/epp/runner/runner.go). Granted to the ServiceAccount whose token the operator sends, and
+# to nothing else.
+PICKER_METRICS = NonResourcePermission(
+    urls=("/metrics",),
+    verbs=("get",),
+    why="read the endpoint pickers' metrics, which check this token's right to get /metrics",
 )

@@ -29,13 +29,30 @@ class Labels:
         self.text = text
 
     def get(self, key: str) -> str | None:
-        match = _label(key).search(self.text)
+        # `,key="` inside another label's value (a client's model name, a tenant's fairness id)
+        # is part of that value: a match counts only where the quotes before it are even.
+        # Counted a stretch at a time, so that a line of such decoys costs its length once.
+        text, pattern = self.text, _label(key)
+        match = pattern.search(text)
+        counted = quotes = 0
+        while match is not None:
+            stretch = text[counted : match.start()]
+            if b"\\" in stretch:
+                stretch = _ESCAPE.sub(b"", stretch)
+            quotes += stretch.count(b'"')
+            counted = match.start()
+            if quotes % 2 == 0:
+                break
+            match = pattern.search(text, counted + 1)
         if match is None:
             return None
         try:
             return match.group(1).decode()
         except UnicodeDecodeError:
             raise ValueError(f"the label {key} is not UTF-8: {_quoted(self.text)}") from None
+
+
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
 
 
 @functools.lru_cache(maxsize=256)

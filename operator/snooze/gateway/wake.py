@@ -21,6 +21,7 @@ from snooze.gateway.metrics import GatewayMetrics
 from snooze.gateway.model import Key, Model
 from snooze.gateway.registry import Registry
 from snooze.kube.api import KubeApi, models_ref
+from snooze.policy.wakes import wake_pending
 
 log = logging.getLogger(__name__)
 
@@ -29,27 +30,6 @@ FAILURE_MEMORY_SECONDS = 2.0
 REASK_SECONDS = 1.0
 """The least time between two wake requests of this replica for one model, whatever the
 pods' sleep times say (a clock ahead of the gateway's must not make it ask in a loop)."""
-
-
-def wake_pending(
-    *,
-    requested_at: float | None,
-    slept_at: float | None,
-    now: float,
-    wake_timeout: float,
-    recent: float,
-) -> bool:
-    """Pure: whether a wake request already stands, so that asking again would be noise.
-
-    A request stands while it is newer than the pods' latest sleep (unknown: any) and its
-    wake may still be under way: within `wake_timeout`, and never less than `recent`
-    seconds, so that replicas asking at once write one annotation between them.
-    """
-    if requested_at is None:
-        return False
-    if slept_at is not None and requested_at <= slept_at:
-        return False  # the pods slept after it: that wake is over
-    return requested_at > now - max(wake_timeout, recent)
 
 
 class WakeRequestFailed(Exception):

@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 RETRIABLE = {409, 429, 500, 502, 503, 504}
 BACKOFF = (0.1, 0.3, 1.0, 2.0, 4.0)
 MERGE_PATCH = "application/merge-patch+json"
+# Merges lists by their key (a pod's conditions by type): the only patch that changes one pod
+# condition without rewriting the kubelet's.
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 EXPIRED = "the credential expired"
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snooze.api.agreed import (
+    AWAKE_CONDITION,
     POOL_LABEL,
     SLEEP_LEVEL_ANNOTATION,
     SLEEP_SENT_ANNOTATION,
@@ -15,7 +16,7 @@ from snooze.api.agreed import (
     WAKE_PROGRESS_ANNOTATION,
 )
 from snooze.api.models import EngineState, InferenceModelSpec
-from snooze.api.times import parse_time
+from snooze.api.times import format_time, parse_time
 from snooze.kube.serveargs import ServeArgs, serve_args
 
 VLLM_SHARE_FLAG = "--gpu-memory-utilization"
@@ -42,7 +43,12 @@ class PodInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     ip: str | None = None
     ready: bool = False
-    """Ready condition True, phase Running and not being deleted: the engine has loaded."""
+    """Its containers ready, phase Running and not being deleted: the engine has loaded (see
+    pod_info for which condition says so)."""
+    gated: bool = False
+    """It lists the snooze.dev/awake readiness gate: the operator writes that condition."""
+    gate: tuple[bool, str] | None = None
+    """That condition as the pod shows it, (status is "True", reason); None if it has none."""
     sleep_started: float | None = None
     """When the operator last began to put its engine to sleep (the drain)."""
     sleep_sent: float | None = None
@@ -91,12 +97,19 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
     """Read a pod manifest (a dict, or kopf's body) into a PodInfo."""
     meta = body.get("metadata", {})
     status = body.get("status", {}) or {}
-    conditions = status.get("conditions") or []
-    ready_condition = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
-    )
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+    gates = [
+        g.get("conditionType")
+        for g in (body.get("spec") or {}).get("readinessGates") or []
+        if isinstance(g, Mapping)
+    ]
+    # The kubelet makes a pod Ready when its containers are ready and every readiness gate's
+    # condition is True. A pod with gates is judged by its containers alone: the engine has
+    # loaded once they are ready, and the operator's own gate keeps such a pod NotReady
+    # while its engine sleeps. Without gates, Ready is ContainersReady.
+    loaded = "ContainersReady" if gates else "Ready"
     ready = (
-        ready_condition
+        any(c.get("type") == loaded and c.get("status") == "True" for c in conditions)
         and status.get("phase") == "Running"
         and not meta.get("deletionTimestamp")
         and bool(status.get("podIP"))
@@ -109,6 +122,15 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
         labels=dict(meta.get("labels") or {}),
         ip=status.get("podIP") or None,
         ready=ready,
+        gated=AWAKE_CONDITION in gates,
+        gate=next(
+            (
+                (c.get("status") == "True", str(c.get("reason") or ""))
+                for c in conditions
+                if c.get("type") == AWAKE_CONDITION
+            ),
+            None,
+        ),
         sleep_started=parse_time(annotations.get(SLEEP_STARTED_ANNOTATION)),
         sleep_sent=parse_time(annotations.get(SLEEP_SENT_ANNOTATION)),
         wake_steps=frozenset(
@@ -127,6 +149,23 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
             if isinstance(claim, Mapping) and claim.get("resourceClaimName")
         ),
     )
+
+
+def condition_patch(
+    kind: str, *, status: bool, reason: str, message: str, since: float | None
+) -> dict[str, Any]:
+    """A strategic merge patch of pods/status that writes the pod's condition `kind` and leaves
+    the others (the kubelet's) as they are; `since`: its lastTransitionTime, None to keep the
+    one it has."""
+    condition = {
+        "type": kind,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message,
+    }
+    if since is not None:
+        condition["lastTransitionTime"] = format_time(since)
+    return {"status": {"conditions": [condition]}}
 
 
 def _containers(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[Container, ...]:

@@ -28,9 +28,11 @@ from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory, ModelMemory, process_of
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.readiness import ReadinessGates
 from snooze.operator.settings import Settings, sleep_timeout
 from snooze.operator.verification import Verifier
 from snooze.policy.integrity import Verdict
+from snooze.policy.readiness import gate_for
 from snooze.policy.sleep import Action, ActionKind, retry_delay
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,8 @@ class Executor:
         self.made_room = made_room
         """Told when a member's sleep to make room on its pool begins."""
         self.verifier = Verifier(http=http, metrics=metrics, namespace=namespace, model=model)
+        self.gates = ReadinessGates(namespace=namespace, api=api)
+        """The snooze.dev/awake readiness gate of the pods that list it."""
 
     def start(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec
@@ -154,7 +158,17 @@ class Executor:
         if annotations:
             metadata["annotations"] = annotations
         was = engine.label_of(pod)
+        gate = gate_for(state.value) if pod.gated else None
+        if gate is not None and not gate.serves:
+            # Out of every Service and InferencePool first: new requests stop before a drain
+            # waits for the running ones, and a drain whose pod stays in them does not begin.
+            if state is EngineState.DRAINING:
+                await self.gates.write(pod, engine, gate)
+            else:
+                await self.gates.settle(pod, engine, gate)
         await self.patch_pod(pod, engine, metadata)
+        if gate is not None and gate.serves:
+            await self.gates.settle(pod, engine, gate)  # routable from here, as by the label
         if state is EngineState.AWAKE and was is not EngineState.AWAKE:
             # Routable only from now (the gateway sends nothing to a pod not labelled awake):
             # its idle clock starts now.

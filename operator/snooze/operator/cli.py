@@ -55,6 +55,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a gateway replica's metrics URL, as --gateway-service finds them (repeatable)",
     )
     parser.add_argument(
+        "--inference-gateway",
+        action="store_true",
+        help="read the endpoint pickers of the Gateway API Inference Extension's InferencePools "
+        "that select models' pods: a request queued there wakes its model, as one held at the "
+        "gateway does (needs read access to inferencepools, services and endpointslices)",
+    )
+    parser.add_argument(
+        "--picker-interval",
+        type=duration_flag(),
+        default=2.0,
+        metavar="DURATION",
+        help="with --inference-gateway: how often each picker's queue is read (default: 2s)",
+    )
+    parser.add_argument(
+        "--picker-token-file",
+        metavar="FILE",
+        default=None,
+        help="with --inference-gateway: a file holding the bearer token for the pickers' "
+        "metrics (a ServiceAccount token allowed to get the non-resource URL /metrics; the "
+        "chart mounts one); default: none is sent",
+    )
+    parser.add_argument(
         "--drift-interval",
         type=duration_flag(),
         default=60.0,
@@ -187,6 +209,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
                 f"snooze operator: --gateway-metrics {url!r} is not an http(s) URL; give a"
                 " gateway replica's metrics URL, such as http://10.0.0.7:9091/metrics"
             )
+    if args.picker_token_file is not None and not args.inference_gateway:
+        raise SystemExit(
+            "snooze operator: --picker-token-file is for the pickers that --inference-gateway "
+            "reads: give both, or neither"
+        )
     if args.peering_lifetime < 2:
         raise SystemExit("snooze operator: --peering-lifetime must be at least 2 seconds")
     # kopf counts a peer's lifetime in whole seconds.
@@ -200,4 +227,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         crd_poll_interval=min(5.0, args.probe_interval),
         gateway_service=args.gateway_service,
         gateway_metrics=tuple(args.gateway_metrics or ()),
+        inference_gateway=args.inference_gateway,
+        picker_interval=args.picker_interval,
+        picker_token_file=args.picker_token_file,
     )

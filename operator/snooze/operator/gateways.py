@@ -29,7 +29,8 @@ from snooze.api.agreed import (
 from snooze.engine.activity import REQUESTS_LIMIT
 from snooze.engine.exposition import COUNTER_LIMIT, Labels, Page, checked_count
 from snooze.engine.http import TooLarge, read_bounded
-from snooze.kube.api import KubeApi, KubeError, Ref
+from snooze.kube.api import KubeApi, KubeError
+from snooze.kube.inferencepools import endpointslices_ref, ready_addresses
 from snooze.operator.metrics import OperatorMetrics
 from snooze.policy.probing import Traffic
 
@@ -331,27 +332,14 @@ class GatewayTraffic:
         if self.service is None or self.api is None:
             return []
         namespace, _, name = self.service.partition("/")
-        ref = Ref(f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices")
+        ref = endpointslices_ref(namespace)
         try:
             listing = await self.api.list(ref, label_selector=f"kubernetes.io/service-name={name}")
         except KubeError as exc:
             log.warning("cannot list the gateway's endpoints (%s): %s", self.service, exc)
             return []
-        urls = []
-        for slice_ in listing.get("items") or []:
-            ports = slice_.get("ports") or []
-            port = next(
-                (p for p in ports if p.get("name") == "metrics"), ports[0] if ports else None
-            )
-            if port is None or not port.get("port"):
-                continue
-            for endpoint in slice_.get("endpoints") or []:
-                if (endpoint.get("conditions") or {}).get("ready") is False:
-                    continue
-                for address in endpoint.get("addresses") or []:
-                    host = f"[{address}]" if ":" in address else address
-                    urls.append(f"http://{host}:{port['port']}/metrics")
-        return urls
+        addresses, _ = ready_addresses(listing.get("items") or [], None)
+        return [f"http://{address}/metrics" for address in addresses]
 
 
 async def first(waits: Iterable[Awaitable[object]], seconds: float) -> None:

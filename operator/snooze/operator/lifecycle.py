@@ -18,6 +18,7 @@ from snooze.kube.api import KubeApi
 from snooze.operator.discovery import restart_when_served
 from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.gateways import stop as stop_task
+from snooze.operator.pickers import PickerQueues
 from snooze.operator.pools import PoolHub
 from snooze.operator.runtime import Runtime
 from snooze.operator.settings import Settings
@@ -66,12 +67,26 @@ def configure(settings: kopf.OperatorSettings, ours: Settings) -> None:
     settings.background.instant_exit_timeout = 2.0
 
 
-def pools_reading(gateways: GatewayTraffic) -> PoolHub:
+def pools_reading(gateways: GatewayTraffic, pickers: PickerQueues | None = None) -> PoolHub:
     """The hub of the pool loops, reading what the gateways say when any is given (and nothing
-    otherwise); it hears of each scrape, so that a pool waiting on a busy member looks again."""
+    otherwise); it hears of each scrape, so that a pool waiting on a busy member looks again.
+    The requests held for a model's wake are those the gateways hold and those queued at its
+    endpoint pickers, together."""
+
+    def held(namespace: str, model: str) -> int | None:
+        counts = [
+            count
+            for count in (
+                gateways.held(namespace, model) if gateways.enabled else None,
+                pickers.queued(namespace, model) if pickers is not None else None,
+            )
+            if count is not None
+        ]
+        return sum(counts) if counts else None
+
     if not gateways.enabled:
-        return PoolHub()
-    hub = PoolHub(traffic=gateways.traffic, hurry=gateways.hurry, held=gateways.held)
+        return PoolHub(held=held)
+    hub = PoolHub(traffic=gateways.traffic, hurry=gateways.hurry, held=held)
     gateways.scraped.append(hub.scraped)
     return hub
 
@@ -102,8 +117,25 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             timeout=runtime.settings.probe_timeout,
             metrics=runtime.metrics,
         )
+        ours = runtime.settings
+        runtime.pickers = (
+            PickerQueues(
+                api=runtime.api,
+                interval=ours.picker_interval,
+                refresh=ours.probe_interval,
+                timeout=ours.probe_timeout,
+                pod_addresses=lambda namespace: {
+                    pod.ip
+                    for pod in runtime.indexes.pods.by_namespace.get(namespace)
+                    if pod.ip and not pod.deleting
+                },
+                token_file=ours.picker_token_file,
+            )
+            if ours.inference_gateway
+            else None
+        )
         # Before kopf starts a daemon: every model and pool loop of this run shares this hub.
-        runtime.pools = pools_reading(runtime.gateways)
+        runtime.pools = pools_reading(runtime.gateways, runtime.pickers)
         runtime.closing = False
         # Before kopf watches anything: no model's loop starts on a partial view of the pods
         # and of the other models' claims. kopf's events keep them from here on.
@@ -111,6 +143,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         # Once the API answers: until then, its reads of the gateway's endpoints would only
         # add failures to the start-up's one line per attempt.
         runtime.gateway_task = asyncio.create_task(runtime.gateways.run(), name="gateway-traffic")
+        if runtime.pickers is not None:
+            runtime.picker_task = asyncio.create_task(runtime.pickers.run(), name="pickers")
         if missing:
             runtime.crd_watch = asyncio.create_task(
                 restart_when_served(
@@ -136,3 +170,4 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         if runtime.prober is not None:
             await runtime.prober.aclose()
         await stop_task(runtime.gateway_task)
+        await stop_task(runtime.picker_task)

@@ -41,6 +41,8 @@ from snooze.operator.observe import (
     note_reachability,
     probe,
 )
+from snooze.operator.pickers import PickerQueues
+from snooze.operator.pickerwake import PickerWaker
 from snooze.operator.pools import PoolHub
 from snooze.operator.poolsnapshot import ModelSnapshot, take_snapshot
 from snooze.operator.reporter import StatusReporter
@@ -117,6 +119,7 @@ class ModelLoop:
         pools: PoolHub | None = None,
         traffic: Callable[[str, str], probing.Traffic | None] = lambda namespace, pod: None,
         spec_memo: SpecMemo | None = None,
+        pickers: PickerQueues | None = None,
     ) -> None:
         self.namespace = namespace
         self.spec_memo = spec_memo or SpecMemo()
@@ -171,6 +174,10 @@ class ModelLoop:
             pool_of=lambda pod: self.pools.pool_of(namespace, pod, self.spec)[0],
             made_room=self._made_room,
         )
+        self.picker = PickerWaker(
+            namespace=namespace, name=name, api=api, pickers=pickers, emit=emit
+        )
+        """What the Inference Extension's endpoint pickers queue for it (none: nothing)."""
         self.scaler = Scaler(
             namespace=namespace, model=name, api=api, memory=self.memory, emit=emit, metrics=metrics
         )
@@ -260,6 +267,7 @@ class ModelLoop:
 
     def stop(self) -> None:
         self.metrics.forget_model(self.namespace, self.name)
+        self.picker.stop()
         for engine in self.memory.engines.values():
             if engine.task is not None and not engine.task.done():
                 engine.task.cancel()
@@ -275,8 +283,10 @@ class ModelLoop:
         spec, workload = valid
         chosen = self._select(spec)
         views = await self._observe(spec, chosen.pods, now)
+        await self._picked(spec, workload, chosen.pods, views, now)
         plan = self._decide(spec, workload, chosen.pods, views, now)
         replicas, waiting = await self._act(spec, plan, chosen.pods, views, now)
+        await self.executor.gates.reconcile(chosen.pods, self.memory)
         await self._report(spec, chosen, replicas=replicas, waiting=waiting, now=now)
 
     async def _validate(self, now: float) -> tuple[InferenceModelSpec, Workload | None] | None:
@@ -326,7 +336,9 @@ class ModelLoop:
     ) -> Plan:
         """What the policy says of each engine now."""
         annotations = self.body.get("metadata", {}).get("annotations") or {}
-        wake_requested = parse_time(annotations.get(WAKE_REQUESTED_ANNOTATION))
+        wake_requested = _latest(
+            parse_time(annotations.get(WAKE_REQUESTED_ANNOTATION)), self.picker.asked
+        )
         # Keep-awake windows, pre-wake and idle.after: Auto speak through the spec and the wake
         # request that the decisions read.
         ready = [v for v in views if v.ready]
@@ -417,6 +429,34 @@ class ModelLoop:
             replicas=replicas,
             conflicts=chosen.conflicts,
             waiting=waiting,
+            picker=self.picker.condition(),
+        )
+
+    async def _picked(
+        self,
+        spec: InferenceModelSpec,
+        workload: Workload | None,
+        pods: list[PodInfo],
+        views: list[sleep_policy.EngineView],
+        now: float,
+    ) -> None:
+        """Follow the endpoint pickers of the pools that serve the model (those that select its
+        pods, or at zero the pods its workload will make), and act on what they queue for it
+        (operator/pickerwake.py)."""
+        annotations = self.body.get("metadata", {}).get("annotations") or {}
+        self.picker.follow(
+            pods=pods,
+            template=workload.template_labels if workload is not None else None,
+            model_name=spec.model_name or self.name,
+            poke=self.poke,
+        )
+        await self.picker.act(
+            spec,
+            memory=self.memory,
+            pods=pods,
+            views=views,
+            annotated=parse_time(annotations.get(WAKE_REQUESTED_ANNOTATION)),
+            now=now,
         )
 
     def _ask_pools(
@@ -656,6 +696,10 @@ class ModelLoop:
         if result.reason:
             self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
         return result
+
+
+def _latest(*times: float | None) -> float | None:
+    return max((t for t in times if t is not None), default=None)
 
 
 def _new_run(memory: ModelMemory, pod: str, engine: EngineMemory, process: Process) -> None:

@@ -93,6 +93,9 @@ class EngineMemory:
     """When the pod entered its current published state, keyed by that state."""
     published: EngineState | None = None
     """The label this operator process last wrote on the pod (its index may lag behind)."""
+    gate: tuple[bool, str] | None = None
+    """The snooze.dev/awake condition this process last wrote on the pod, (status is "True",
+    reason): its index may lag behind."""
     written_version: str = ""
     """The pod's resourceVersion that this process's last write of it made."""
     stale_versions: deque[str] = field(default_factory=lambda: deque(maxlen=8))
@@ -218,6 +221,12 @@ class EngineMemory:
         ):
             return self.published
         return pod.state
+
+    def gate_of(self, pod: PodInfo) -> tuple[bool, str] | None:
+        """The pod's snooze.dev/awake condition, read as label_of reads its label."""
+        if self.gate is not None and pod.resource_version in self.stale_versions:
+            return self.gate
+        return pod.gate
 
 
 @dataclass(kw_only=True)

@@ -161,6 +161,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             pools=runtime.pools,
             traffic=runtime.gateways.traffic if runtime.gateways is not None else _no_traffic,
             spec_memo=indexes.spec_memo((namespace, name)),
+            pickers=runtime.pickers,
         )
         runtime.loops[(namespace, name)] = loop
 

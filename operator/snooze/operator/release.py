@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,10 +18,19 @@ from snooze.api.models import SpecError, parse_spec
 from snooze.api.modelstatus import InferenceModelStatus
 from snooze.engine.client import EngineClient, EngineHttp
 from snooze.engine.errors import EngineError
-from snooze.kube.api import MERGE_PATCH, KubeApi, KubeError, NotFound, pods_ref
+from snooze.kube.api import (
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    KubeApi,
+    KubeError,
+    NotFound,
+    pods_ref,
+)
 from snooze.kube.pods import PodInfo
 from snooze.operator.actions import engine_url
+from snooze.operator.readiness import gate_patch
 from snooze.operator.scaling import scale_path
+from snooze.policy.readiness import RELEASED
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +57,7 @@ async def release(
     mine = [p for p in pods if spec.selector.matches(p.labels)]
     woken = 0
     for pod in mine:
+        awake = False
         if pod.ready and pod.ip:
             client = EngineClient(engine_url(spec, pod), client=http)
             try:
@@ -55,8 +66,19 @@ async def release(
                         pod.sleep_level or spec.sleep.level, timeout=spec.wake_timeout_seconds
                     )
                     woken += 1
+                awake = True
             except EngineError as exc:
                 emit("Warning", "ReleaseFailed", f"{pod.name}: could not wake it: {exc}")
+        if awake and pod.gated and pod.gate != RELEASED.shown:
+            # Nobody writes its readiness gate from now on: an awake engine is let into its
+            # Services for good (one that could not be woken stays out, as it would hang).
+            with contextlib.suppress(KubeError):
+                await api.request(
+                    "PATCH",
+                    pods_ref(namespace).item(pod.name, "status"),
+                    body=gate_patch(RELEASED, pod.gate, time.time()),
+                    content_type=STRATEGIC_MERGE_PATCH,
+                )
         if STATE_LABEL in pod.labels or pod.sleep_started is not None or pod.wake_steps:
             patch = {
                 "metadata": {

@@ -77,6 +77,7 @@ class StatusReporter:
         replicas: int | None,
         conflicts: status.Conflicts,
         waiting: str | None,
+        picker: status.ConditionValue | None = None,
     ) -> None:
         new = status.build(
             model_name=spec.model_name or self.name,
@@ -93,6 +94,7 @@ class StatusReporter:
             can_wake=spec.desired_state is DesiredState.AWAKE
             or (spec.desired_state is DesiredState.AUTO and spec.wake.on_request),
             verify=spec.wake.verify,
+            picker=picker,
         )
         new = self.foresight.report(new, spec, now)
         self._count(pods, new.phase.value, now)

@@ -16,6 +16,7 @@ from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.indexes import Indexes
 from snooze.operator.loop import ModelLoop
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.pickers import PickerQueues
 from snooze.operator.pools import PoolHub
 from snooze.operator.settings import Settings
 
@@ -30,6 +31,9 @@ class Runtime:
     gateways: GatewayTraffic | None = None
     """The gateway's per-engine counters, scraped every probe interval (if it is given)."""
     gateway_task: asyncio.Task[None] | None = None
+    pickers: PickerQueues | None = None
+    """The Inference Extension's endpoint pickers, read when --inference-gateway is given."""
+    picker_task: asyncio.Task[None] | None = None
     prober: Prober | None = None
     """Every model's probes, over one aiohttp session with one bound for the operator."""
     action_http: Any = None

@@ -31,6 +31,15 @@ class Settings:
     status_interval: float = 600.0
     """How often a model's status may be written when only its activity times moved (a phase,
     a count or a condition that changes is written at once)."""
+    inference_gateway: bool = False
+    """Read the endpoint pickers of the Inference Extension's InferencePools that select models'
+    pods: requests queued there wake their model (operator/pickers.py)."""
+    picker_interval: float = 2.0
+    """How often those pickers are read: a queued request waits up to this long for its wake
+    to be asked for."""
+    picker_token_file: str | None = None
+    """A file holding the bearer token sent to the pickers' metrics ports (they check it with a
+    TokenReview and a SubjectAccessReview); None: no token is sent."""
     crd_poll_interval: float = 5.0
     """How often an operator started before its CRDs (InferenceModel, GPUPool) asks whether
     they are installed yet."""

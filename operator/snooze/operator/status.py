@@ -108,11 +108,13 @@ def build(
     namespace: str = "",
     can_wake: bool = True,
     verify: bool = True,
+    picker: ConditionValue | None = None,
 ) -> InferenceModelStatus:
     """The whole status to write; `pods` are all the pods selected, shared ones included.
     `selector` and `namespace` (the spec's, as a label selector string) explain a model that
     selects no pod; `can_wake` says whether a request may wake it (wake.onRequest, and no
-    desiredState: Asleep); `verify` is spec.wake.verify."""
+    desiredState: Asleep); `verify` is spec.wake.verify; `picker`: whether the endpoint
+    pickers of a model behind InferencePools can be read (operator/pickerwake.py)."""
     conflicts = conflicts or Conflicts()
     shared = conflicts.shared
     every = pods
@@ -222,6 +224,7 @@ def build(
         ),
         wake_verified(engines, verify=verify),
         known_bug(engines),
+        *([picker] if picker is not None else []),
     ]
     return InferenceModelStatus(
         phase=model_phase,

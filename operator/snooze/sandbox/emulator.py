@@ -50,6 +50,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     watches: Watches = attrs.field(factory=Watches, init=False)
     _faults: list[Fault] = attrs.field(factory=list, init=False)
     _counts: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
+    _paths: collections.Counter[tuple[str, str]] = attrs.field(
+        factory=collections.Counter, init=False
+    )
     # Tests inject faults and read counters from their own thread while the loop serves.
     _guard: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     openapi: openapi.Documents = attrs.field(init=False)
@@ -78,13 +81,20 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 )
             )
 
-    def requests_count(self, method: str | None = None) -> int:
+    def requests_count(self, method: str | None = None, path_contains: str = "") -> int:
         with self._guard:
+            if path_contains:
+                return sum(
+                    n
+                    for (verb, path), n in self._paths.items()
+                    if path_contains in path and (method is None or method.upper() == verb)
+                )
             return self._counts[method.upper()] if method else sum(self._counts.values())
 
     def _take_fault(self, method: str, path_qs: str) -> Fault | None:
         with self._guard:
             self._counts[method] += 1
+            self._paths[(method, path_qs)] += 1
             for fault in self._faults:
                 if fault.method in (None, method) and fault.path_contains in path_qs:
                     fault.remaining -= 1

@@ -174,6 +174,7 @@ class Sandbox:
         """Requests per bearer token sent ("" for none), counted since the start."""
         return self.emulator.tokens.counts()
 
-    def requests_count(self, method: str | None = None) -> int:
-        """How many requests were answered (all, or of one HTTP method), faults included."""
-        return self.emulator.requests_count(method)
+    def requests_count(self, method: str | None = None, path_contains: str = "") -> int:
+        """How many requests were answered (all, or of one HTTP method, or those whose path and
+        query hold `path_contains`), faults included."""
+        return self.emulator.requests_count(method, path_contains)
