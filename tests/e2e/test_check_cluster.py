@@ -32,6 +32,7 @@ from conftest import Cluster, next_address
 from processes import free_port
 from waits import wait_for
 
+from snooze.api import rbac
 from snooze.operator.embedded import OperatorThread
 from snooze.sandbox import Sandbox
 
@@ -54,7 +55,8 @@ def test_a_healthy_install_checks_ok(cluster: Cluster) -> None:
         ("InferenceModel default/qwen3-8b", "engines"): "ok",
     }
     assert f"standalone: pod {OPERATOR_POD} acts" in run.line("leader")
-    assert "system:serviceaccount:snooze:snooze-operator may do all 23" in run.line("permissions")
+    needed = sum(len(p.verbs) for p in (*rbac.OPERATOR, *rbac.GATEWAY_DISCOVERY))
+    assert f"snooze:snooze-operator may do all {needed} things" in run.line("permissions")
     document = check("--output", "json").document()
     assert document["passed"] is True and document["counts"] == {
         "ok": 8,

@@ -144,6 +144,7 @@ def test_how_the_operator_runs_is_read_from_its_deployment() -> None:
         peering="snooze",
         watched=("llm", "llm-b"),
         gateway_service=("snooze", "snooze-gateway-metrics"),
+        inference_gateway=False,
         replicas=2,
         ready=2,
         pod_selector="app.kubernetes.io/component=operator",
@@ -257,6 +258,9 @@ def test_the_reviews_are_every_verb_the_operator_needs_where_it_needs_it() -> No
     assert {r.namespace for r in peering} == {"llm", "llm-b"}
     assert [(r.verb, r.namespace) for r in discovery] == [("list", "snooze")]
     assert len(namespaced) == 2 * verbs + len(peering) + 1
+    behind = reviews(operator_config(deployment("--inference-gateway", "--namespace=llm")))
+    assert {r.permission.resource for r in behind} >= {"inferencepools", "services"}
+    assert len(behind) == verbs + sum(len(p.verbs) for p in rbac.INFERENCE_GATEWAY)
     cluster_peering = reviews(operator_config(deployment("--peering=snooze")))
     assert {r.permission.resource for r in cluster_peering if r.permission.group == "kopf.dev"} == {
         "clusterkopfpeerings"

@@ -188,6 +188,8 @@ class OperatorConfig:
     """The namespaces it watches (--namespace); empty: all."""
     gateway_service: tuple[str, str] | None
     """Its --gateway-service, as (namespace, name)."""
+    inference_gateway: bool
+    """It reads the Inference Extension's InferencePools and pickers (--inference-gateway)."""
     replicas: int
     ready: int
     pod_selector: str
@@ -231,6 +233,7 @@ def operator_config(deployment: JSON) -> OperatorConfig:
         peering=(values.get("--peering") or [""])[-1] or None,
         watched=tuple(values.get("--namespace") or ()),
         gateway_service=(gateway_ns, gateway_name) if gateway_ns and gateway_name else None,
+        inference_gateway="--inference-gateway" in values,
         replicas=replicas if isinstance(replicas, int) else 1,
         ready=int(status.get("readyReplicas") or 0),
         pod_selector=_selector(spec.get("selector")),
@@ -424,6 +427,13 @@ def reviews(config: OperatorConfig) -> list[Review]:
             Review(permission=peering, verb=verb, namespace=ns if config.watched else "")
             for ns in scopes
             for verb in peering.verbs
+        ]
+    if config.inference_gateway:
+        found += [
+            Review(permission=p, verb=verb, namespace=ns)
+            for ns in scopes
+            for p in rbac.INFERENCE_GATEWAY
+            for verb in p.verbs
         ]
     if config.gateway_service is not None:
         found += [
