@@ -29,7 +29,7 @@ def stamping(stamps: list[float]) -> Middleware:
 
     @web.middleware
     async def stamp(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path == "/metrics":
+        if request.path.rstrip("/") == "/metrics":  # the probes ask /metrics/
             stamps.append(time.time())
         return await handler(request)
 

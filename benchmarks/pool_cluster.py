@@ -284,9 +284,9 @@ class Cluster:
 
     def state_of(self, name: str) -> str:
         engine = self.pooled[name]
-        if engine.ops_in_flight["sleep"]:
+        if engine.ops_in_flight.get("sleep"):
             return "sleeping"
-        if engine.ops_in_flight["wake"]:
+        if engine.ops_in_flight.get("wake"):
             return "waking"
         if not engine.is_sleeping:
             return "awake"

@@ -267,6 +267,11 @@ def simulator_rows() -> Iterator[Row]:
     # A family shows its labels on its samples; an engine that has finished no request has
     # none for its success counter, so it is read as after one request.
     engine.finished = {"stop": 1}
+    # The sleep operations' families appear at their first use (vLLM 0.32+): read as after a
+    # sleep and a wake.
+    for operation in ("sleep", "wake"):
+        with engine._operation(operation):
+            pass
     base = 'model_name="m",engine="0"'
     seen: set[str] = set()
     for family in [*families(engine), *simulator_families(engine, base)]:

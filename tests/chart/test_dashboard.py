@@ -147,9 +147,12 @@ def test_the_issue_s_panels_are_there() -> None:
     for needle in [
         "snooze_models",
         "snooze_engine_state",
-        "histogram_quantile(0.5, sum by (le) (rate(snooze_wake_duration_seconds_bucket",
-        "histogram_quantile(0.95, sum by (le) (rate(snooze_wake_duration_seconds_bucket",
-        "histogram_quantile(0.99, sum by (le) (rate(snooze_wake_duration_seconds_bucket",
+        # Wakes and engines by engine kind (vLLM, SGLang), joined on the models' kinds.
+        "histogram_quantile(0.5, sum by (le, engine) (rate(snooze_wake_duration_seconds_bucket",
+        "histogram_quantile(0.95, sum by (le, engine) (rate(snooze_wake_duration_seconds_bucket",
+        "histogram_quantile(0.99, sum by (le, engine) (rate(snooze_wake_duration_seconds_bucket",
+        "sum by (engine, state) (snooze_engine_state{",
+        "group_left(engine) snooze_model_engine_info",
         "snooze_wake_failures_total",
         "sum by (check, result) (increase(snooze_wake_verifications_total{",
         "snooze_gateway_held_requests",

@@ -255,7 +255,12 @@ def docker(path: Path, verb: str) -> list[dict[str, Any]]:
     return found
 
 
-@pytest.mark.parametrize("page", PAGES)
+# The install pages: each builds the image it installs. Other pages install the image these
+# build (the Inference Gateway's sends its reader to the Install page for it).
+BUILDING = ["README.md", "docs/install.md", "charts/snooze/README.md"]
+
+
+@pytest.mark.parametrize("page", BUILDING)
 def test_the_documented_images_are_built_from_their_dockerfiles_and_pushed(page: str) -> None:
     path = ROOT / page
     builds, pushes = docker(path, "build"), docker(path, "push")

@@ -150,6 +150,8 @@ def release_values() -> dict[str, Any]:
         "image": {"repository": repository, "tag": tag},
         "operator": {"probeInterval": "2s"},
         "networkPolicy": {"enabled": True, "namespaces": [ENGINES, OTHER_TENANT]},
+        # The operator reads the endpoint pickers' queues (test_inference_gateway.py).
+        "inferenceGateway": {"enabled": True},
     }
 
 

@@ -30,11 +30,14 @@ class ClusterError(RuntimeError):
     """The cluster cannot start or stopped; the message says which part and why."""
 
 
-def binaries() -> Path:
-    """The directory of the control plane's binaries, built (or found built) by tests/k8s/build."""
-    done = subprocess.run(["bash", str(BUILD)], stdout=subprocess.PIPE, text=True)
+def binaries(group: str = "controlplane") -> Path:
+    """The directory of a group's binaries (tests/k8s/build: `controlplane`, `epp`,
+    `extproc`), built, or found built, by tests/k8s/build."""
+    done = subprocess.run(["bash", str(BUILD), group], stdout=subprocess.PIPE, text=True)
     if done.returncode != 0:
-        raise ClusterError(f"tests/k8s/build failed (exit {done.returncode}): see its output above")
+        raise ClusterError(
+            f"tests/k8s/build {group} failed (exit {done.returncode}): see its output above"
+        )
     return Path(done.stdout.strip().splitlines()[-1])
 
 

@@ -8,9 +8,10 @@ image built from this repository (images/operator/Dockerfile), run from the tree
 
 What it does as a kubelet does: the service account token mounted where in-cluster clients
 read it (a TokenRequest bound to the Pod), KUBERNETES_SERVICE_HOST and _PORT, env (values and
-the Downward API's fieldRefs), emptyDir and hostPath volumes, readiness and liveness probes
-(httpGet, tcpSocket), restarts with a back-off and restartCount, SIGTERM on deletion then
-SIGKILL when the grace period ends, and the final delete. What it does not: pull images, enforce
+the Downward API's fieldRefs), emptyDir, hostPath, configMap and secret volumes, readiness
+and liveness probes (probes.py), Ready from the containers and the readiness gates
+(readiness.py), restarts with a back-off and restartCount, SIGTERM on deletion then SIGKILL
+when the grace period ends, and the final delete. What it does not: pull images, enforce
 securityContext or resources (every container runs as root), serve logs or exec, or run
 other images; readiness probes run every second at most, and the restart back-off is 1 s
 doubling to 10 s (the kubelet's is 10 s to 5 min), so that tests wait less.
@@ -24,23 +25,24 @@ import logging
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import kubernetes
+import readiness
 from kubernetes.client.rest import ApiException
 from network import PodNetwork
+from probes import Probe
+from volumes import project
 
 log = logging.getLogger("cluster.kubelet")
 
 SERVICE_ACCOUNT_DIR = "/run/secrets/kubernetes.io/serviceaccount"
+PROJECTED = "/run/.kubelet-volumes"
 
 
 @dataclass(frozen=True)
@@ -62,52 +64,6 @@ def _image_name(image: str) -> str:
     if ":" in name.rsplit("/", 1)[-1]:
         name = name.rsplit(":", 1)[0]
     return name
-
-
-@dataclass
-class Probe:
-    """One container's readiness or liveness probe, as its spec says."""
-
-    spec: Any
-    ports: dict[str, int]
-    period: float
-    failures: int = 0
-    successes: int = 0
-    last: float = 0.0
-
-    def due(self, started: float, now: float) -> bool:
-        initial = self.spec.initial_delay_seconds or 0
-        return now - started >= initial and now - self.last >= self.period
-
-    def check(self, address: str) -> bool:
-        self.last = time.monotonic()
-        timeout = self.spec.timeout_seconds or 1
-        if self.spec.http_get is not None:
-            get = self.spec.http_get
-            port = get.port if isinstance(get.port, int) else self.ports.get(get.port, 0)
-            url = f"http://{address}:{port}{get.path or '/'}"
-            try:
-                with urllib.request.urlopen(url, timeout=timeout) as answer:
-                    ok = 200 <= answer.status < 400
-            except (urllib.error.URLError, OSError, ValueError):
-                ok = False
-        elif self.spec.tcp_socket is not None:
-            tcp = self.spec.tcp_socket
-            port = tcp.port if isinstance(tcp.port, int) else self.ports.get(tcp.port, 0)
-            try:
-                with socket.create_connection((address, port), timeout=timeout):
-                    ok = True
-            except OSError:
-                ok = False
-        else:
-            ok = True  # exec probes are not run here
-        if ok:
-            self.successes += 1
-            self.failures = 0
-        else:
-            self.failures += 1
-            self.successes = 0
-        return ok
 
 
 @dataclass
@@ -152,6 +108,8 @@ class PodRunner:
         self.deleting = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"pod {self.key}", daemon=True)
         self.last_status: dict[str, Any] | None = None
+        self.projected: list[Any] = []
+        self.projected_at = 0.0
 
     def update(self, pod: Any) -> None:
         self.pod = pod
@@ -202,6 +160,7 @@ class PodRunner:
         self.dir.mkdir(parents=True, exist_ok=True)
         sa_dir = self.dir / "serviceaccount"
         sa_dir.mkdir(exist_ok=True)
+        (self.dir / "volumes").mkdir(exist_ok=True)
         if pod.spec.automount_service_account_token is not False:
             (sa_dir / "token").write_text(self.runtime.token_for(pod))
         (sa_dir / "ca.crt").write_bytes(self.runtime.ca.read_bytes())
@@ -214,14 +173,22 @@ class PodRunner:
                 continue
             command = list(spec.command or image.entrypoint)
             args = list(spec.args if spec.args is not None else ([] if spec.command else image.cmd))
+            # The pod's own folder is bound at PROJECTED first: an emptyDir over /tmp, where
+            # the folder lives, would hide the sources of its configMap and secret volumes.
+            folder = shlex.quote(str(self.dir / "volumes"))
             prelude = ["set -e", "mount -t tmpfs -o mode=0755 tmpfs /run",
-                       f"mkdir -p {SERVICE_ACCOUNT_DIR}",
-                       f"cp {shlex.quote(str(sa_dir))}/* {SERVICE_ACCOUNT_DIR}/"]  # fmt: skip
+                       f"mkdir -p {SERVICE_ACCOUNT_DIR} {PROJECTED}",
+                       f"cp {shlex.quote(str(sa_dir))}/* {SERVICE_ACCOUNT_DIR}/",
+                       f"mount --bind {folder} {PROJECTED}"]  # fmt: skip
             for mount in spec.volume_mounts or []:
                 volume = volumes.get(mount.name)
                 target = shlex.quote(mount.mount_path)
                 if volume is not None and volume.empty_dir is not None:
                     prelude.append(f"mount -t tmpfs tmpfs {target}")
+                elif volume is not None and (volume.config_map or volume.secret) is not None:
+                    self._mounted(volume)
+                    source = shlex.quote(f"{PROJECTED}/{volume.name}")
+                    prelude += [f"mkdir -p {target}", f"mount --bind -o ro {source} {target}"]
                 elif volume is not None and volume.host_path is not None:
                     # DirectoryOrCreate; the mount point is made inside the pod's own /run or
                     # /tmp where it can be (a tmpfs of this mount namespace, not the host's).
@@ -247,6 +214,23 @@ class PodRunner:
                 period = float(spec.liveness_probe.period_seconds or 10)
                 container.liveness = Probe(spec.liveness_probe, ports, period)
             self.containers.append(container)
+
+    def _mounted(self, volume: Any) -> None:
+        """The volume's files, once its object can be read: until then (not made yet, or the
+        API server away) the pod waits, as the kubelet's containers wait for their volumes."""
+        while True:
+            try:
+                self._project(volume)
+                return
+            except Exception as error:  # ApiException, or no answer at all
+                log.info("pod %s: volume %s not ready: %s", self.key, volume.name, error)
+                if self.gone.wait(0.5) or self.deleting.is_set():
+                    raise
+
+    def _project(self, volume: Any) -> None:
+        project(self.runtime.core, self.pod.metadata.namespace, volume, self.dir / "volumes")
+        if volume not in self.projected:
+            self.projected.append(volume)
 
     def _env(self, spec: Any) -> dict[str, str]:
         pod = self.pod
@@ -298,6 +282,12 @@ class PodRunner:
     def _tend(self) -> None:
         now = time.monotonic()
         assert self.address is not None
+        if self.projected and now - self.projected_at >= 2.0:
+            self.projected_at = now
+            for volume in self.projected:
+                # The API server may be away (a test restarts it): the files stay as they are.
+                with contextlib.suppress(Exception):
+                    self._project(volume)
         for container in self.containers:
             if container.popen is None:
                 self._start(container)
@@ -358,19 +348,17 @@ class PodRunner:
             statuses.append(entry)
         if not statuses:
             return
-        ready = all(c.ready for c in self.containers)
+        unready = [c.spec.name for c in self.containers if not c.ready]
+        # Ready also waits for every readiness gate's condition, which others write.
+        gates = readiness.gates_unready(self.pod)
+        ready = not unready and not gates
         # Once a container started, the pod is Running, through restarts, as the kubelet says.
         started = any(c.started for c in self.containers)
         status = {"phase": "Running" if started else "Pending",
-                  "containerStatuses": statuses, "ready": ready}  # fmt: skip
+                  "containerStatuses": statuses, "ready": ready, "gates": gates}  # fmt: skip
         if status == self.last_status and self._api_agrees(ready):
             return
-        word = "True" if ready else "False"
-        conditions = [
-            {"type": kind, "status": word, "lastTransitionTime": _now(),
-             **({} if ready else {"reason": "ContainersNotReady"})}
-            for kind in ("ContainersReady", "Ready")
-        ]  # fmt: skip
+        conditions = readiness.conditions(unready, gates, _now())
         if self._patch({"phase": status["phase"], "containerStatuses": statuses,
                         "conditions": conditions}):  # fmt: skip
             self.last_status = status

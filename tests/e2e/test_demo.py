@@ -81,6 +81,15 @@ def test_the_crash_is_remedied(summary: dict[str, Any]) -> None:
     assert patched["wakes"] >= 1 and patched["restarts"] == 0
 
 
+def test_the_sglang_model_is_released_and_resumed(summary: dict[str, Any]) -> None:
+    row = next(m for m in summary["models"] if m["model"] == "qa")
+    assert row["wakes"] >= 1 and row["restarts"] == 0 and row["wake_failures"] == 0
+    asked = [r for r in summary["requests"] if r["model"] == "qa"]
+    assert asked and all(r["status"] == 200 for r in asked)
+    assert any(r["held"] > 0 for r in asked)  # held while its server resumed
+    assert "asleep" in summary["states"]["qa"]
+
+
 def test_a_clean_run_ends_cleanly(
     run: tuple[subprocess.CompletedProcess[str], Path], summary: dict[str, Any]
 ) -> None:
@@ -271,7 +280,7 @@ def test_the_summary_compares_like_with_like(
         assert rows[model]["policy"] == "always-on" and rows[model]["ttl_held"] == 0
         assert rows[model]["deployed_gpu_hours"] < rows[model]["ttl_gpu_hours"]
     fixed, deployed = both["fixed_ttl"], both["as_deployed"]
-    assert (fixed["devices_always_on"], deployed["devices_always_on"]) == (10, 7)
+    assert (fixed["devices_always_on"], deployed["devices_always_on"]) == (11, 8)
     assert deployed["device_hours"] < fixed["device_hours"]
     assert "both replayed through snooze whatif's engine" in result.stdout
-    assert "GPUs held all along: 10 with a fixed TTL, 7 as deployed" in result.stdout
+    assert "GPUs held all along: 11 with a fixed TTL, 8 as deployed" in result.stdout

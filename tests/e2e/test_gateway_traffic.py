@@ -22,7 +22,7 @@ from snooze.sim import SimulatedEngine
 
 __all__ = ["gateway"]
 CHAT = "/v1/chat/completions"
-PROBE = "GET /metrics"
+PROBE = "GET /metrics/"  # the path whose name[] filter works on every vLLM release
 
 
 @contextmanager

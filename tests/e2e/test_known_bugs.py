@@ -147,3 +147,25 @@ def test_sleep_anyway_sends_it_and_the_engine_dies(
     stream(engine, tokens=120, done=answers)
     cluster.patch_model("chat", {"spec": {"desiredState": "Asleep"}})
     wait_for("the engine dead", lambda: engine.crashed, timeout=15)
+
+
+def test_level_2_where_the_release_cannot_reload_sleeps_at_level_1(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    """Before 0.10.2 vLLM has no /collective_rpc: a level-2 wake cannot reload the discarded
+    weights (0.8.0 to 0.8.2 even wake serving them). The spec asks level 2: the operator says
+    why not, naming the release from which it works, and sleeps the engine at level 1; it
+    wakes right."""
+    engine = cluster.create_pod("chat-0", labels=LABELS, vllm_version="0.8.2")
+    model(cluster, idle={"after": "1s"}, sleep={"level": 2})
+    condition = known_bug(cluster)
+    assert condition["reason"] == "LevelNotSupported"
+    message = condition["message"]
+    assert "vLLM 0.8.2" in message and "sleep level 2 needs vLLM 0.10.2 or later" in message
+    assert "sleeps at level 1 instead of 2" in message and "Upgrade vLLM" in message
+    wait_for("asleep", lambda: cluster.pod_state("chat-0") == "asleep", timeout=30)
+    assert engine.sleep_level == 1 and engine.host_memory_bytes > 0
+    assert cluster.pod("chat-0")["metadata"]["annotations"]["snooze.dev/sleep-level"] == "1"
+    cluster.patch_model("chat", {"spec": {"desiredState": "Awake"}})
+    wait_for("awake", lambda: cluster.pod_state("chat-0") == "awake", timeout=30)
+    assert engine.weights_valid and engine.seen["POST /collective_rpc"] == 0

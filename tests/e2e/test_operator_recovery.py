@@ -86,7 +86,7 @@ def test_a_sleep_already_sent_is_not_sent_again(
         target=httpx.post, args=(f"{engine.url}/sleep",), kwargs={"params": {"level": 1}}
     )
     sender.start()
-    wait_for("the engine sleeping", lambda: engine.ops_in_flight["sleep"] == 1)
+    wait_for("the engine sleeping", lambda: engine.ops_in_flight.get("sleep") == 1)
     mark(cluster, "chat-0", label="draining", sleep_started_at=ago(1), sleep_sent_at=ago(0.5))
     cluster.create_model("chat", {"selector": {"matchLabels": LABELS}, "idle": {"after": "1s"}})
     started.append(OperatorThread(FAST).start())

@@ -58,7 +58,7 @@ class GatedProber(Prober):
         self.host, self.first = host, first
 
     async def _get(self, base_url: str, path: str, *args: Any, **kwargs: Any) -> Answer:
-        if httpx.URL(base_url).host == self.host and path == "/metrics":
+        if httpx.URL(base_url).host == self.host and path.rstrip("/") == "/metrics":
             await self.first()
         return await super()._get(base_url, path, *args, **kwargs)
 
@@ -186,7 +186,7 @@ class DrainGate(EngineHttp):
         self.release = asyncio.Event()
 
     async def request(self, method: str, url: str, **kwargs: Any) -> Answer:
-        if method == "GET" and url.endswith("/metrics"):
+        if method == "GET" and url.rstrip("/").endswith("/metrics"):
             self.checking.set()
             await self.release.wait()
         return await super().request(method, url, **kwargs)

@@ -63,12 +63,13 @@ class Kubelet:
         pod: str | None = None,
         wait: bool = True,
         created: bool = False,
+        kind: type[EngineConfig] = EngineConfig,
         **options: Any,
     ) -> SimulatedEngine:
         """Start a pod of model `name` (`NAME-0` unless `pod` names it; `created`: Pending
         already) and its engine: 30 GiB awake and 1 GiB asleep, unless `options`
-        (EngineConfig's) say otherwise. Returns once it has loaded; with `wait` False at once,
-        its pod marked Ready when it has loaded."""
+        (EngineConfig's, or those of `kind`, such as an SGLang server's) say otherwise. Returns
+        once it has loaded; with `wait` False at once, its pod marked Ready when it has loaded."""
         pod = pod or f"{name}-0"
         host = next(_addresses)
         if not created:
@@ -86,9 +87,7 @@ class Kubelet:
             "checksum_seconds_per_gib": 0.001,
         }
         engine = self.cluster.sim.add(
-            EngineConfig(
-                model=name, host=host, port=8000, device=self.device.name, **(config | options)
-            )
+            kind(model=name, host=host, port=8000, device=self.device.name, **(config | options))
         )
         self.engines[name if pod == f"{name}-0" else pod] = engine
         if wait:
@@ -323,7 +322,9 @@ def test_a_wake_waits_while_every_member_is_busy_and_says_so(
     assert wake_ooms(pool) == 0
     # Every sleep here made room (idle.after is Never), and only sleeps count as evictions: a
     # member chosen on an old probe and found busy was spared, and is not counted.
-    slept = sum(e.op_durations["sleep"].count for e in pool.engines.values())
+    slept = sum(
+        e.op_durations["sleep"].count for e in pool.engines.values() if "sleep" in e.op_durations
+    )
     counted = operator.metrics.pool_evictions.labels("default", "gpu-0", "wake")._value.get()
     counted += operator.metrics.pool_evictions.labels("default", "gpu-0", "start")._value.get()
     assert counted == slept

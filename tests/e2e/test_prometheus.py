@@ -22,13 +22,14 @@ from wsgiref.simple_server import WSGIServer
 import httpx
 import pytest
 import yaml
-from conftest import Cluster, OperatorThread
+from conftest import Cluster, OperatorThread, next_address
 from gateway_fixtures import GatewayThread, routable_pods
 from prometheus_client import CollectorRegistry, start_http_server
 from test_pools import Kubelet
 from waits import wait_for
 
 from snooze.operator.metrics import OperatorMetrics
+from snooze.sim.sglang_engine import SGLangConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "charts" / "snooze" / "dashboards" / "snooze.json"
@@ -209,13 +210,30 @@ def test_dashboard_queries_return_data_and_rules_evaluate(
     # chat wakes slowly enough for a scrape to see its request held.
     chat = cluster.create_pod("chat-0", labels={"app": "chat"}, model="chat", wake_seconds=2.5)
     cluster.create_pod("hybrid-0", labels={"app": "hybrid"}, model="hybrid", hybrid_wake_crash=True)
+    # An SGLang server too, so that the panels split by engine kind have both kinds.
+    sglang = SGLangConfig(
+        model="sg",
+        host=next_address(),
+        port=8000,
+        reload_seconds=0.1,
+        checksum_seconds_per_gib=0.001,
+    )
+    cluster.create_pod("sg-0", labels={"app": "sg"}, engine=sglang)
     for name, wake in (("chat", {}), ("hybrid", {"timeout": "2s", "onFailure": "Restart"})):
         cluster.create_model(
             name,
             {"selector": {"matchLabels": {"app": name}}, "idle": {"after": "2s"}, "wake": wake},
         )
-    wait_for("the gateway knows both", lambda: len(http.get("/v1/models").json()["data"]) == 2)
-    for name in ("chat", "hybrid"):
+    cluster.create_model(
+        "sg",
+        {
+            "selector": {"matchLabels": {"app": "sg"}},
+            "engine": {"kind": "sglang"},
+            "idle": {"after": "2s"},
+        },
+    )
+    wait_for("the gateway knows all", lambda: len(http.get("/v1/models").json()["data"]) == 3)
+    for name in ("chat", "hybrid", "sg"):
         wait_for(f"{name} routable", lambda name=name: routable_pods(gateway, name) == 1)
     # Traffic before the sleeps, so that the gateway's series exist in Prometheus before they
     # move (rate() and increase() need two samples).
@@ -245,6 +263,12 @@ def test_dashboard_queries_return_data_and_rules_evaluate(
     wait_for("chat asleep again", lambda: cluster.pod_state("chat-0") == "asleep")
     assert ask("chat") == 200
     scraped(prom, 'snooze_wake_duration_seconds_count{model="chat"}', lambda v: v == 2)
+    # The SGLang server, released and resumed for a request, twice.
+    for times in (1, 2):
+        wait_for("sg asleep", lambda: cluster.pod_state("sg-0") == "asleep")
+        assert ask("sg") == 200
+        scraped(prom, 'snooze_wake_duration_seconds_count{model="sg"}', lambda v, n=times: v == n)
+    scraped(prom, 'snooze_model_engine_info{model="sg",engine="sglang"}')
 
     # The hybrid model's wake crashes; the operator deletes the pod (wake.onFailure: Restart)
     # and no controller recreates it here: the request held for it times out (504).
@@ -272,6 +296,8 @@ def test_dashboard_queries_return_data_and_rules_evaluate(
         "histogram_quantile(0.5, sum by (le) ("
         "rate(snooze_gateway_hold_duration_seconds_bucket[1m])))",
         f'sum(increase(snooze_asleep_seconds_total{{namespace="{NS}"}}[5m]))',
+        "histogram_quantile(0.99, sum by (le) (rate(snooze_wake_duration_seconds_bucket[1m])"
+        ' * on(namespace, model) group_left(engine) snooze_model_engine_info{engine="sglang"}))',
         "histogram_quantile(0.99, sum by (le) (rate(snooze_pool_wait_seconds_bucket[1m])))",
     ]:
         # Not just series: these figures are real (a quantile of nothing would be NaN).

@@ -351,47 +351,71 @@ def machine(tmp_path: Path) -> Iterator[Machine]:
     machine.close()
 
 
-def test_the_walkthrough_runs_as_printed(machine: Machine, tmp_path: Path) -> None:
-    page = (ROOT / PAGE).read_text()
-    machine.check_free()
-    # A new user's shell: the venv activated (its `snooze` runs this interpreter), no
-    # kubeconfig of their own, an empty home (no kubectl cache).
-    home = machine.outside(machine.home)
-    (home / "bin").mkdir(parents=True)
-    snooze = home / "bin" / "snooze"
-    snooze.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m snooze.cli "$@"\n')
-    snooze.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
-    env |= {"HOME": str(machine.home), "PATH": f"{machine.home}/bin:{os.environ['PATH']}"}
-    env |= machine.env()
-    terminals: dict[int, Terminal] = {}
+class Session:
+    """The terminals of one walkthrough: each a new user's shell (the venv activated, its
+    `snooze` running this interpreter, no kubeconfig of their own, an empty home), its output
+    logged."""
 
-    def terminal(number: int) -> Terminal:
-        if number not in terminals:
-            log = tmp_path / f"terminal-{number}.log"
-            terminals[number] = Terminal(number, machine, env, log)
-        return terminals[number]
+    def __init__(self, machine: Machine, tmp_path: Path) -> None:
+        self.machine, self.tmp_path = machine, tmp_path
+        home = machine.outside(machine.home)
+        (home / "bin").mkdir(parents=True)
+        snooze = home / "bin" / "snooze"
+        snooze.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m snooze.cli "$@"\n')
+        snooze.chmod(0o755)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
+        env |= {"HOME": str(machine.home), "PATH": f"{machine.home}/bin:{os.environ['PATH']}"}
+        self.env = env | machine.env()
+        self.terminals: dict[int, Terminal] = {}
 
-    def logs() -> str:
+    def terminal(self, number: int) -> Terminal:
+        if number not in self.terminals:
+            log = self.tmp_path / f"terminal-{number}.log"
+            self.terminals[number] = Terminal(number, self.machine, self.env, log)
+        return self.terminals[number]
+
+    def logs(self) -> str:
         return "".join(
-            f"\n--- terminal {n} ---\n{t.output()[-3000:]}" for n, t in sorted(terminals.items())
+            f"\n--- terminal {n} ---\n{t.output()[-3000:]}"
+            for n, t in sorted(self.terminals.items())
         )
 
-    steps = page_steps(page)
-    assert steps == [(s.terminal, s.command) for s in STEPS]
-    try:
-        for step in STEPS:
-            shell = terminal(step.terminal)
+    def run(self, steps: list[Step]) -> None:
+        """Each step in its terminal: a server until it shows what it must, a command to its
+        end, what it printed matching what it must show."""
+        for step in steps:
+            shell = self.terminal(step.terminal)
             if step.forever:
                 since = shell.start(step.command)
                 for shows in step.shows:
                     shell.wait_to_show(shows, since, timeout=90)
-                    assert shell.shell.poll() is None, f"`{step.command}` ended{logs()}"
+                    assert shell.shell.poll() is None, f"`{step.command}` ended{self.logs()}"
                 continue
             status, printed = shell.run(step.command, timeout=180)
-            assert status == 0, f"`{step.command}` failed ({status}):\n{printed}{logs()}"
+            assert status == 0, f"`{step.command}` failed ({status}):\n{printed}{self.logs()}"
             for shows in step.shows:
-                assert re.search(shows, printed), f"`{step.command}` printed:\n{printed}{logs()}"
+                assert re.search(shows, printed), (
+                    f"`{step.command}` printed:\n{printed}{self.logs()}"
+                )
+
+    def stop(self) -> None:
+        """Ctrl-C in each terminal: every one stops, none printed a traceback."""
+        for shell in self.terminals.values():
+            shell.interrupt()
+        stopped = {n: shell.wait(30) for n, shell in self.terminals.items()}
+        assert all(stopped.values()), f"Ctrl-C did not stop terminals {stopped}{self.logs()}"
+        assert not [n for n, t in self.terminals.items() if "Traceback" in t.output()], self.logs()
+
+
+def test_the_walkthrough_runs_as_printed(machine: Machine, tmp_path: Path) -> None:
+    page = (ROOT / PAGE).read_text()
+    machine.check_free()
+    steps = page_steps(page)
+    assert steps == [(s.terminal, s.command) for s in STEPS]
+    session = Session(machine, tmp_path)
+    terminal, logs = session.terminal, session.logs
+    try:
+        session.run(STEPS)
         # Terminal 6 showed the model change as the page shows it (other lines between).
         seen = [
             (row.split()[2], row.split()[3], row.split()[4])
@@ -420,10 +444,4 @@ def test_the_walkthrough_runs_as_printed(machine: Machine, tmp_path: Path) -> No
             ):
                 assert said.format(pod) in operator, f"{said.format(pod)}{logs()}"
     finally:
-        # Ctrl-C stops each terminal.
-        for shell in terminals.values():
-            shell.interrupt()
-        stopped = {n: shell.wait(30) for n, shell in terminals.items()}
-    assert all(stopped.values()), f"Ctrl-C did not stop terminals {stopped}{logs()}"
-    # No terminal printed a traceback, while it ran or as it stopped.
-    assert not [n for n, t in terminals.items() if "Traceback" in t.output()], logs()
+        session.stop()

@@ -214,9 +214,9 @@ def test_the_closing_comparison_replays_both_sides() -> None:
     by = {r.model: r for r in rows}
     assert set(by) == {p.model for p in sc.traffic}
     assert sum(r.requests for r in rows) == len(records) == ttl.requests == deployed.requests
-    # chat's two engines and one each for the other nine models on their own; the pool's
+    # chat's two engines and one each for the other ten models on their own; the pool's
     # four share one as deployed.
-    assert (ttl.devices_always_on, deployed.devices_always_on) == (10, 7)
+    assert (ttl.devices_always_on, deployed.devices_always_on) == (11, 8)
     for model in scenario.POOL_MEMBERS:
         assert by[model].policy == "always-on" and by[model].ttl_held == 0
         assert by[model].deployed_held > 0  # each phase swaps two members in
@@ -226,4 +226,24 @@ def test_the_closing_comparison_replays_both_sides() -> None:
     assert ttl.device_hours == pytest.approx(ttl.devices_always_on * 60 / 3600, rel=0.01)
     text = "\n".join(replayed.lines(rows, ttl, deployed))
     assert "both replayed through snooze whatif's engine" in text
-    assert "GPUs held all along: 10 with a fixed TTL, 7 as deployed" in text
+    assert "GPUs held all along: 11 with a fixed TTL, 8 as deployed" in text
+
+
+def test_a_pod_whose_wake_failed_between_two_samples_is_still_drawn_failed() -> None:
+    """The wake crashed and the pod was deleted between two samples: the last sample shows it
+    asleep (its waking too brief to be seen), and is redrawn failed all the same."""
+    from typing import Any
+
+    from snooze.demo.sampler import Sampler
+    from snooze.operator.metrics import OperatorMetrics
+
+    none: Any = None
+    sampler = Sampler(
+        api=none, controller=none, gateway=none, metrics=OperatorMetrics(), models=["m"]
+    )
+    asleep = PodSample(model="m", state="asleep", gpu_bytes=0)
+    other = PodSample(model="n", state="asleep", gpu_bytes=0)
+    sampler.timeline.samples.append(Sample(t=1.0, pods={"m-1": asleep, "n-1": other}, models={}))
+    assert sampler._failing_pods("m", {}) == set()  # gone from the current sample
+    redrawn = sampler.timeline.samples[-1].pods
+    assert redrawn["m-1"].state == "failed" and redrawn["n-1"].state == "asleep"

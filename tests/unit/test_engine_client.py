@@ -415,7 +415,7 @@ async def test_a_silent_engine_times_out() -> None:
 
 
 async def test_every_call_has_a_deadline() -> None:
-    engine = FakeEngine({("GET", "/metrics"): slow(5), ("GET", "/health"): slow(5)})
+    engine = FakeEngine({("GET", "/metrics/"): slow(5), ("GET", "/health"): slow(5)})
     async with engine.client(timeout=0.05) as client:
         with pytest.raises(EngineTimeoutError):
             await client.activity()
@@ -511,12 +511,23 @@ def test_parse_activity_without_gauges_is_none() -> None:
 
 
 async def test_activity_asks_for_the_filtered_families() -> None:
-    engine = FakeEngine({("GET", "/metrics"): httpx.Response(200, text=PAYLOAD)})
+    engine = FakeEngine({("GET", "/metrics/"): httpx.Response(200, text=PAYLOAD)})
     async with engine.client() as client:
         snapshot = await client.activity()
     assert snapshot.success_total == 16.0
-    # Not the engine's CacheConfig (static, and costly to read): only the probe's families.
+    # Not the engine's CacheConfig (static, and costly to read): only the probe's families,
+    # on the path whose filter works on every vLLM release (0.8.5+: GET /metrics ignores it).
+    assert engine.requests[0].url.path == "/metrics/"
     assert engine.requests[0].url.params.get_list("name[]") == list(PROBE_METRICS)
+
+
+async def test_an_engine_without_the_slash_path_is_asked_metrics_from_then_on() -> None:
+    engine = FakeEngine({("GET", "/metrics"): httpx.Response(200, text=PAYLOAD)})
+    async with engine.client() as client:
+        assert (await client.activity()).success_total == 16.0
+        assert (await client.activity()).success_total == 16.0
+    assert [r.url.path for r in engine.requests] == ["/metrics/", "/metrics", "/metrics"]
+    assert all(r.url.params.get_list("name[]") for r in engine.requests)
 
 
 def vllm_like_registry(*, running: float, success: int) -> CollectorRegistry:
@@ -604,7 +615,7 @@ async def test_activity_falls_back_once_when_the_filter_finds_nothing() -> None:
 
 
 async def test_activity_without_any_gauge_raises() -> None:
-    engine = FakeEngine({("GET", "/metrics"): httpx.Response(200, text="up 1\n")})
+    engine = FakeEngine({("GET", "/metrics/"): httpx.Response(200, text="up 1\n")})
     async with engine.client() as client:
         with pytest.raises(EngineHTTPError, match="num_requests_running"):
             await client.activity()
@@ -615,7 +626,7 @@ async def test_activity_without_any_gauge_raises() -> None:
 
 
 async def test_activity_not_prometheus_text() -> None:
-    engine = FakeEngine({("GET", "/metrics"): httpx.Response(200, text="{not metrics{")})
+    engine = FakeEngine({("GET", "/metrics/"): httpx.Response(200, text="{not metrics{")})
     async with engine.client() as client:
         with pytest.raises(EngineHTTPError, match="cannot read"):
             await client.activity()

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from snooze.engine.activity import PROBE_METRICS
 from snooze.engine.client import EngineClient, EngineHttp, SleepState, new_http_client
 from snooze.engine.errors import (
     EngineHTTPError,
@@ -170,7 +171,7 @@ async def test_killed_and_restarted_engine(http: EngineHttp) -> None:
         await client.sleep(1)
         # Killed in the middle of a wake: the open connection is cut.
         wake = asyncio.create_task(client.wake(1, timeout=10))
-        await until(lambda: engine.ops_in_flight["wake"] == 1)
+        await until(lambda: engine.ops_in_flight.get("wake") == 1)
         await pool.kill(engine)
         with pytest.raises(EngineUnreachableError, match="broke"):
             await wake
@@ -277,6 +278,34 @@ async def test_the_prober_reads_what_the_engine_says() -> None:
             assert await prober.is_sleeping(engine.url) is True
         with pytest.raises(EngineUnreachableError, match="cannot connect"):
             await prober.activity("http://127.0.0.41:1")
+    finally:
+        await prober.aclose()
+
+
+@pytest.mark.parametrize("version", ["0.8.4", "0.8.5", "0.33.0"])
+async def test_probes_read_only_what_they_ask_on_every_release(version: str) -> None:
+    """From 0.8.5 vLLM's GET /metrics serves the whole page whatever is asked: the probes go
+    through /metrics/, whose filter works on every release, and read a few lines."""
+    from snooze.engine.probe import Prober
+
+    prober = Prober(limit=4, timeout=2.0)
+    try:
+        async with (
+            serve_engines([config("127.0.0.42", vllm_version=version, full_metrics=True)]) as (
+                engine,
+            ),
+            EngineClient(engine.url) as client,
+        ):
+            for _ in range(3):
+                await prober.activity(engine.url, share_known=True)
+                await client.activity()
+            assert engine.seen["GET /metrics/"] == 6 and "GET /metrics" not in engine.seen
+            async with httpx.AsyncClient() as direct:
+                query = {"name[]": list(PROBE_METRICS)}
+                asked = await direct.get(f"{engine.url}/metrics/", params=query)
+                plain = await direct.get(f"{engine.url}/metrics", params=query)
+            assert len(asked.content) < 1500  # what a probe reads
+            assert (len(plain.content) > 10 * len(asked.content)) is (version != "0.8.4")
     finally:
         await prober.aclose()
 

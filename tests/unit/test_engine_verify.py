@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -25,7 +26,7 @@ from snooze.engine.verify import (
     weight_checksums,
 )
 from snooze.sim import EngineConfig, serve_engines
-from snooze.sim.outputs import TENSORS
+from snooze.sim.outputs import tensors
 
 _hosts = (f"127.79.{i // 250}.{i % 250 + 1}" for i in itertools.count())
 FAST = EngineConfig(model="m", port=0, token_seconds=0.0, checksum_seconds_per_gib=0.0)
@@ -130,7 +131,7 @@ async def test_weight_checksums_from_0_32_and_none_before(http: EngineHttp) -> N
     async with sim(tensor_parallel_size=2) as url:
         sums = await weight_checksums(http, url, timeout=5)
         again = await weight_checksums(http, url, timeout=5)
-    assert sums is not None and len(sums) == 2 * len(TENSORS)
+    assert sums is not None and len(sums) == 2 * len(tensors(32))  # a Llama-3-8B's
     assert digest(sums) == digest(dict(reversed(list(sums.items())))) == digest(again or {})
     async with sim(vllm_version="0.31.0") as url:
         assert await weight_checksums(http, url, timeout=5) is None
@@ -155,3 +156,61 @@ async def test_the_release_is_read_from_version(http: EngineHttp) -> None:
     async with stub({"/version": json_route({"version": "v" * 100})}) as url:
         with pytest.raises(EngineHTTPError):
             await version(http, url, timeout=5)
+
+
+@pytest.mark.parametrize(("layers", "tp"), [(32, 4), (80, 8)])  # 8B at TP4: 98 kB; 70B at TP8
+async def test_the_checksums_of_a_real_model_are_read_whole(
+    http: EngineHttp, layers: int, tp: int
+) -> None:
+    async with sim(num_layers=layers, tensor_parallel_size=tp) as url:
+        sums = await weight_checksums(http, url, timeout=5)
+    assert sums is not None and len(sums) == len(tensors(layers)) * tp
+
+
+async def test_a_large_answer_is_parsed_off_the_event_loop(
+    http: EngineHttp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from snooze.engine import verify
+
+    threads: list[int] = []
+    parse = verify._checksums
+
+    def spied(body: bytes) -> dict[str, str] | str:
+        threads.append(threading.get_ident())
+        return parse(body)
+
+    monkeypatch.setattr(verify, "_checksums", spied)
+    async with sim(num_layers=80, tensor_parallel_size=8) as url:
+        await weight_checksums(http, url, timeout=5)
+    assert threads and threading.get_ident() not in threads
+    async with sim(num_layers=2) as url:  # a small answer is not worth a thread
+        await weight_checksums(http, url, timeout=5)
+    assert threads[-1] == threading.get_ident()
+
+
+async def test_an_answer_larger_than_any_model_is_refused_unread(http: EngineHttp) -> None:
+    from snooze.engine.errors import AnswerTooLargeError
+    from snooze.engine.verify import CHECKSUMS_LIMIT
+
+    async def huge(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Length": str(CHECKSUMS_LIMIT + 1)})
+        await response.prepare(request)
+        await response.write(b'{"checksums": {')
+        return response
+
+    async with stub({"/weight_checker": huge}) as url:
+        with pytest.raises(AnswerTooLargeError):
+            await weight_checksums(http, url, timeout=5)
+
+
+async def test_an_unknown_model_is_an_error_not_a_missing_route_on_every_release(
+    http: EngineHttp,
+) -> None:
+    # vLLM's own 404 was a flat ErrorResponse before 0.10.1, nested in "error" from it; only
+    # FastAPI's {"detail": "Not Found"} says the route is missing.
+    for release in ("0.8.5", "0.10.0", "0.10.1", "0.33.0"):
+        async with sim(vllm_version=release) as url:
+            with pytest.raises(EngineHTTPError) as caught:
+                await greedy(http, url, "not-this-model", route=None, timeout=5)
+        assert not isinstance(caught.value, NoGenerationRoute), release
+        assert caught.value.status == 404 and "does not exist" in caught.value.message

@@ -115,14 +115,17 @@ def test_verification_off_says_so() -> None:
     ("states", "ok", "reason"),
     [
         ([Check.RECORDED, Check.VERIFIED], True, "Verified"),
-        ([Check.PENDING], True, "Verified"),
+        ([Check.RECORDED, Check.PENDING], True, "Verified"),
+        ([Check.PENDING], None, "NotRecordedYet"),  # Unknown: nothing has been checked yet
         ([Check.VERIFIED, Check.NOT_DETERMINISTIC], False, "NotDeterministic"),
         ([Check.MISSED, Check.UNAVAILABLE], False, "Unavailable"),
         ([Check.UNSUPPORTED], False, "Unsupported"),
         ([Check.MISMATCH, Check.NOT_DETERMINISTIC], False, "Mismatch"),
     ],
 )
-def test_wake_verified_says_the_worst_first(states: list[Check], ok: bool, reason: str) -> None:
+def test_wake_verified_says_the_worst_first(
+    states: list[Check], ok: bool | None, reason: str
+) -> None:
     engines = [(f"chat-{i}", engine(output=s)) for i, s in enumerate(states)]
     found = wake_verified(engines, verify=True)
     assert (found.status, found.reason) == (ok, reason)
@@ -132,7 +135,34 @@ def test_wake_verified_says_where_weights_are_not_checked() -> None:
     found = wake_verified(
         [("a", engine(output=Check.RECORDED, weights=Check.UNSUPPORTED))], verify=True
     )
-    assert "not on 1: no /weight_checker (vLLM 0.32.0 and later" in found.message
+    assert "not checked on 1 engine: no /weight_checker (vLLM 0.32.0 and later" in found.message
+
+
+def test_wake_verified_is_not_true_while_a_weights_check_could_not_be_asked() -> None:
+    unasked = engine(
+        output=Check.RECORDED,
+        weights=Check.UNAVAILABLE,
+        message="the check could not be made (not asked again until the engine restarts): ...",
+    )
+    found = wake_verified([("a", engine(output=Check.VERIFIED)), ("b", unasked)], verify=True)
+    assert (found.status, found.reason) == (False, "WeightsUnavailable")
+    assert found.message.startswith("b: its weights could not be asked for: the check could")
+    assert "answers checked after each wake on 2 of 2 engines" in found.message
+
+
+@pytest.mark.parametrize("output", list(Check))
+@pytest.mark.parametrize("weights", list(Check))
+def test_wake_verified_never_claims_a_check_on_no_engine(output: Check, weights: Check) -> None:
+    """Whatever the states, the message counts only what was checked (never "on 0 engines"),
+    and True only when every answer is checked and no weights check failed to be asked."""
+    engines = [("a", engine(output=output, weights=weights)), ("b", engine())]
+    found = wake_verified(engines, verify=True)
+    assert " 0 engine" not in found.message and "on 0" not in found.message
+    if found.status:
+        assert output in (Check.RECORDED, Check.VERIFIED)
+        assert weights not in (Check.UNAVAILABLE, Check.MISMATCH)
+    if found.status is None:  # Unknown: only while no answer has been recorded anywhere
+        assert output not in (Check.RECORDED, Check.VERIFIED)
 
 
 def test_known_bug_names_the_pod_release_rows_and_conduct() -> None:
@@ -146,3 +176,17 @@ def test_known_bug_names_the_pod_release_rows_and_conduct() -> None:
     assert "vllm#53888" in found.message and "onKnownBug" in found.message
     none = known_bug([("chat-1", engine())])
     assert (none.status, none.reason) == (False, "NoKnownBug")
+
+
+def test_known_bug_says_a_refused_level_and_the_release_it_needs() -> None:
+    refused = engine()
+    facts = ServeFacts(version="0.9.2")
+    refused.conduct = conduct(facts, 2, "FallBack")
+    refused.version = (Process("uid-1", 2), "0.9.2")
+    found = known_bug([("chat-0", refused)])
+    assert (found.status, found.reason) == (True, "LevelNotSupported")
+    assert found.message.startswith(
+        "chat-0 (vLLM 0.9.2): sleep level 2 needs vLLM 0.10.2 or later: sleeps at level 1 "
+        "instead of 2. level 2: a level-2 wake must reload"
+    )
+    assert found.message.endswith("Upgrade vLLM")

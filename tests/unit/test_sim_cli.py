@@ -86,7 +86,7 @@ def test_shared_gpu_and_repeated_models(sim: Callable[..., subprocess.Popen[byte
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(
             httpx.get(
-                f"{urls[0]}/metrics",
+                f"{urls[0]}/metrics/",
                 params={"name[]": ["snooze_sim_gpu_device_memory_bytes", "vllm:cache_config_info"]},
             ).text
         )

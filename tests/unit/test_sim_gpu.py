@@ -299,7 +299,7 @@ async def test_metrics_of_a_shared_engine(host: SimulatorHost, http: httpx.Async
 
     # name[] matches sample names, as prometheus_client does: counters by their `_total`.
     async def only(*names: str) -> set[str]:
-        text = (await http.get(f"{first.url}/metrics", params={"name[]": list(names)})).text
+        text = (await http.get(f"{first.url}/metrics/", params={"name[]": list(names)})).text
         return {name for name, _ in samples(text)}
 
     assert await only("snooze_sim_gpu_oom") == set()
@@ -353,7 +353,7 @@ async def test_an_engine_alone_on_its_device_reports_vllms_default_share(
     engine = await pool.add(engine_config(device=None))
     try:
         text = (
-            await http.get(f"{engine.url}/metrics", params={"name[]": "vllm:cache_config_info"})
+            await http.get(f"{engine.url}/metrics/", params={"name[]": "vllm:cache_config_info"})
         ).text
         [family] = text_string_to_metric_families(text)
         assert family.samples[0].labels["gpu_memory_utilization"] == "0.92"

@@ -16,7 +16,7 @@ from test_sim import fast
 
 from snooze.sim import SimulatedEngine, serve_engines
 from snooze.sim.contract import parse_release
-from snooze.sim.outputs import CORRUPTED, TENSORS
+from snooze.sim.outputs import CORRUPTED, tensors
 
 GREEDY = {"model": "m", "prompt": "count: one, two,", "max_tokens": 6, "temperature": 0}
 
@@ -188,10 +188,11 @@ async def test_pause_keep_freezes_and_resume_carries_on() -> None:
         assert (await queued).status_code == 200
 
 
-async def test_a_pause_mode_the_release_does_not_know_is_refused_as_fastapi_does() -> None:
+async def test_a_pause_mode_the_release_does_not_know_is_refused_as_vllm_does() -> None:
     async with serving() as (_, http):
         answer = await http.post("/pause", params={"mode": "later"})
-        assert answer.status_code == 422 and answer.json()["detail"][0]["loc"] == ["query", "mode"]
+        # vLLM's validation handler: 400, never FastAPI's 422.
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "query.mode"
     async with serving(vllm_version="0.14.0") as (engine, http):
         # 0.12 to 0.15 know no mode: only wait_for_inflight_requests.
         answer = await http.post("/pause", params={"wait_for_inflight_requests": "true"})
@@ -202,11 +203,14 @@ async def test_a_pause_mode_the_release_does_not_know_is_refused_as_fastapi_does
 
 
 async def test_checksums_name_every_tensor_on_every_rank() -> None:
-    async with serving(tensor_parallel_size=2, pipeline_parallel_size=2) as (_, http):
+    async with serving(tensor_parallel_size=2, pipeline_parallel_size=2, num_layers=4) as (_, http):
         found = await checksums(http)
-        assert len(found) == len(TENSORS) * 2  # each stage a part, each tensor rank all of it
-        assert f"dp0:pp0:pcp0:tp1:{TENSORS[0]}" in found
-        assert f"dp0:pp1:pcp0:tp0:{TENSORS[-1]}" in found
+        names = tensors(4)
+        assert len(found) == len(names) * 2  # each stage a part, each tensor rank all of it
+        assert f"dp0:pp0:pcp0:tp1:{names[0]}" in found  # the embedding, on the first stage
+        assert f"dp0:pp1:pcp0:tp0:{names[-1]}" in found  # lm_head, on the last
+        assert "dp0:pp1:pcp0:tp0:model.layers.3.mlp.down_proj.weight" in found
+        assert "dp0:pp0:pcp0:tp0:model.layers.3.mlp.down_proj.weight" not in found
         assert all(len(digest) == 64 for digest in found.values())
         assert await checksums(http) == found  # the same weights, the same digests
 
@@ -215,12 +219,17 @@ async def test_compare_as_vllm_answers_it() -> None:
     async with serving() as (_, http):
         baseline = await checksums(http)
         missing = await http.post("/weight_checker", json={"action": "compare"})
-        assert missing.status_code == 400
-        assert missing.json() == {"detail": "action='compare' requires a 'baseline' object"}
+        assert missing.status_code == 400  # an HTTPException, through vLLM's handler
+        assert missing.json()["error"] == {
+            "message": "action='compare' requires a 'baseline' object",
+            "type": "Bad Request",
+            "param": None,
+            "code": 400,
+        }
         same = await http.post("/weight_checker", json={"action": "compare", "baseline": baseline})
         assert same.json() == {"match": True, "mismatches": []}
         unknown = await http.post("/weight_checker", json={"action": "verify"})
-        assert unknown.status_code == 422
+        assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "body.action"
 
 
 @pytest.mark.parametrize("level", [1, 2])

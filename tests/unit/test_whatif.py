@@ -69,6 +69,25 @@ def test_level_two_wakes_reload_the_weights(tmp_path: Path) -> None:
     assert result.gpu_hours_awake * 3600 == pytest.approx(awake, abs=1e-3)
 
 
+@pytest.mark.parametrize(("level", "wake"), [(1, 0.8 + 0.05), (2, 0.8 + 20.0 + 0.05)])
+def test_an_sglang_model_replays_with_sglangs_timings(
+    tmp_path: Path, level: int, wake: float
+) -> None:
+    manifest = tmp_path / "sglang.yaml"
+    manifest.write_text(
+        "apiVersion: snooze.dev/v1alpha1\nkind: InferenceModel\nmetadata: {name: sg}\n"
+        "spec:\n  selector: {matchLabels: {app: m}}\n  engine: {kind: sglang, port: 30000}\n"
+        f"  idle: {{after: 1m}}\n  sleep: {{level: {level}}}\n"
+    )
+    result = simulate(str(manifest), [0, 300])
+    # Resumed (the weights copied back after a release that kept them, or mapped and
+    # reloaded from disk), then the KV cache.
+    assert result.added_latency_p50_s == pytest.approx(wake, abs=1e-3)
+    release = 1.0 if level == 1 else 0.1  # a release that copies the weights out, or drops them
+    awake = (SERVICE + 60 + release) + (wake + SERVICE)
+    assert result.gpu_hours_awake * 3600 == pytest.approx(awake, abs=1e-3)
+
+
 def test_tiers_scale_to_zero_and_count_a_cold_start() -> None:
     # Asleep at 60.32 + 5.7; at zero replicas 120.32 after the last activity; the request at
     # 1000 is held through a 60 s cold start (the GPU counts from the scale-up).

@@ -226,3 +226,33 @@ def test_a_plan_takes_a_bounded_number_of_models(
     args = ["whatif", "plan", "--trace", str(path), "--device-memory", "80Gi"]
     assert main([*args, "--model-memory", "1Gi", "--out", str(tmp_path / "out")]) == 2
     assert "the trace has 3 models and a plan takes at most 2" in capsys.readouterr().err
+
+
+def test_sglang_members_are_planned_with_sglangs_times(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "trace.csv"
+    requests = [*busy("a", 0, 3600), *busy("b", 3600, 7200)]
+    path.write_text(trace.write(sorted(requests, key=lambda r: r.at)))
+    held = {}
+    for kind in ("vllm", "sglang"):
+        out = tmp_path / kind
+        code = main(
+            ["whatif", "plan", "--trace", str(path), "--device-memory", "80Gi",
+             "--model-memory", "60Gi,2Gi", "--target-p99", "10s", "--min-residency", "2s",
+             "--engine-kind", kind, "--out", str(out)]
+        )  # fmt: skip
+        assert code == 0
+        line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["plan"]
+        held[kind] = line["result"]["added_latency_p50_s"]
+        docs = [
+            d
+            for f in (out / "manifests").glob("*.yaml")
+            for d in yaml.safe_load_all(f.read_text())
+            if d["kind"] == "InferenceModel"
+        ]
+        assert {d["spec"].get("engine", {}).get("kind", "vllm") for d in docs} == {kind}
+    # b's first request waits for a to make room, then for its own wake: vLLM's first level-1
+    # sleep (5.7 s, pinning host RAM) and wake (0.35 s); SGLang's release (1.0 s) and resume
+    # (0.85 s).
+    assert held == pytest.approx({"vllm": 5.7 + 0.35, "sglang": 1.0 + 0.85}, abs=1e-3)

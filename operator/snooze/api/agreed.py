@@ -30,6 +30,12 @@ SLEEP_SENT_ANNOTATION = f"{GROUP}/sleep-sent-at"
 """When /sleep was sent for that drain: from then on the engine may be freeing its memory."""
 WAKE_PROGRESS_ANNOTATION = f"{GROUP}/wake-progress"
 """The steps of the wake under way that the engine has done (`weights,reload_weights`)."""
+RELEASED_ANNOTATION = f"{GROUP}/released"
+"""On the pod of an SGLang server: what the operator has released or paused on it and not yet
+brought back (`3:kv_cache,paused,weights`: the engine container's restart count, then the
+tags, `paused` for a pause not continued). SGLang keeps no sleep state that can be read, and
+resuming what was not released kills the server: this is where the state is kept, written
+before each call that changes it; a restart of the container voids it."""
 SLEEP_LEVEL_ANNOTATION = f"{GROUP}/sleep-level"
 """The level the engine went to sleep at (a pool may choose 2 where the model asks for 1);
 its wake follows it (for engines that do not publish vllm:engine_sleep_state)."""

@@ -26,3 +26,16 @@ TOKEN_SECONDS = 0.02
 """Pacing between generated tokens."""
 DEFAULT_MAX_TOKENS = 16
 """Tokens generated for a request that gives no `max_tokens` (finish reason `stop`)."""
+
+# SGLang's release and resume (torch_memory_saver: CUDA virtual memory unmapped and mapped again
+# at the same addresses). No figure is published for a whole server: these are the bytes each
+# step moves at a PCIe host copy's 20 GiB/s, for the 16 GiB of weights the simulator holds.
+SGLANG_RELEASE_SECONDS = 1.0
+"""A release that copies the weights to host RAM first (--enable-weights-cpu-backup)."""
+SGLANG_DROP_SECONDS = 0.1
+"""A release that drops them: only the unmapping."""
+SGLANG_RESUME_SECONDS = 0.8
+"""Mapping the weights again (and copying them back, when a host copy was kept)."""
+SGLANG_RELOAD_SECONDS = RELOAD_SECONDS
+"""/update_weights_from_disk after a release without a host copy: a load from disk or page
+cache, as vLLM's reload."""

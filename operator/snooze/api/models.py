@@ -176,10 +176,14 @@ class ScaleTargetRef(Wire):
 
 
 class EngineSpec(Wire):
-    """How to reach each pod's vLLM engine."""
+    """Which engine each pod runs, and how to reach it."""
 
+    kind: Literal["vllm", "sglang"] = "vllm"
+    """vllm (`vllm serve` with --enable-sleep-mode) or sglang (`sglang.launch_server` with
+    --enable-memory-saver): how its engines are put to sleep, woken and probed."""
     port: int = Field(default=8000, ge=1, le=65535)
-    """The engine's HTTP port on the pod (vLLM serves on 8000 by default)."""
+    """The engine's HTTP port on the pod (vLLM serves on 8000 by default, SGLang on 30000: set
+    it)."""
     scheme: Literal["http", "https"] = "http"
     """http or https."""
 
@@ -199,7 +203,8 @@ class SleepSpec(Wire):
     """How deeply an idle engine sleeps."""
 
     level: Literal[1, 2] = 1
-    """1: weights move to host RAM, fast wake. 2: weights are discarded and reloaded on wake."""
+    """1: weights move to host RAM, fast wake (SGLang: needs --enable-weights-cpu-backup). 2:
+    weights are discarded and reloaded on wake."""
 
 
 class WakeSpec(Wire):

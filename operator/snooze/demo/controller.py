@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
+from snooze.sim.sglang_engine import SGLangConfig
 
 log = logging.getLogger(__name__)
 OWNER = "snooze-demo/deployment"
@@ -142,7 +143,8 @@ class ReplicaSetStandIn:
         }
         options.update(self.engine_options)
         options.update(self.per_deployment.get(deployment, {}))
-        config = EngineConfig(host=ip, port=8000, **options)
+        kind = SGLangConfig if options.pop("engine_kind", "vllm") == "sglang" else EngineConfig
+        config = kind(host=ip, port=8000, **options)
         delay = self.container_start.get(deployment, 0.0)
         starter = threading.Thread(
             target=self._load, args=(name, config, delay), name=f"load-{name}", daemon=True

@@ -224,12 +224,14 @@ class Sampler:
         """The model's pod that was waking: still here, or (already restarted) in the last
         sample, which is then redrawn as failed."""
 
-        def waking(sample_pods: Mapping[str, timeline.PodSample]) -> set[str]:
-            return {n for n, p in sample_pods.items() if p.model == model and p.state == "waking"}
+        def in_state(sample_pods: Mapping[str, timeline.PodSample], state: str) -> set[str]:
+            return {n for n, p in sample_pods.items() if p.model == model and p.state == state}
 
-        here = waking(pods) or {
-            n for n, p in pods.items() if p.model == model and p.state == "asleep"
-        }
+        def waking(sample_pods: Mapping[str, timeline.PodSample]) -> set[str]:
+            # A wake that fails fast may never be sampled waking: the pod was asleep before.
+            return in_state(sample_pods, "waking") or in_state(sample_pods, "asleep")
+
+        here = waking(pods)
         if here:
             return here
         last = self.timeline.samples[-1] if self.timeline.samples else None

@@ -6,6 +6,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from snooze.api import enginetimes
 from snooze.api.durations import format_duration
 from snooze.api.models import NEVER
 
@@ -30,6 +31,8 @@ COLD_START_GIB_PER_SECOND = 16.0
 # it as it does a cold start, so that a minute still shows every tier.
 CHECKSUM_SECONDS_PER_GIB = 0.02
 TOKENS = 12
+SGLANG_REFERENCE_GIB = 16.0
+"""The weights that api/enginetimes.py's SGLang release and resume times move."""
 ASLEEP_GIB = 1.0
 """What a sleeping engine still holds on its GPU (the simulator's default)."""
 # The pool scene: four models of 30 GiB on one GPU of 70 GiB, two awake at most. A member's
@@ -104,6 +107,20 @@ def engine_latencies(size: Size, *, scale: float) -> dict[str, float]:
         "checksum_seconds_per_gib": round(CHECKSUM_SECONDS_PER_GIB * scale, 4),
         "gpu_memory_gib": size.weights_gib,
         "kv_cache_gib": size.kv_cache_gib,
+    }
+
+
+def sglang_latencies(size: Size, *, scale: float) -> dict[str, Any]:
+    """An SGLang server's config for a model of `size` (pure): a release that keeps a host
+    copy and a resume, each moving the weights at api/enginetimes.py's rate; the rest as
+    vLLM's."""
+    moved = size.weights_gib / SGLANG_REFERENCE_GIB
+    return {
+        **engine_latencies(size, scale=scale),
+        "sleep_seconds": round(enginetimes.SGLANG_RELEASE_SECONDS * moved * scale, 3),
+        "wake_seconds": round(enginetimes.SGLANG_RESUME_SECONDS * moved * scale, 3),
+        "engine_kind": "sglang",
+        "weights_cpu_backup": True,
     }
 
 
@@ -256,6 +273,15 @@ def build(
             spec=spec("hybrid-patched", 1, 5.0),
             engine=engine(hybrid),
         ),
+        ModelPlan(
+            name="qa",
+            role="an SGLang server: released when idle (its weights kept in host RAM), "
+            "resumed for a request",
+            size=SIZES["8b"],
+            replicas=1,
+            spec=spec("qa", 1, 5.0, engine={"kind": "sglang"}),
+            engine={**sglang_latencies(SIZES["8b"], scale=scale), "max_tokens_default": TOKENS},
+        ),
     )
     pooled = SIZES["8b-pooled"]
     footprint = pooled.weights_gib + pooled.kv_cache_gib + ASLEEP_GIB
@@ -332,6 +358,8 @@ def plan_traffic(*, duration: float, stretch: float, seed: int) -> list[Planned]
     plan.append(Planned(at=40.0 * stretch, model="summarize", stream=True))
     plan.append(Planned(at=24.0 * stretch, model="hybrid-unpatched", stream=False))
     plan.append(Planned(at=24.0 * stretch, model="hybrid-patched", stream=False))
+    for at in (2.0, 2.5, 3.0, 30.0, 30.5, 52.0):
+        plan.append(Planned(at=at * stretch, model="qa", stream=at == 30.0))
     for start, asked in POOL_PHASES:
         # The second member of a phase is used last: the pool's least recently used is clear.
         for offset, model in zip((0.0, 0.7), asked, strict=True):

@@ -27,9 +27,9 @@ PROBE_METRICS = (RUNNING, WAITING, SUCCESS, SLEEP_STATE, OPERATIONS)
 ACTIVITY_METRICS = (*PROBE_METRICS, CACHE_CONFIG)
 # The most a probe reads of a `/metrics` answer (the page is then refused: AnswerTooLarge).
 # The filtered page is a few lines (under 1 kB); a whole page, read only when the filter finds
-# nothing (vLLM with several API servers), was 25 kB for a simulated engine with its histograms
-# filled (benchmarks/README.md, scrape cost): 8 MiB leaves a real one three hundred times that,
-# and costs the operator about 40 ms of CPU to read.
+# nothing (vLLM with several API servers), was 41 kB for a simulated 0.33 engine with its
+# histograms filled (benchmarks/README.md, scrape cost): 8 MiB leaves a real one two hundred
+# times that, and costs the operator about 40 ms of CPU to read.
 METRICS_LIMIT = 8 << 20
 # Series of the families a probe reads: one of each per engine of a data-parallel engine
 # (vllm:engine_sleep_state three), so a few hundred at most.

@@ -27,6 +27,7 @@ from snooze.engine.errors import (
     classify_answer,
 )
 from snooze.engine.http import ANSWER_LIMIT, Answer, EngineHttp, Params, Sink
+from snooze.engine.metricspath import Query
 
 __all__ = [
     "ACTIVITY_METRICS",
@@ -78,9 +79,6 @@ class EngineClient:
         self.timeout = timeout
         self._owns_client = client is None
         self._client = client if client is not None else new_http_client()
-        # Set to False once an engine ignores `name[]` (vLLM with several API servers uses
-        # prometheus_client's multiprocess collector, which the filter cannot find).
-        self._metrics_filter_works = True
 
     async def __aenter__(self) -> Self:
         return self
@@ -200,28 +198,22 @@ class EngineClient:
     async def activity(self) -> ActivitySnapshot:
         """Return the engine's request gauges, success counter and sleep state in one scrape.
 
-        One small filtered scrape per probe, so that thousands of engines stay cheap to watch.
+        One small filtered scrape per probe, so that thousands of engines stay cheap to watch
+        (through the path that filters: engine/metricspath.py).
         """
-        if self._metrics_filter_works:
-            snapshot = await self._scrape([("name[]", name) for name in PROBE_METRICS])
-            if snapshot is not None:
-                return snapshot
-        snapshot = await self._scrape(None)
+        paths = self._client.metrics_paths
+        snapshot = await paths.activity(self.base_url, PROBE_METRICS, self._scrape)
         if snapshot is None:
             raise self._unreadable("/metrics", f"no {RUNNING} or {WAITING} in the payload")
-        # Only a payload that has the gauges unfiltered proves the filter is what lost them.
-        self._metrics_filter_works = False
         return snapshot
 
-    async def _scrape(self, params: Params) -> ActivitySnapshot | None:
+    async def _scrape(self, path: str, params: Query) -> ActivitySnapshot | None:
         reader = ActivityReader()  # a chunk at a time, nothing kept (engine/probe.py)
         try:
-            await self._request(
-                "GET", "/metrics", params=params, limit=METRICS_LIMIT, sink=reader.feed
-            )
+            await self._request("GET", path, params=params, limit=METRICS_LIMIT, sink=reader.feed)
             return reader.result()
         except ValueError as error:
-            raise self._unreadable("/metrics", str(error)) from error
+            raise self._unreadable(path, str(error)) from error
 
     async def _request(
         self,

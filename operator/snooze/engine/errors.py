@@ -113,7 +113,7 @@ class SleepModeDisabledError(EngineHTTPError):
 def error_message(body: str) -> str:
     """Return the human message inside an error body, shortened to `MESSAGE_LIMIT` characters.
 
-    Pure. Reads OpenAI-style `{"error": {"message": ...}}` (vLLM 0.18+), the flat
+    Pure. Reads OpenAI-style `{"error": {"message": ...}}` (vLLM 0.10.1+), the flat
     `{"message": ...}` of older vLLM, FastAPI's `{"detail": ...}`, or falls back to the text.
     """
     text = body.strip()
@@ -165,15 +165,15 @@ def classify_answer(status: int, body: str, *, url: str, path: str) -> EngineHTT
             status=status,
             message=message,
         )
-    if status == 404 and path != "/metrics" and path != "/health":
-        extra = (
-            " /collective_rpc needs vLLM 0.10.2 or later, which level-2 sleep relies on."
+    if status == 404 and not path.startswith("/metrics") and path != "/health":
+        how = (
+            "vLLM serves it from 0.10.2 (in dev mode), and a level-2 wake needs it to reload "
+            "the weights: upgrade vLLM, or sleep at level 1"
             if path == "/collective_rpc"
-            else ""
+            else f"To use sleep mode, {_HOW_TO_ENABLE}"
         )
         return SleepModeDisabledError(
-            f"{url} answered 404: the engine does not offer {path}. To use sleep mode, "
-            f"{_HOW_TO_ENABLE}.{extra}",
+            f"{url} answered 404: the engine does not offer {path}. {how}.",
             url=url,
             status=status,
             message=message,

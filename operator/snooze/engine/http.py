@@ -23,6 +23,7 @@ import aiohttp
 import yarl
 
 from snooze.engine.errors import AnswerTooLargeError, EngineUnreachableError
+from snooze.engine.metricspath import MetricsPaths
 from snooze.engine.turns import Turn, Turns
 
 Params = dict[str, Any] | list[tuple[str, str]] | None
@@ -154,6 +155,8 @@ class EngineHttp:
         """Engines (host:port) whose last request overran its lease, or was too large."""
         self.overtime = 0
         """Requests past their lease, going on without a slot."""
+        self.metrics_paths = MetricsPaths()
+        """Which metrics path of each engine filters, as its answers over this session showed."""
 
     async def __aenter__(self) -> Self:
         return self

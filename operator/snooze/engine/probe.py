@@ -22,6 +22,9 @@ from snooze.engine.errors import (
     classify_answer,
 )
 from snooze.engine.http import ANSWER_LIMIT, LEASE_SECONDS, Answer, EngineHttp, Sink
+from snooze.engine.metricspath import Query
+from snooze.engine.sglangfacts import PROBE_METRICS as SGLANG_METRICS
+from snooze.engine.sglangfacts import SGLangActivityReader
 
 
 class Prober:
@@ -41,9 +44,6 @@ class Prober:
     ) -> None:
         self.timeout = timeout
         self._http = EngineHttp(limit=limit, ssl_context=ssl_context, lease=lease)
-        self._unfiltered: set[str] = set()
-        """Engines whose `name[]` filter finds nothing (vLLM with several API servers uses the
-        multiprocess collector, which the filter cannot see): scraped whole."""
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -56,18 +56,17 @@ class Prober:
         urgent: bool = False,
         owner: Hashable = None,
     ) -> ActivitySnapshot:
-        """The engine's activity, from a filtered scrape (the whole page if the filter fails);
-        `urgent` probes go before the others, and `owner`s (models) take turns (Turns)."""
-        if base_url not in self._unfiltered:
-            names = PROBE_METRICS if share_known else ACTIVITY_METRICS
-            query = [("name[]", name) for name in names]
-            snapshot = await self._scrape(base_url, query, urgent, owner)
-            if snapshot is not None:
-                return snapshot
-        snapshot = await self._scrape(base_url, None, urgent, owner)
+        """The engine's activity, from a filtered scrape (the whole page if the filter fails;
+        engine/metricspath.py); `urgent` probes go before the others, and `owner`s (models)
+        take turns (Turns)."""
+        names = PROBE_METRICS if share_known else ACTIVITY_METRICS
+
+        async def scrape(path: str, query: Query) -> ActivitySnapshot | None:
+            return await self._scrape(base_url, path, query, urgent, owner)
+
+        snapshot = await self._http.metrics_paths.activity(base_url, names, scrape)
         if snapshot is None:
             raise _unreadable(base_url, "/metrics", "no request gauges in the payload")
-        self._unfiltered.add(base_url)  # only a whole page with the gauges blames the filter
         return snapshot
 
     async def is_sleeping(
@@ -84,18 +83,18 @@ class Prober:
         return value
 
     async def _scrape(
-        self, base_url: str, query: list[tuple[str, str]] | None, urgent: bool, owner: Hashable
+        self, base_url: str, path: str, query: Query, urgent: bool, owner: Hashable
     ) -> ActivitySnapshot | None:
         # Read as it comes, a chunk at a time: nothing of the page is kept but the few values
         # a probe needs, however long the page (up to METRICS_LIMIT).
         reader = ActivityReader()
         try:
             await self._get(
-                base_url, "/metrics", query, urgent, owner, limit=METRICS_LIMIT, sink=reader.feed
+                base_url, path, query, urgent, owner, limit=METRICS_LIMIT, sink=reader.feed
             )
             return reader.result()
         except ValueError as exc:
-            raise _unreadable(base_url, "/metrics", str(exc)) from exc
+            raise _unreadable(base_url, path, str(exc)) from exc
 
     async def _get(
         self,
@@ -132,6 +131,29 @@ class Prober:
         if answer.status >= 300:
             raise classify_answer(answer.status, answer.text, url=url, path=path)
         return answer
+
+    async def sglang_activity(
+        self, base_url: str, *, urgent: bool = False, owner: Hashable = None
+    ) -> ActivitySnapshot:
+        """An SGLang server's activity (engine/sglangfacts.py), as `activity` reads vLLM's."""
+        for query in ([("name[]", name) for name in SGLANG_METRICS], None):
+            reader = SGLangActivityReader()
+            try:
+                await self._get(
+                    base_url,
+                    "/metrics",
+                    query,
+                    urgent,
+                    owner,
+                    limit=METRICS_LIMIT,
+                    sink=reader.feed,
+                )
+                snapshot = reader.result()
+            except ValueError as exc:
+                raise _unreadable(base_url, "/metrics", str(exc)) from exc
+            if snapshot is not None:
+                return snapshot
+        raise _unreadable(base_url, "/metrics", "no request gauges in the payload")
 
 
 def _unreadable(base_url: str, path: str, what: str) -> EngineError:

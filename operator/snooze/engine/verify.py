@@ -7,6 +7,7 @@ Every function raises only EngineError subclasses; what an answer means is decid
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Mapping
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from snooze.engine.errors import EngineHTTPError, EngineTimeoutError, error_message
-from snooze.engine.http import Answer, EngineHttp
+from snooze.engine.http import ANSWER_LIMIT, Answer, EngineHttp
 
 # A `timeout` argument, not the caller's asyncio.timeout: it counts from the request's turn in
 # the shared session (EngineHttp), as the engine client's own (engine/client.py).
@@ -27,11 +28,25 @@ MAX_TOKENS = 4
 SEED = 0
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
 # Bounds on what an engine's answer may hold before it is not believed (a hostile engine can
-# send anything): token ids per answer, and weight tensors per engine (a 70B model at tensor
-# parallel 8 has a few thousand).
+# send anything): token ids per answer, and weight tensors over all ranks. vLLM answers one
+# digest per tensor per rank: a Llama-3-8B has 195 tensors, 780 at tensor parallel 4; a 70B
+# at tensor parallel 8, 3,864; a mixture of experts keeps each layer's experts in a few fused
+# tensors, so even the largest at 32 ranks stay well under this.
 MAX_TOKEN_IDS = 64
-MAX_TENSORS = 200_000
+MAX_TENSORS = 65_536
 DIGEST_LENGTH = 64
+# What one tensor's entry takes in vLLM's compact JSON, at most: its name
+# (`dp0:pp0:pcp0:tp0:model.layers.79.post_attention_layernorm.weight`, about 65 characters;
+# 100 allowed beyond the rank prefix), its SHA-256 (64) and the quotes, colon and comma.
+MAX_ENTRY_BYTES = 192
+CHECKSUMS_LIMIT = MAX_TENSORS * MAX_ENTRY_BYTES
+"""The most read of a /weight_checker answer (12 MiB); the answer's own Content-Length, which
+vLLM's JSONResponse sends, refuses a larger one before a byte of it is read. A real answer is
+about 129 bytes a tensor and rank: 98 kB for an 8B model at tensor parallel 4, 490 kB for a
+70B at 8 (the simulator's, sized as theirs, are tested against this)."""
+PARSED_ON_THE_LOOP = ANSWER_LIMIT
+"""Answers longer than this are parsed in a worker thread: 490 kB of JSON and the checks of
+its thousands of entries would hold the operator's event loop for milliseconds."""
 
 
 @dataclass(frozen=True)
@@ -101,12 +116,14 @@ async def greedy(
 
 
 def _route_missing(answer: Answer) -> bool:
-    """FastAPI's own 404 (no such route), not vLLM's (no such model), which is an error."""
+    """FastAPI's own 404 (no such route: `{"detail": "Not Found"}` in every release), not
+    vLLM's own (no such model), which is an error: `{"error": {...}}` from 0.10.1, a flat
+    `{"object": "error", ...}` before."""
     try:
         data = json.loads(answer.body)
     except ValueError:
         return True
-    return not (isinstance(data, dict) and isinstance(data.get("error"), dict))
+    return not (isinstance(data, dict) and ("error" in data or data.get("object") == "error"))
 
 
 def _read_greedy(answer: Answer, base_url: str, path: str) -> Greedy:
@@ -141,16 +158,32 @@ async def weight_checksums(
     when the release has no /weight_checker (before 0.32.0, or without dev mode). Never the
     `reset` action, which zeroes the weights."""
     path = "/weight_checker"
-    answer = await _send(http, "POST", base_url, path, timeout, {"action": "checksum"})
+    body = {"action": "checksum"}
+    answer = await _send(http, "POST", base_url, path, timeout, body, limit=CHECKSUMS_LIMIT)
     if answer.status == 404 and _route_missing(answer):
         return None
     if not answer.is_success:
         raise _failed(answer, base_url, path)
-    checksums = _object(answer, base_url, path).get("checksums")
+    if len(answer.body) <= PARSED_ON_THE_LOOP:
+        found = _checksums(answer.body)
+    else:
+        found = await asyncio.to_thread(_checksums, answer.body)
+    if isinstance(found, str):
+        raise _unreadable(base_url, path, found)
+    return found
+
+
+def _checksums(body: bytes) -> dict[str, str] | str:
+    """Pure: the checksums in a /weight_checker answer, or what is wrong with it."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return "not JSON"
+    checksums = data.get("checksums") if isinstance(data, dict) else None
     if not isinstance(checksums, dict) or len(checksums) > MAX_TENSORS:
-        raise _unreadable(base_url, path, "no checksums object")
+        return "no checksums object"
     if not all(isinstance(v, str) and len(v) <= DIGEST_LENGTH * 2 for v in checksums.values()):
-        raise _unreadable(base_url, path, "a checksum that is not a digest")
+        return "a checksum that is not a digest"
     return {str(k): str(v) for k, v in checksums.items()}
 
 
@@ -182,10 +215,17 @@ async def _send(
     path: str,
     timeout: float,  # noqa: ASYNC109
     body: Any,
+    *,
+    limit: int = ANSWER_LIMIT,
 ) -> Answer:
     try:
         return await http.request(
-            method, base_url + path, total=timeout, connect=min(timeout, 5.0), json=body
+            method,
+            base_url + path,
+            total=timeout,
+            connect=min(timeout, 5.0),
+            json=body,
+            limit=limit,
         )
     except TimeoutError as error:
         raise EngineTimeoutError(

@@ -9,6 +9,7 @@ from typing import Any
 from snooze.api.agreed import (
     AWAKE_CONDITION,
     POOL_LABEL,
+    RELEASED_ANNOTATION,
     SLEEP_LEVEL_ANNOTATION,
     SLEEP_SENT_ANNOTATION,
     SLEEP_STARTED_ANNOTATION,
@@ -20,6 +21,8 @@ from snooze.api.times import format_time, parse_time
 from snooze.kube.serveargs import ServeArgs, serve_args
 
 VLLM_SHARE_FLAG = "--gpu-memory-utilization"
+RELEASABLE = frozenset({"paused", "weights", "kv_cache", "cuda_graph"})
+"""What the released annotation may name (an SGLang server's tags, and its pause)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,9 @@ class PodInfo:
     """Steps of the wake under way that the engine has done, to resume it without redoing them."""
     sleep_level: int | None = None
     """The level its engine last went to sleep at, from the pod's annotation."""
+    released: tuple[int | None, frozenset[str]] | None = None
+    """An SGLang server's: what the operator released or paused on it (RELEASED_ANNOTATION),
+    with the restart count of the run it was done on; None when nothing is."""
     gpu_memory_utilization: float | None = None
     """The --gpu-memory-utilization its containers pass to vLLM, if any: its share of the GPU."""
     claims: frozenset[str] = frozenset()
@@ -137,6 +143,7 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo:
             step for step in str(annotations.get(WAKE_PROGRESS_ANNOTATION) or "").split(",") if step
         ),
         sleep_level=_level(annotations.get(SLEEP_LEVEL_ANNOTATION)),
+        released=_released(annotations.get(RELEASED_ANNOTATION)),
         gpu_memory_utilization=_share(body.get("spec") or {}),
         scheduled=bool((body.get("spec") or {}).get("nodeName")) or bool(status.get("podIP")),
         deleting=bool(meta.get("deletionTimestamp")),
@@ -187,6 +194,26 @@ def _containers(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[Con
         name = str(container.get("name") or "")
         found.append(Container(name, ports, count if isinstance(count, int) else None))
     return tuple(found)
+
+
+def _released(text: object) -> tuple[int | None, frozenset[str]] | None:
+    """`RESTARTS:TAG,TAG`; None for anything else (a pod's owner can write anything here)."""
+    if not isinstance(text, str) or len(text) > 100 or ":" not in text:
+        return None
+    count, _, listed = text.partition(":")
+    tags = frozenset(t for t in listed.split(",") if t)
+    if not tags or not tags <= RELEASABLE:
+        return None
+    if count == "":
+        return None, tags
+    return (int(count), tags) if count.isdigit() and len(count) < 10 else None
+
+
+def released_text(restarts: int | None, outstanding: frozenset[str]) -> str | None:
+    """The annotation's value for what is outstanding on a run (None: nothing is)."""
+    if not outstanding:
+        return None
+    return f"{'' if restarts is None else restarts}:{','.join(sorted(outstanding))}"
 
 
 def _level(text: object) -> int | None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from snooze.api.agreed import (
+    RELEASED_ANNOTATION,
     SLEEP_LEVEL_ANNOTATION,
     SLEEP_SENT_ANNOTATION,
     SLEEP_STARTED_ANNOTATION,
@@ -20,27 +21,26 @@ from snooze.api.agreed import (
     WAKE_PROGRESS_ANNOTATION,
 )
 from snooze.api.models import EngineState, InferenceModelSpec
-from snooze.api.reasons import MEMORY_NOT_FREED, OUTPUT_MISMATCH, WEIGHTS_MISMATCH
+from snooze.api.reasons import MEMORY_NOT_FREED, WEIGHTS_MISMATCH
 from snooze.api.times import format_time
-from snooze.engine.client import RELOAD, WEIGHTS, EngineClient, EngineHttp
+from snooze.engine.client import RELOAD, WEIGHTS, EngineHttp
 from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
+from snooze.engine.interface import SleepingEngine, engine_client
 from snooze.kube.api import KubeApi, KubeError, pods_ref
-from snooze.kube.pods import PodInfo
-from snooze.operator.memory import EngineMemory, ModelMemory, process_of
+from snooze.kube.pods import PodInfo, released_text
+from snooze.operator.memory import EngineMemory, ModelMemory, outstanding_of, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.readiness import ReadinessGates
 from snooze.operator.settings import Settings, sleep_timeout
 from snooze.operator.verification import Verifier
-from snooze.policy.integrity import Verdict
+from snooze.operator.wakegate import Emit, WakeGate, engine_url
 from snooze.policy.readiness import gate_for
 from snooze.policy.sleep import Action, ActionKind, retry_delay
 
+__all__ = ["Emit", "Executor", "engine_url"]
 log = logging.getLogger(__name__)
 # What the operator did, one line each (events.teller logs the actions that post an Event).
 told = logging.getLogger("snooze.operator.events")
-
-# (event type, reason, message) -> posted as a Kubernetes Event on the InferenceModel.
-Emit = Callable[[str, str, str], None]
 
 
 # The marks of a drain, removed when it ends without a sleep.
@@ -53,10 +53,6 @@ RECOVERED: dict[tuple[EngineState | None, EngineState | None], tuple[str, str]] 
     (EngineState.WAKING, EngineState.AWAKE): ("Woke", "awake"),
     (EngineState.WAKING, EngineState.ASLEEP): ("WakeInterrupted", "still asleep"),
 }
-
-
-def engine_url(spec: InferenceModelSpec, pod: PodInfo) -> str:
-    return f"{spec.engine.scheme}://{pod.ip}:{spec.engine.port}"
 
 
 class Executor:
@@ -89,6 +85,15 @@ class Executor:
         self.made_room = made_room
         """Told when a member's sleep to make room on its pool begins."""
         self.verifier = Verifier(http=http, metrics=metrics, namespace=namespace, model=model)
+        self.gate = WakeGate(
+            verifier=self.verifier,
+            memory=memory,
+            metrics=metrics,
+            namespace=namespace,
+            model=model,
+            emit=emit,
+            label=self.label,
+        )
         self.gates = ReadinessGates(namespace=namespace, api=api)
         """The snooze.dev/awake readiness gate of the pods that list it."""
 
@@ -111,6 +116,7 @@ class Executor:
         }[action.kind]
         engine.cancel.clear()
         engine.action = action.kind.value
+        self.verifier.kind = spec.engine.kind  # its checks are asked as the engine's kind asks
         engine.task = asyncio.create_task(
             self._guarded(step, action, pod, spec, engine), name=f"{action.kind}:{pod.name}"
         )
@@ -194,12 +200,10 @@ class Executor:
         # The pod's label as this process saw it; the label it wrote itself, if the pod index
         # still shows an older one (then this is no leftover, only a late echo).
         before = pod.state if engine.published is None else engine.published
-        if (
-            before is EngineState.WAKING
-            and action.label is EngineState.AWAKE
-            and not await self._checked(pod, spec, engine)
+        if action.label is EngineState.AWAKE and not await self.gate.found_awake(
+            pod, spec, engine, was=before
         ):
-            return  # a wake cut off by a restart of the operator is checked before it serves
+            return  # an engine found awake under another label is checked before it serves
         await self.label(pod, action.label, engine)
         # The pod index lags behind this process's own writes: a label written again is an
         # echo, not news.
@@ -258,12 +262,30 @@ class Executor:
             f"deleted {pod.name} so that its controller recreates it: {why}",
         )
 
+    def _client(
+        self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory
+    ) -> SleepingEngine:
+        """The engine's client, of its kind. An SGLang server's sleep state is kept on its pod
+        (RELEASED_ANNOTATION), written before each call that changes it."""
+        process = process_of(pod, spec.engine.port)
+
+        async def record(outstanding: frozenset[str]) -> None:
+            value = released_text(process.restarts, outstanding)
+            await self.patch_pod(pod, engine, {"annotations": {RELEASED_ANNOTATION: value}})
+
+        return engine_client(
+            spec.engine.kind,
+            engine_url(spec, pod),
+            client=self.http,
+            timeout=self.settings.probe_timeout,
+            outstanding=outstanding_of(pod, process),
+            record=record,
+        )
+
     async def _sleep(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
-        client = EngineClient(
-            engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
-        )
+        client = self._client(spec, pod, engine)
         if action.reason == "MakeRoom" and await _busy(client):
             # The pool chose it on a probe older than this: a member serving requests is not
             # put to sleep for another; the pool sees it busy now and chooses again.
@@ -302,7 +324,7 @@ class Executor:
                 async with asyncio.timeout(self.settings.drain_poll):
                     await engine.cancel.wait()
         if not engine.cancel.is_set() and action.drained_only and not drained:
-            await self._give_up_drain(pod, engine)
+            await self._give_up_drain(pod, engine, spec.engine.kind)
             return
         if not engine.cancel.is_set() and spec.wake.verify:
             # Before the engine's first sleep (once per run): what its wakes are checked against.
@@ -389,9 +411,7 @@ class Executor:
     async def _wake(
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
-        client = EngineClient(
-            engine_url(spec, pod), client=self.http, timeout=self.settings.probe_timeout
-        )
+        client = self._client(spec, pod, engine)
         level = action.level or spec.sleep.level
         await self.label(pod, EngineState.WAKING, engine)
         self.emit("Normal", "Waking", f"{pod.name}: waking from level {level} ({_why(action)})")
@@ -410,13 +430,14 @@ class Executor:
                     pod, engine, {"annotations": {WAKE_PROGRESS_ANNOTATION: progress}}
                 )
 
+        checked = False
         try:
             await client.wake(level, timeout=spec.wake_timeout_seconds, done=done, on_step=record)
             if await client.is_sleeping():
                 raise EngineError(
                     "the engine answered /wake_up but still says it sleeps", url=client.base_url
                 )
-            checked = await self._checked(pod, spec, engine)
+            checked = await self.gate.checked(pod, spec, engine)
         except EngineError as exc:
             pool = self.pool_of(pod)
             said = str(exc)
@@ -430,28 +451,23 @@ class Executor:
                     "have given back (the pool's MemoryNotFreed Event names it, and the pool "
                     f"makes room without it). vLLM said: {exc.message!r}"
                 )
-            engine.wake_failures += 1
-            engine.last_failure = time.time()
-            engine.last_failure_reason = exc.reason
-            engine.last_failure_message = said
-            self.memory.failure = (pod.name, exc.reason, said)
-            self.metrics.wake_failures.labels(self.namespace, self.model, exc.reason).inc()
             sleeping = await _sleeping_or_none(client)
-            await self.label(
-                pod, EngineState.AWAKE if sleeping is False else EngineState.ASLEEP, engine
-            )
-            self.emit(
-                "Warning",
-                "WakeFailed",
-                f"{pod.name}: wake failed ({exc.reason}, failure {engine.wake_failures} of "
-                f"{spec.wake.failure_threshold}): {said}",
-            )
-            return
+            if sleeping is not False:
+                # Asleep, or not answering: not routable; the loop publishes what a probe says
+                # (an engine found awake then is checked before it serves: _label_action).
+                self.gate.count_failure(pod, spec, engine, exc.reason, said)
+                await self.label(pod, EngineState.ASLEEP, engine)
+                self.gate.tell_failure(pod, spec, engine, exc.reason, said)
+                return
+            # Awake though its wake failed: a step answered after the engine woke, or a release
+            # woke everything at its first step (before 0.8.3 /wake_up reads no tags). It
+            # serves only if its answer was checked, and is as before its sleep.
+            checked = await self.gate.checked_after_failed_wake(pod, spec, engine, exc.reason, said)
         if not checked:
             return  # it woke answering differently: failed, never published awake
         seconds = time.monotonic() - started
         now = time.time()
-        engine.wake_failures = 0
+        engine.wake_failures, engine.failed_wake_run = 0, None
         engine.last_failure = None
         engine.last_failure_reason = engine.last_failure_message = ""
         # A woken engine starts a fresh idle period: it was woken because it is wanted.
@@ -475,70 +491,25 @@ class Executor:
                 client.base_url, engine, process_of(pod, spec.engine.port)
             )
             if weights is not None and weights.failed:
-                await self._failed_check(pod, spec, engine, WEIGHTS_MISMATCH, weights.message)
+                await self.gate.failed_check(pod, spec, engine, WEIGHTS_MISMATCH, weights.message)
 
-    async def _checked(self, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory) -> bool:
-        """Check a woken engine's answer against its record before it is published: False
-        (and the engine failed, never routed to) when it answers differently. Where it does,
-        its weights are checked too, to say whether they are what changed."""
-        if not spec.wake.verify:
-            return True
-        url = engine_url(spec, pod)
-        process = process_of(pod, spec.engine.port)
-        verdict = await self.verifier.output_after_wake(
-            url, spec.model_name or self.model, engine, process
-        )
-        if verdict is None or not verdict.failed:
-            return True
-        weights = await self.verifier.weights_after_wake(url, engine, process)
-        await self._failed_check(
-            pod, spec, engine, OUTPUT_MISMATCH, _with_weights(verdict, weights)
-        )
-        return False
-
-    async def _failed_check(
-        self,
-        pod: PodInfo,
-        spec: InferenceModelSpec,
-        engine: EngineMemory,
-        reason: str,
-        what: str,
-    ) -> None:
-        """A wake that left the engine answering (or weighing) differently: failed, the
-        engine labelled `failed` (never routed to), and remedied by wake.onFailure."""
-        engine.wake_failures += 1
-        engine.last_failure = time.time()
-        engine.last_failure_reason = reason
-        engine.last_failure_message = f"woke but {what}"
-        self.memory.failure = (pod.name, reason, engine.last_failure_message)
-        self.metrics.wake_failures.labels(self.namespace, self.model, reason).inc()
-        engine.sleeping, engine.sleep_level = False, 0
-        await self.label(
-            pod, EngineState.FAILED, engine, annotations={WAKE_PROGRESS_ANNOTATION: None}
-        )
-        remedy = (
-            "wake.onFailure is Restart: the pod is deleted so that its controller recreates it"
-            if spec.wake.on_failure == "Restart"
-            else "wake.onFailure is Report: it stays unrouted until its pod or container restarts"
-        )
-        self.emit(
-            "Warning",
-            "WakeFailed",
-            f"{pod.name}: wake failed ({reason}): it woke but {what}; it gets no requests; "
-            f"{remedy}",
-        )
-
-    async def _give_up_drain(self, pod: PodInfo, engine: EngineMemory) -> None:
+    async def _give_up_drain(self, pod: PodInfo, engine: EngineMemory, kind: str) -> None:
         """A drain that timed out on an engine that a /sleep with requests in flight would
-        kill (a known vLLM bug): it stays awake and serves; the next try backs off."""
+        kill (a known vLLM bug; every SGLang server's release): it stays awake and serves;
+        the next try backs off."""
         engine.busy = False
         engine.sleep_failures += 1
         engine.last_sleep_failure = time.time()
         engine.sleep_failure_reason = "KnownBug"
+        crash = (
+            "an SGLang server dies of a release with a request running: not released"
+            if kind == "sglang"
+            else "this vLLM release and configuration crash on a /sleep with requests in "
+            "flight (see the KnownBug condition): not sent"
+        )
         engine.sleep_failure_message = (
             f"requests were still in flight after {self.settings.drain_timeout:g}s of "
-            "draining, and this vLLM release and configuration crash on a /sleep with "
-            "requests in flight (see the KnownBug condition): not sent"
+            f"draining, and {crash}"
         )
         self.metrics.sleep_failures.labels(self.namespace, self.model, "KnownBug").inc()
         engine.drain_started = None
@@ -552,27 +523,18 @@ class Executor:
         )
 
 
-async def _busy(client: EngineClient) -> bool:
+async def _busy(client: SleepingEngine) -> bool:
     try:
         return (await client.activity()).in_flight > 0
     except EngineError:
         return False  # the sleep below says what is wrong
 
 
-async def _sleeping_or_none(client: EngineClient) -> bool | None:
+async def _sleeping_or_none(client: SleepingEngine) -> bool | None:
     try:
         return await client.is_sleeping()
     except EngineError:
         return None
-
-
-def _with_weights(output: Verdict, weights: Verdict | None) -> str:
-    """An output check's failure, with what the weights' check said of it."""
-    if weights is None:
-        return f"{output.message} (its weights were not checked)"
-    if weights.failed:
-        return f"{output.message}: {weights.message}"
-    return f"{output.message}, while {weights.message}"
 
 
 def _why(action: Action) -> str:

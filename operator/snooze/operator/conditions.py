@@ -13,7 +13,8 @@ from snooze.api.times import moment
 @dataclass(frozen=True, kw_only=True)
 class ConditionValue:
     type: str
-    status: bool
+    status: bool | None
+    """None: Unknown (nothing to say yet)."""
     reason: str
     message: str
 
@@ -29,7 +30,7 @@ def conditions(
     before = {c.type: c for c in previous}
     out = []
     for value in values:
-        status = "True" if value.status else "False"
+        status = "Unknown" if value.status is None else "True" if value.status else "False"
         old = before.get(value.type)
         kept = old is not None and old.status == status
         out.append(

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from snooze.api.modelstatus import OutputRecord, PodVerification
 from snooze.operator.conditions import ConditionValue as Reading
 from snooze.operator.memory import EngineMemory, Integrity
-from snooze.policy.integrity import Check
+from snooze.policy.integrity import CHECKED, Check
 from snooze.policy.knownbugs import describe
 
 NO_CHECKER = "no /weight_checker (vLLM 0.32.0 and later serve one, in dev mode)"
@@ -47,8 +47,10 @@ _WORST = (
 
 
 def wake_verified(engines: Sequence[tuple[str, EngineMemory]], *, verify: bool) -> Reading:
-    """WakeVerified: True while every ready engine's next wake will be checked (or will be,
-    once its first sleep records it); False naming the engine and why where one's is not."""
+    """WakeVerified, saying exactly what is checked: True while every ready engine's next wake
+    will be checked and none of its checks could not be asked; False naming the engine and why
+    where one's answer is not checked, or its weights could not be asked for or differ;
+    Unknown while no engine has been recorded yet (none has slept)."""
     if not verify:
         return Reading(
             type="WakeVerified",
@@ -56,27 +58,52 @@ def wake_verified(engines: Sequence[tuple[str, EngineMemory]], *, verify: bool) 
             reason="VerificationOff",
             message="spec.wake.verify is false: woken engines serve without being checked",
         )
-    weights = _weights_summary([engine.integrity for _, engine in engines])
+    records = [(pod, engine.integrity) for pod, engine in engines]
+    weights = _weights_summary([integrity for _, integrity in records])
     for state in _WORST:
-        found = [(pod, e.integrity) for pod, e in engines if e.integrity.output is state]
+        found = [(pod, integrity) for pod, integrity in records if integrity.output is state]
         if found:
-            pod, integrity = found[0]
-            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-            why = integrity.message or _WHY[state]
-            return Reading(
-                type="WakeVerified",
-                status=False,
-                reason=state.value,
-                message=f"{pod}{more}: {why}. {weights}",
-            )
-    pending = sum(1 for _, e in engines if e.integrity.output is Check.PENDING)
-    checked = len(engines) - pending
-    message = f"answers checked after each wake on {checked} engine(s)"
-    if pending:
-        message += f"; {pending} recorded at their first sleep"
+            return _unverified(found, state.value, _why_not(found[0][1], state), weights)
+    answers = _answers_summary([integrity for _, integrity in records])
+    for state in _WORST_WEIGHTS:
+        found = [(pod, integrity) for pod, integrity in records if integrity.weights is state]
+        if found:
+            why = f"its weights {_WHY_WEIGHTS[state]}"
+            if found[0][1].message:
+                why = f"{why}: {found[0][1].message}"
+            return _unverified(found, f"Weights{state.value}", why, answers)
+    if not records:
+        return Reading(
+            type="WakeVerified",
+            status=None,
+            reason="NoEngine",
+            message="no engine is ready: there is nothing to check yet",
+        )
+    if not any(integrity.output in CHECKED for _, integrity in records):
+        return Reading(
+            type="WakeVerified",
+            status=None,
+            reason="NotRecordedYet",
+            message="no engine has slept yet: each engine's answer is recorded at its first "
+            "sleep, and its wakes are checked from then on",
+        )
     return Reading(
-        type="WakeVerified", status=True, reason="Verified", message=f"{message}. {weights}"
+        type="WakeVerified", status=True, reason="Verified", message=f"{answers}. {weights}"
     )
+
+
+def _unverified(
+    found: Sequence[tuple[str, Integrity]], reason: str, why: str, rest: str
+) -> Reading:
+    pod = found[0][0]
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return Reading(
+        type="WakeVerified", status=False, reason=reason, message=f"{pod}{more}: {why}. {rest}"
+    )
+
+
+def _why_not(integrity: Integrity, state: Check) -> str:
+    return integrity.message or _WHY[state]
 
 
 _WHY = {
@@ -86,21 +113,59 @@ _WHY = {
     Check.MISSED: "it slept with no record of its answer: its next wake is not checked",
     Check.UNSUPPORTED: "it does not generate text: there is no answer to check",
 }
+_WORST_WEIGHTS = (Check.MISMATCH, Check.UNAVAILABLE)
+_WHY_WEIGHTS = {
+    Check.MISMATCH: "differ from their digests before its sleep (see WakeFailed)",
+    Check.UNAVAILABLE: "could not be asked for",
+}
+
+
+def _count(number: int) -> str:
+    return f"{number} engine" + ("" if number == 1 else "s")
+
+
+def _answers_summary(records: Sequence[Integrity]) -> str:
+    """How many engines' answers are checked after each wake, and how many wait for their first
+    sleep; never a count of none."""
+    checked = sum(1 for r in records if r.output in CHECKED)
+    pending = sum(1 for r in records if r.output is Check.PENDING)
+    parts = []
+    if checked:
+        parts.append(f"answers checked after each wake on {checked} of {_count(len(records))}")
+    if pending:
+        parts.append(f"{_count(pending)} recorded at their first sleep")
+    return "; ".join(parts) or "no answer checked"
 
 
 def _weights_summary(records: Sequence[Integrity]) -> str:
-    checked = sum(1 for r in records if r.weights in (Check.RECORDED, Check.VERIFIED))
+    """Where the weights' digests are recorded (compared after level-2 wakes and failed
+    answers), where they wait for a sleep, and where vLLM cannot give them."""
+    checked = sum(1 for r in records if r.weights in CHECKED)
+    pending = sum(1 for r in records if r.weights is Check.PENDING)
     unsupported = sum(1 for r in records if r.weights is Check.UNSUPPORTED)
-    parts = [f"Weights checked after level-2 wakes on {checked} engine(s)"]
+    parts = []
+    if checked:
+        parts.append(
+            f"Weights recorded on {_count(checked)}: compared after level-2 wakes and after an "
+            "answer that differs"
+        )
+    if pending:
+        parts.append(f"weights of {_count(pending)} recorded at a later sleep")
     if unsupported:
-        parts.append(f"not on {unsupported}: {NO_CHECKER}")
-    return "; ".join(parts)
+        parts.append(f"weights not checked on {_count(unsupported)}: {NO_CHECKER}")
+    summary = "; ".join(parts) or "Weights not checked on any engine"
+    return summary[0].upper() + summary[1:]
 
 
 def known_bug(engines: Sequence[tuple[str, EngineMemory]]) -> Reading:
     """KnownBug: True while an engine's vLLM release and arguments are in the table of known
-    sleep and wake bugs, naming the rows and what Snooze does about them."""
-    found = [(pod, e) for pod, e in engines if e.conduct is not None and e.conduct.bugs]
+    sleep and wake bugs, or its release cannot wake from the level it was to sleep at, naming
+    the rows and what Snooze does about them."""
+    found = [
+        (pod, e)
+        for pod, e in engines
+        if e.conduct is not None and (e.conduct.bugs or e.conduct.refused)
+    ]
     if not found:
         return Reading(
             type="KnownBug",
@@ -110,13 +175,16 @@ def known_bug(engines: Sequence[tuple[str, EngineMemory]]) -> Reading:
             "sleep and wake bugs",
         )
     pod, engine = found[0]
-    assert engine.conduct is not None
+    conduct = engine.conduct
+    assert conduct is not None
     more = f" (and {len(found) - 1} more pods)" if len(found) > 1 else ""
     release = engine.version[1] if engine.version is not None else "release not known yet"
+    reason = "KnownBadCombination" if conduct.bugs else "LevelNotSupported"
+    choose = "Set spec.wake.onKnownBug to choose otherwise" if conduct.bugs else "Upgrade vLLM"
     return Reading(
         type="KnownBug",
         status=True,
-        reason="KnownBadCombination",
-        message=f"{pod}{more} (vLLM {release}): {engine.conduct.why}. "
-        f"{describe(engine.conduct.bugs)}. Set spec.wake.onKnownBug to choose otherwise",
+        reason=reason,
+        message=f"{pod}{more} (vLLM {release}): {conduct.why}. "
+        f"{describe(conduct.bugs, conduct.refused)}. {choose}",
     )

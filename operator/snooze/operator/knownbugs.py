@@ -1,10 +1,11 @@
-"""Known vLLM bugs, as a model's loop meets them: each engine's release (asked once per run, and
-only where its pod's arguments put it near a row of the table) and how it must sleep."""
+"""Known vLLM bugs, as a model's loop meets them: each engine's release (asked once per run) and
+how it must sleep."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 
 from snooze.api.models import InferenceModelSpec
@@ -13,11 +14,14 @@ from snooze.engine.http import EngineHttp
 from snooze.engine.verify import version
 from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory
-from snooze.policy.knownbugs import Conduct, ServeFacts, conduct, could_apply
+from snooze.policy.knownbugs import Conduct, ServeFacts, conduct
 from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
 VERSION_TIMEOUT = 5.0
+# A /version that failed is asked again after 10 s, then twice as long each time, up to ten
+# minutes: an engine that has none (not vLLM's server) is not asked at every probe.
+RETRY_SECONDS, RETRY_MAX_SECONDS = 10.0, 600.0
 
 
 def facts_of(pod: PodInfo, engine: EngineMemory, process: Process) -> ServeFacts:
@@ -35,22 +39,29 @@ def facts_of(pod: PodInfo, engine: EngineMemory, process: Process) -> ServeFacts
 async def learn_versions(
     http: EngineHttp, targets: Iterable[tuple[str, EngineMemory, Process, ServeFacts]]
 ) -> None:
-    """Ask /version of each engine that a row could concern and whose release this run has
-    not said yet: (url, memory, run, facts) each. One request per engine run; a failure is
-    asked again at the next cycle (meanwhile the rows apply, an unknown release not being
-    safe)."""
+    """Ask /version of each engine whose release this run has not said yet: (url, memory, run,
+    facts) each. Every engine's is worth it: which level it can wake from, and which of its
+    metrics appear only after a first sleep, depend on it. One request per engine run; a
+    failure is asked again later, backing off (meanwhile the release is unknown, which is not
+    safe: every row its arguments fit applies)."""
+    now = time.time()
 
     async def ask(url: str, engine: EngineMemory, process: Process) -> None:
         try:
             engine.version = (process, await version(http, url, timeout=VERSION_TIMEOUT))
         except EngineError as exc:
+            engine.version_failures += 1
+            delay = RETRY_SECONDS * 2 ** (engine.version_failures - 1)
+            engine.version_retry_at = now + min(delay, RETRY_MAX_SECONDS)
             log.debug("asking %s/version failed: %s", url, exc)
+        else:
+            engine.version_failures, engine.version_retry_at = 0, 0.0
 
     await asyncio.gather(
         *(
             ask(url, engine, process)
             for url, engine, process, facts in targets
-            if facts.version is None and could_apply(facts)
+            if facts.version is None and now >= engine.version_retry_at
         )
     )
 

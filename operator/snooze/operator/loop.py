@@ -27,7 +27,7 @@ from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo
-from snooze.operator import status
+from snooze.operator import sglangops, status
 from snooze.operator.actions import Emit, Executor, engine_url
 from snooze.operator.foresight import Foresight
 from snooze.operator.knownbugs import conduct_of, facts_of, learn_versions
@@ -53,7 +53,9 @@ from snooze.policy import scale as scale_policy
 from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
 from snooze.policy.claims import Claim
+from snooze.policy.knownbugs import SGLANG
 from snooze.policy.poolbooks import Directive
+from snooze.policy.releases import awake_gauge_believed, sleep_running
 from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
@@ -312,6 +314,7 @@ class ModelLoop:
                 await self.reporter.invalid(problem, generation, now)
                 return None
         self.reporter.valid()
+        self.metrics.set_engine_kind(self.namespace, self.name, spec.engine.kind)
         return spec, workload
 
     def _select(self, spec: InferenceModelSpec) -> Selection:
@@ -604,17 +607,22 @@ class ModelLoop:
         results = {p.pod: p for p in probes}
         probed_at = time.time()  # the answers are no older than this
         port = spec.engine.port
-        await learn_versions(
-            self.executor.http,
-            [
-                (engine_url(spec, p), engine, process, facts_of(p, engine, process))
-                for p in pods
-                if p.ready
-                and p.name not in acting
-                and (engine := self.memory.engine(p.name, now=now)).answered
-                and (process := process_of(p, port)) is not None
-            ],
-        )
+        learning = [
+            (p, engine, process)
+            for p in pods
+            if p.ready
+            and p.name not in acting
+            and (engine := self.memory.engine(p.name, now=now)).answered
+            and (process := process_of(p, port)) is not None
+        ]
+        if spec.engine.kind == SGLANG:
+            urls = [(engine_url(spec, p), e, process) for p, e, process in learning]
+            await sglangops.learn_server_info(self.executor.http, urls)
+        else:
+            await learn_versions(
+                self.executor.http,
+                [(engine_url(spec, p), e, r, facts_of(p, e, r)) for p, e, r in learning],
+            )
         views = []
         for pod in pods:
             engine = self.memory.engine(pod.name, now=now)
@@ -640,7 +648,12 @@ class ModelLoop:
             )
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
-            conduct = conduct_of(spec, facts_of(pod, engine, process), directive.level)
+            if spec.engine.kind == SGLANG:
+                sglangops.note_refusal(pod, engine, process, self.memory.generation, self.emit)
+                facts = sglangops.serve_facts(engine, process)
+            else:
+                facts = facts_of(pod, engine, process)
+            conduct = conduct_of(spec, facts, directive.level)
             engine.conduct = conduct
             views.append(
                 sleep_policy.EngineView(
@@ -655,9 +668,7 @@ class ModelLoop:
                     action_running=pod.name in acting,
                     sleep_started=engine.sleep_started_of(pod),
                     sleep_sent=pod.sleep_sent,
-                    sleep_running=None
-                    if engine.sleeps_in_flight is None
-                    else engine.sleeps_in_flight > 0,
+                    sleep_running=sleep_running(engine.sleeps_in_flight, facts.release),
                     wake_failures=engine.wake_failures,
                     last_failure=engine.last_failure,
                     last_failure_reason=engine.last_failure_reason,
@@ -681,6 +692,9 @@ class ModelLoop:
         return views
 
     async def _probe(self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory) -> Probe:
+        if spec.engine.kind == SGLANG:
+            return await self._probe_sglang(spec, pod, engine)
+        port = spec.engine.port
         result = await probe(
             self.prober,
             engine_url(spec, pod),
@@ -692,6 +706,24 @@ class ModelLoop:
             urgent=first_try(engine) or confirms_wake(engine),
             # Models take turns: one with many slow engines delays this one by a turn at most.
             owner=(self.namespace, self.name),
+            confirm_awake=engine.label_of(pod) in DOUBTED
+            and not awake_gauge_believed(facts_of(pod, engine, process_of(pod, port)).release),
+        )
+        if result.reason:
+            self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
+        return result
+
+    async def _probe_sglang(
+        self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory
+    ) -> Probe:
+        """As _probe, for an SGLang server: asleep is what its pod says was released."""
+        result = await sglangops.probe(
+            self.prober,
+            engine_url(spec, pod),
+            pod.name,
+            outstanding=sglangops.outstanding_of(pod, process_of(pod, spec.engine.port)),
+            urgent=first_try(engine) or confirms_wake(engine),
+            owner=(self.namespace, self.name),
         )
         if result.reason:
             self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
@@ -700,6 +732,11 @@ class ModelLoop:
 
 def _latest(*times: float | None) -> float | None:
     return max((t for t in times if t is not None), default=None)
+
+
+# Labels under which an engine's gauge saying awake is asked again of /is_sleeping, on the
+# releases where a partial wake reads awake there (policy/releases.py).
+DOUBTED = (EngineState.ASLEEP, EngineState.WAKING, EngineState.FAILED)
 
 
 def _new_run(memory: ModelMemory, pod: str, engine: EngineMemory, process: Process) -> None:

@@ -15,6 +15,7 @@ from datetime import datetime
 from snooze.api.models import EngineState
 from snooze.api.modelstatus import InferenceModelStatus, PodStatus
 from snooze.api.times import seconds_of
+from snooze.engine.sglangfacts import SGLangFacts
 from snooze.kube.pods import PodInfo
 from snooze.policy.integrity import Answer, Check
 from snooze.policy.knownbugs import Conduct
@@ -33,6 +34,16 @@ SLEEP_MODE_DISABLED = "SleepModeDisabled"
 def process_of(pod: PodInfo, port: int | None) -> Process:
     """The run of the engine serving on `port` in `pod` (None: the port is not known)."""
     return Process(pod.uid, None if port is None else pod.engine_restarts(port))
+
+
+def outstanding_of(pod: PodInfo, process: Process) -> frozenset[str]:
+    """What the pod says the operator released or paused on its SGLang server's current run
+    (nothing when it was written for an earlier run: a restarted server holds all its memory,
+    unpaused)."""
+    if pod.released is None:
+        return frozenset()
+    restarts, tags = pod.released
+    return tags if Process(process.pod_uid, restarts).same_as(process) else frozenset()
 
 
 @dataclass(kw_only=True)
@@ -59,6 +70,10 @@ class Integrity:
     """Why a check is not Recorded or Verified, when that is worth saying."""
     quarantined: bool = False
     """It woke answering, or weighing, differently: never routed to again in this process."""
+    output_given_up: bool = False
+    weights_given_up: bool = False
+    """Asking failed for a reason this run of the engine will give again (an answer too large
+    or unreadable, a refusal such as a missing API key): not asked again until it restarts."""
 
     def of(self, process: Process) -> bool:
         """These records are of that run."""
@@ -149,8 +164,15 @@ class EngineMemory:
     """How it sleeps given the known vLLM bugs its release and arguments are in (its last
     cycle's reading: the KnownBug condition says it)."""
     version: tuple[Process, str] | None = None
-    """(engine run, its vLLM version from /version), asked once per run where a known bug
-    could apply."""
+    """(engine run, its vLLM version from /version), asked once per run."""
+    failed_wake_run: Process | None = None
+    """The run of the engine whose last wake failed: while it runs, it is published again only
+    once its answer was checked and matched (operator/wakegate.py)."""
+    version_failures: int = 0
+    version_retry_at: float = 0.0
+    """Asks of /version that failed in a row, and when it may be asked again (backing off)."""
+    server_info: tuple[Process, SGLangFacts] | None = None
+    """(engine run, what its /server_info says) of an SGLang server, asked once per run."""
 
     def note_host_copy(self, process: Process) -> None:
         """It is asleep at level 1: its process holds a pinned copy of its weights from now

@@ -146,6 +146,13 @@ class OperatorMetrics:
             ["namespace", "model", "pod", "state"],
             registry=r,
         )
+        self.model_engine = Gauge(
+            "snooze_model_engine_info",
+            "1 for each model, labelled with its engines' kind (spec.engine.kind: vllm or "
+            "sglang): join on namespace and model to split any model's series by engine.",
+            ["namespace", "model", "engine"],
+            registry=r,
+        )
         self.asleep_seconds = Counter(
             "snooze_asleep_seconds_total",
             "Engine-seconds spent asleep: the GPU time given back.",
@@ -265,6 +272,7 @@ class OperatorMetrics:
         self.models = _ModelsByPhase()
         r.register(self.models)
         self._pods: dict[tuple[str, str], dict[str, str | None]] = {}
+        self._kinds: dict[tuple[str, str], str] = {}
         self.wakes: deque[Wake] = deque(maxlen=10_000)
         """The latest wakes, each exact (a histogram keeps only buckets): for reports such as
         the demo's summary. Bounded, so it costs nothing in a long-running operator."""
@@ -302,6 +310,17 @@ class OperatorMetrics:
                 self.engine_state.labels(namespace, model, pod, state).set(1)
         self._pods[key] = dict(states)
 
+    def set_engine_kind(self, namespace: str, model: str, kind: str) -> None:
+        """The model's engine kind, one series (the one of a former kind removed)."""
+        before = self._kinds.get((namespace, model))
+        if before == kind:
+            return
+        if before is not None:
+            with contextlib.suppress(KeyError):
+                self.model_engine.remove(namespace, model, before)
+        self.model_engine.labels(namespace, model, kind).set(1)
+        self._kinds[(namespace, model)] = kind
+
     def set_phase(self, namespace: str, model: str, phase: str) -> None:
         self.models.phases[(namespace, model)] = phase
 
@@ -335,6 +354,10 @@ class OperatorMetrics:
 
     def forget_model(self, namespace: str, model: str) -> None:
         self.set_engine_states(namespace, model, {})
+        kind = self._kinds.pop((namespace, model), None)
+        if kind is not None:
+            with contextlib.suppress(KeyError):
+                self.model_engine.remove(namespace, model, kind)
         self._pods.pop((namespace, model), None)
         self.models.phases.pop((namespace, model), None)
         for metric in (self.prewakes, self.prewake_hits, self.prewake_misses, self.window_active):

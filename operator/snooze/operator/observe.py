@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Hashable
@@ -43,17 +44,23 @@ async def probe(
     share_known: bool,
     urgent: bool = False,
     owner: Hashable = None,
+    confirm_awake: bool = False,
 ) -> Probe:
     """A filtered `/metrics` scrape; `/is_sleeping` too when the engine does not publish
-    `vllm:engine_sleep_state` (before vLLM 0.11.1). One request per probe rather than two:
-    at a thousand models, HTTP requests are most of the operator's CPU. `urgent` probes take
-    their turn before routine ones; the probes of different `owner`s (models) take turns."""
+    `vllm:engine_sleep_state` (before vLLM 0.11.1), or when it says awake and `confirm_awake`
+    (an engine partly woken reads awake there before 0.31). One request per probe rather than
+    two: at a thousand models, HTTP requests are most of the operator's CPU. `urgent` probes
+    take their turn before routine ones; the probes of different `owner`s (models) take turns."""
     try:
         activity = await prober.activity(url, share_known=share_known, urgent=urgent, owner=owner)
-        if activity.sleep_state is not None:
-            sleeping = activity.sleep_state is not SleepState.AWAKE
-        else:
+        state = activity.sleep_state
+        if state is None:
             sleeping = await prober.is_sleeping(url, urgent=urgent, owner=owner)
+        else:
+            sleeping = state is not SleepState.AWAKE
+            if not sleeping and confirm_awake:
+                with contextlib.suppress(EngineError):  # none to ask: the gauge stands
+                    sleeping = await prober.is_sleeping(url, urgent=urgent, owner=owner)
     except EngineError as exc:
         # Logged once it counts (note_reachability's Event), not at every probe.
         log.debug("probe of %s failed: %s", pod, exc)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import time
 
-from snooze.engine.client import EngineClient
-from snooze.engine.errors import EngineError
+from snooze.engine import sglang
+from snooze.engine.errors import AnswerTooLargeError, EngineError, EngineHTTPError
 from snooze.engine.http import EngineHttp
+from snooze.engine.interface import engine_client
 from snooze.engine.verify import NoGenerationRoute, digest, greedy, weight_checksums
 from snooze.operator.memory import EngineMemory, Integrity
 from snooze.operator.metrics import OperatorMetrics
@@ -51,6 +52,8 @@ class Verifier:
     ) -> None:
         self.http, self.metrics = http, metrics
         self.namespace, self.model = namespace, model
+        self.kind = "vllm"
+        """The model's engine kind (spec.engine.kind), as its executor last saw it."""
 
     def current(self, engine: EngineMemory, process: Process) -> Integrity:
         """The engine's records for this run, starting over for a new one."""
@@ -71,7 +74,10 @@ class Verifier:
         twice, and, with `weights`, its weights' digests). Never fails the sleep: what cannot
         be recorded is said on the status."""
         integrity = self.current(engine, process)
-        asked = integrity.output in (Check.PENDING, Check.MISSED, Check.UNAVAILABLE)
+        asked = (
+            integrity.output in (Check.PENDING, Check.MISSED, Check.UNAVAILABLE)
+            and not integrity.output_given_up
+        )
         if asked:
             started = time.monotonic()
             try:
@@ -81,6 +87,7 @@ class Verifier:
                 integrity.output, integrity.message = Check.UNSUPPORTED, str(exc)
             except EngineError as exc:
                 integrity.output, integrity.message = Check.UNAVAILABLE, _asking_failed(exc)
+                integrity.output_given_up = lasting(exc)
             else:
                 integrity.output = recorded(first, second)
                 integrity.baseline = first
@@ -91,13 +98,18 @@ class Verifier:
                     f"then {second.shown()}): its answers are not checked after wakes"
                 )
             self._observe("output", started)
-        if weights and integrity.weights in (Check.PENDING, Check.UNAVAILABLE):
+        if (
+            weights
+            and integrity.weights in (Check.PENDING, Check.UNAVAILABLE)
+            and not integrity.weights_given_up
+        ):
             asked = True
             started = time.monotonic()
             try:
-                sums = await weight_checksums(self.http, url, timeout=CHECKSUM_TIMEOUT)
+                sums = await _checksums(self.http, url, self.kind)
             except EngineError as exc:
                 integrity.weights = Check.UNAVAILABLE
+                integrity.weights_given_up = lasting(exc)
                 integrity.message = integrity.message or _asking_failed(exc)
             else:
                 if sums is None:
@@ -108,7 +120,7 @@ class Verifier:
                     integrity.weights_full = sums
             self._observe("weights", started)
         if asked:
-            await _forget_own_requests(url, self.http, engine)
+            await _forget_own_requests(url, self.http, engine, self.kind)
 
     async def output_after_wake(
         self, url: str, model_name: str, engine: EngineMemory, process: Process
@@ -150,7 +162,7 @@ class Verifier:
         if verdict.failed:
             integrity.quarantined = True
         self._count("output", _result(verdict))
-        await _forget_own_requests(url, self.http, engine)
+        await _forget_own_requests(url, self.http, engine, self.kind)
         return verdict
 
     async def weights_after_wake(
@@ -162,7 +174,7 @@ class Verifier:
             return None
         started = time.monotonic()
         try:
-            sums = await weight_checksums(self.http, url, timeout=CHECKSUM_TIMEOUT)
+            sums = await _checksums(self.http, url, self.kind)
         except EngineError as exc:
             self._observe("weights", started)
             self._count("weights", "unverifiable")
@@ -209,15 +221,42 @@ def _result(verdict: Verdict) -> str:
 
 
 def _asking_failed(error: EngineError) -> str:
-    return f"the check could not be made: {error}"
+    again = " (not asked again until the engine restarts)" if lasting(error) else ""
+    return f"the check could not be made{again}: {error}"
 
 
-async def _forget_own_requests(url: str, http: EngineHttp, engine: EngineMemory) -> None:
+# Refusals that may pass: a timeout the client asked for, a conflict, too many requests.
+PASSING_REFUSALS = (404, 408, 409, 425, 429)
+
+
+def lasting(error: EngineError) -> bool:
+    """A failure this run of the engine will give again: an answer too large or that cannot be
+    read, or a refusal such as a 401 for an API key the operator does not have. A timeout, a
+    broken connection or a 5xx may pass, and are asked again at the next sleep."""
+    if isinstance(error, AnswerTooLargeError):
+        return True
+    if not isinstance(error, EngineHTTPError):
+        return False
+    return error.status < 300 or (
+        400 <= error.status < 500 and error.status not in PASSING_REFUSALS
+    )
+
+
+async def _checksums(http: EngineHttp, url: str, kind: str) -> dict[str, str] | None:
+    """The weights' digests, as the engine's kind computes them (None: it cannot)."""
+    if kind == "sglang":
+        return await sglang.weight_checksums(http, url, timeout=CHECKSUM_TIMEOUT)
+    return await weight_checksums(http, url, timeout=CHECKSUM_TIMEOUT)
+
+
+async def _forget_own_requests(
+    url: str, http: EngineHttp, engine: EngineMemory, kind: str = "vllm"
+) -> None:
     """The checks are requests the engine counts as served: start the engine's count afresh
     from here, so that they are not taken for traffic that bypassed the gateway (which would
     date its activity to now and have it probed every interval)."""
     try:
-        snapshot = await EngineClient(url, client=http).activity()
+        snapshot = await engine_client(kind, url, client=http, timeout=5.0).activity()
     except EngineError:
         return
     engine.success_total = snapshot.success_total

@@ -1,10 +1,12 @@
-"""vLLM releases and engine configurations where sleep or wake is known to break, and what an
-engine in one of them does instead: pure, so that the table and its reading are tested as data.
+"""vLLM and SGLang releases and engine configurations where sleep or wake is known to break,
+the levels a vLLM release cannot wake from at all, and what an engine in one of them does
+instead: pure, so that the tables and their reading are tested as data.
 
-Each row comes from a vLLM issue and the commit or release that fixed it (docs/vllm-contract.md
-says how each release bound was read in the released wheels). The image's check command
-(images/vllm/plugin, `snooze-vllm-check --serve-args`) carries the same rows; a test keeps the
-two equal.
+Each vLLM row comes from a vLLM issue and the commit or release that fixed it
+(docs/vllm-contract.md says how each release bound was read in the released wheels). The image's
+check command (images/vllm/plugin, `snooze-vllm-check --serve-args`) carries the same rows; a test
+keeps the two equal. Each SGLang row was read in SGLang's released wheels (docs/sglang.md). The
+level limits are no bug of vLLM's but a route a release does not have yet.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Literal
 
 Release = tuple[int, int, int]
 OnKnownBug = Literal["FallBack", "NeverSleep", "SleepAnyway"]
+VLLM, SGLANG = "vllm", "sglang"
 LEVELS = (1, 2)
 
 # Leading release numbers only: a local tag (+cu129) or a suffix (rc1, .dev12) does not move a
@@ -61,11 +64,15 @@ class KnownBug:
     what: str
     """What happens, in a line."""
     source: str
-    """The vLLM issue and the pull request that fixed it."""
+    """The vLLM issue and the pull request that fixed it (for SGLang, where it was read)."""
+    engine: str = VLLM
+    """The engine kind whose releases the row counts."""
 
     def applies(self, facts: ServeFacts) -> bool:
         """Whether the engine's release and configuration are in this row (at some level).
         An engine whose release is unknown is taken to be in it: an unknown is not safe."""
+        if self.engine != facts.engine:
+            return False
         if self.lora and not facts.lora:
             return False
         if self.tensor_parallel and facts.tensor_parallel <= 1:
@@ -127,16 +134,106 @@ TABLE: tuple[KnownBug, ...] = (
 )
 
 
+SGLANG_TABLE: tuple[KnownBug, ...] = (
+    KnownBug(
+        key="sglang-abort-pause-then-assert",
+        first=(0, 5, 5),
+        fixed=(0, 5, 6),
+        levels=frozenset(LEVELS),
+        in_flight=True,
+        what="/pause_generation only aborts requests (it pauses no scheduler before 0.5.6) while "
+        "the release asserts an idle scheduler: a request still in the batch kills the server",
+        source="SGLang 0.5.5: scheduler_update_weights_mixin.py release_memory_occupation "
+        "asserts _is_no_request; pause modes arrive in 0.5.6 (io_struct.py)",
+        engine=SGLANG,
+    ),
+    KnownBug(
+        key="sglang-tp-release-answers-early",
+        first=None,
+        fixed=None,
+        levels=frozenset(),
+        tensor_parallel=True,
+        what="the release answers once tensor-parallel rank 0 has freed its memory; no barrier "
+        "waits for the other ranks, whose memory may still be held (a GPU pool's neighbour "
+        "waking at once can run out of memory)",
+        source="SGLang 0.5.23: weight_updater.py release_memory_occupation (a barrier before "
+        "the weights' pause only) and the scheduler's reply from rank 0",
+        engine=SGLANG,
+    ),
+)
+"""SGLang's rows (docs/sglang.md). A server without --enable-memory-saver, --enable-metrics or
+/pause_generation is not a row: it is never put to sleep at all (sglang_refusal)."""
+OLDEST_SGLANG: Release = (0, 4, 9)
+"""The first SGLang release with /pause_generation: before, a request sent while the memory is
+released runs on it and kills the server."""
+
+
+def table_for(engine: str) -> tuple[KnownBug, ...]:
+    """The rows of an engine kind."""
+    return SGLANG_TABLE if engine == SGLANG else TABLE
+
+
+@dataclass(frozen=True, kw_only=True)
+class LevelLimit:
+    """A sleep level whose wake a release cannot carry out rightly, in any configuration: no
+    setting sleeps an engine there (wake.onKnownBug: SleepAnyway neither)."""
+
+    level: int
+    since: Release
+    """The first release that can."""
+    what: str
+    """What a wake from that level does on the releases before."""
+    source: str
+    """Where that was read."""
+
+    def applies(self, release: Release | None) -> bool:
+        """An engine whose release is unknown is taken to be before it: an unknown is not safe."""
+        return release is None or release < self.since
+
+    @property
+    def said(self) -> str:
+        return f"sleep level {self.level} needs vLLM {format_release(self.since)} or later"
+
+
+LIMITS: tuple[LevelLimit, ...] = (
+    LevelLimit(
+        level=2,
+        since=(0, 10, 2),
+        what="a level-2 wake must reload the discarded weights (POST /collective_rpc "
+        "reload_weights), a route vLLM serves from 0.10.2; before, the reload answers 404: on "
+        "0.8.3 to 0.10.1 the engine stays asleep and every wake fails until it restarts, and "
+        "on 0.8.0 to 0.8.2, whose /wake_up reads no tags and wakes everything, it wakes and "
+        "serves from the discarded weights",
+        source="vllm/entrypoints/openai/api_server.py of each release: /collective_rpc first "
+        "in 0.10.2, /wake_up reads its tags from 0.8.3",
+    ),
+)
+
+
+def level_limits(facts: ServeFacts, limits: Sequence[LevelLimit] = LIMITS) -> list[LevelLimit]:
+    """The levels the engine's release cannot wake from (vLLM's: an SGLang release's version
+    is no vLLM release, and its levels are its flags')."""
+    if facts.engine != VLLM:
+        return []
+    return [limit for limit in limits if limit.applies(facts.release)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServeFacts:
-    """What decides whether an engine is in the table: its release (from its /version) and
-    how it was started (its pod's `vllm serve` arguments)."""
+    """What decides whether an engine is in the table: its release (from its /version, or
+    SGLang's /server_info) and how it was started (its pod's `vllm serve` arguments, or what
+    SGLang's /server_info says of them)."""
 
     version: str | None = None
-    """The engine's vLLM version; None: not known yet."""
+    """The engine's release; None: not known yet."""
     lora: bool = False
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
+    engine: str = VLLM
+    """The engine kind (spec.engine.kind)."""
+    host_copy: bool | None = None
+    """SGLang: whether its releases keep a host copy of the weights
+    (--enable-weights-cpu-backup); None: not known yet."""
 
     @property
     def release(self) -> Release | None:
@@ -147,15 +244,20 @@ class ServeFacts:
         return self.lora or self.tensor_parallel > 1 or self.pipeline_parallel > 1
 
 
-def known_bugs(facts: ServeFacts, table: Sequence[KnownBug] = TABLE) -> list[KnownBug]:
-    """Every row the engine is in, at any level."""
-    return [bug for bug in table if bug.applies(facts)]
+def known_bugs(facts: ServeFacts, table: Sequence[KnownBug] | None = None) -> list[KnownBug]:
+    """Every row the engine is in, at any level (of its kind's table unless one is given)."""
+    rows = table_for(facts.engine) if table is None else table
+    return [bug for bug in rows if bug.applies(facts)]
 
 
-def could_apply(facts: ServeFacts, table: Sequence[KnownBug] = TABLE) -> bool:
-    """Whether some row could apply whatever the release: only then is the release worth
-    asking the engine for."""
-    return bool(known_bugs(replace(facts, version=None), table))
+def sglang_level(host_copy: bool | None) -> int | None:
+    """The level an SGLang server sleeps at: whether a release keeps a host copy of the
+    weights is its own flag (--enable-weights-cpu-backup), not the call's, so level 1 is a
+    server with the flag and level 2 one without, whatever the spec asks; None while its
+    flags are not known (it is not put to sleep before they are)."""
+    if host_copy is None:
+        return None
+    return 1 if host_copy else 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +270,8 @@ class Conduct:
     """/sleep only once no request is in flight: a drain that times out is given up."""
     bugs: tuple[KnownBug, ...] = ()
     """The rows the engine is in."""
+    refused: tuple[LevelLimit, ...] = ()
+    """The level it wanted, which its release cannot wake from."""
     why: str = ""
     """What Snooze does about them, for the KnownBug condition; empty when in none."""
 
@@ -176,14 +280,42 @@ def conduct(
     facts: ServeFacts,
     level: int,
     on_known_bug: OnKnownBug,
-    table: Sequence[KnownBug] = TABLE,
+    table: Sequence[KnownBug] | None = None,
+    limits: Sequence[LevelLimit] = LIMITS,
 ) -> Conduct:
     """Pure: the level an engine sleeps at, when it wants `level`, and whether it must be
-    drained first; `on_known_bug` is the spec's wake.onKnownBug."""
+    drained first; `on_known_bug` is the spec's wake.onKnownBug. A level the vLLM release
+    cannot wake from is refused whatever it says: the engine sleeps at level 1 instead, unless
+    a row rules that out too. An SGLang server sleeps at the level its flags make
+    (sglang_level), and is always drained first: a release with a request in its running
+    batch kills it."""
     bugs = tuple(known_bugs(facts, table))
+    if facts.engine == SGLANG:
+        server_level = sglang_level(facts.host_copy)
+        if server_level is None:
+            return Conduct(level=None, drained_only=True, bugs=bugs)
+        return replace(_conduct(bugs, server_level, on_known_bug, frozenset()), drained_only=True)
+    limited = level_limits(facts, limits)
+    blocked = frozenset(limit.level for limit in limited)
+    refused = tuple(limit for limit in limited if limit.level == level)
+    if not refused:
+        return _conduct(bugs, level, on_known_bug, blocked)
+    fallback = next(lvl for lvl in LEVELS if lvl not in blocked)
+    inner = _conduct(bugs, fallback, on_known_bug, blocked)
+    instead = inner.why or (
+        f"sleeps at level {inner.level} instead of {level}"
+        if inner.level is not None
+        else "stays awake"
+    )
+    return replace(inner, refused=refused, why=f"{refused[0].said}: {instead}")
+
+
+def _conduct(
+    bugs: tuple[KnownBug, ...], level: int, on_known_bug: OnKnownBug, blocked: frozenset[int]
+) -> Conduct:
     if not bugs:
         return Conduct(level=level)
-    breaks = {lvl for bug in bugs if not bug.in_flight for lvl in bug.levels}
+    breaks = {lvl for bug in bugs if not bug.in_flight for lvl in bug.levels} | blocked
     racy = any(bug.in_flight for bug in bugs)
     if on_known_bug == "SleepAnyway":
         return Conduct(
@@ -209,6 +341,32 @@ def conduct(
     return Conduct(level=None, bugs=bugs, why="stays awake: no sleep level is safe")
 
 
-def describe(bugs: Sequence[KnownBug]) -> str:
-    """The rows, for a condition or an Event: what happens and where it is written."""
-    return "; ".join(f"{bug.key}: {bug.what} ({bug.source})" for bug in bugs)
+def sglang_refusal(*, version: str | None, memory_saver: bool, metrics: bool) -> str | None:
+    """Pure: why an SGLang server is never put to sleep, naming what to change; None when it
+    can be."""
+    release = release_of(version)
+    if release is not None and release < OLDEST_SGLANG:
+        return (
+            f"SGLang {version} has no /pause_generation (0.4.9+): a request sent while its "
+            "memory is released would run on it and kill the server. Upgrade SGLang"
+        )
+    if not memory_saver:
+        return (
+            "the server runs without --enable-memory-saver: its release answers 200 and frees "
+            "nothing. Start it with --enable-memory-saver (and --enable-weights-cpu-backup for "
+            "level 1)"
+        )
+    if not metrics:
+        return (
+            "the server runs without --enable-metrics: Snooze cannot see requests in flight, "
+            "and a release with one running kills the server. Start it with --enable-metrics"
+        )
+    return None
+
+
+def describe(bugs: Sequence[KnownBug], refused: Sequence[LevelLimit] = ()) -> str:
+    """The rows and the refused levels, for a condition or an Event: what happens and where it
+    is written."""
+    rows = [f"{bug.key}: {bug.what} ({bug.source})" for bug in bugs]
+    rows += [f"level {limit.level}: {limit.what} ({limit.source})" for limit in refused]
+    return "; ".join(rows)

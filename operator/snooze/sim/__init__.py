@@ -1,4 +1,5 @@
-"""A process that speaks vLLM's HTTP contract (sleep mode included): for tests, demo, benchmarks."""
+"""A process that speaks vLLM's HTTP contract (sleep mode included), or SGLang's (release and
+resume by tag): for tests, demo, benchmarks."""
 
 from __future__ import annotations
 

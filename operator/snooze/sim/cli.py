@@ -1,4 +1,5 @@
-"""`snooze sim`: serve simulated vLLM engines on consecutive loopback addresses."""
+"""`snooze sim`: serve simulated vLLM engines (or SGLang servers) on consecutive loopback
+addresses."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from snooze.api.durations import duration_flag
+from snooze.sim import sglang_cli
 from snooze.sim.device import SimulatedDevice
 from snooze.sim.devicefile import DeviceFile, DeviceFileError
 from snooze.sim.engine import EngineConfig
@@ -228,9 +230,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_release,
         default=_DEFAULTS.vllm_version,
         metavar="X.Y.Z",
-        help="the vLLM release whose HTTP contract to speak: which of /pause, /resume,"
-        " /is_paused, /weight_checker, /weight_info exist and what /sleep and /wake_up take"
-        " and answer (default: %(default)s)",
+        help="the vLLM release (0.8.0 or later) whose HTTP contract to speak: which routes"
+        " exist, what /sleep, /wake_up and /pause take and answer, which /metrics path"
+        " filters, its error bodies and its sleep-state metrics, as docs/vllm-contract.md"
+        " says (default: %(default)s)",
     )
     add(
         "--tensor-parallel-size",
@@ -244,6 +247,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive(int),
         default=_DEFAULTS.pipeline_parallel_size,
         help="pipeline stages, likewise (default: %(default)s)",
+    )
+    add(
+        "--num-layers",
+        type=_positive(int),
+        default=_DEFAULTS.num_layers,
+        help="the model's decoder layers: /weight_checker answers six weight tensors a layer on"
+        " every rank (32: a Llama-3-8B's; 80: a 70B's) (default: %(default)s)",
     )
     add(
         "--wake-corrupts-weights",
@@ -269,6 +279,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_DEFAULTS.checksum_seconds_per_gib,
         help="time /weight_checker takes per GiB of weights on one rank (default: %(default)s)",
     )
+    sglang_cli.add_arguments(parser)
 
 
 def devices_from(args: argparse.Namespace) -> list[SimulatedDevice]:
@@ -287,7 +298,7 @@ def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
     """One config per engine, on consecutive addresses, the models taken in turn."""
     first = ipaddress.ip_address(args.host)
     models = itertools.cycle(args.model or [_DEFAULTS.model])
-    return [
+    configs = [
         EngineConfig(
             model=next(models),
             host=str(first + i),
@@ -314,6 +325,7 @@ def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
             full_metrics=args.full_metrics,
             vllm_version=args.vllm_version,
             tensor_parallel_size=args.tensor_parallel_size,
+            num_layers=args.num_layers,
             pipeline_parallel_size=args.pipeline_parallel_size,
             wake_corrupts_weights=args.wake_corrupts_weights,
             wake_changes_output=args.wake_changes_output,
@@ -322,6 +334,7 @@ def configs_from(args: argparse.Namespace) -> list[EngineConfig]:
         )
         for i in range(args.count)
     ]
+    return sglang_cli.sglang_configs(args, configs)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 DEFAULT_VERSION = "0.33.0"
 OLDEST = (0, 8, 0)
 """The oldest release the simulator speaks for: /is_sleeping appeared in 0.8.0."""
+DETAIL, FLAT, NESTED = "detail", "flat", "nested"
+"""The shapes of an error body: FastAPI's `{"detail": ...}`, vLLM's ErrorResponse before
+0.10.1 (`{"object": "error", "message": ...}`), and from it (`{"error": {"message": ...}}`)."""
 _RELEASE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?$")
 
 
@@ -39,6 +42,81 @@ class Contract:
 
     def _since(self, *first: int) -> bool:
         return self.release >= first
+
+    @property
+    def wake_tags(self) -> bool:
+        """/wake_up reads its `tags`, 0.8.3+; before, it wakes everything whatever is asked
+        (0.8.2 `entrypoints/openai/api_server.py`: `wake_up()` takes no argument)."""
+        return self._since(0, 8, 3)
+
+    @property
+    def metrics_route_filters(self) -> bool:
+        """GET /metrics honours `name[]` up to 0.8.4: it is prometheus_client's app, mounted on
+        every path under /metrics. From 0.8.5 the instrumentator's own GET /metrics is
+        registered first and serves the whole page whatever the query (0.8.3 and 0.8.4 add it
+        only with several API servers); /metrics/ still reaches the mount, which filters."""
+        return not self._since(0, 8, 5)
+
+    @property
+    def instrumentator(self) -> bool:
+        """prometheus-fastapi-instrumentator's families (http_requests_total...) on the page,
+        0.8.5+ (with one API server)."""
+        return self._since(0, 8, 5)
+
+    @property
+    def http_errors(self) -> str:
+        """How an HTTPException the routes raise is answered: FastAPI's own `{"detail": ...}`
+        up to 0.8.5, vLLM's handler's flat ErrorResponse from 0.9.0, nested under `error`
+        from 0.10.1 (openai/api_server.py, later serve/exception_handling)."""
+        if not self._since(0, 9, 0):
+            return DETAIL
+        return NESTED if self._since(0, 10, 1) else FLAT
+
+    @property
+    def error_body(self) -> str:
+        """vLLM's own ErrorResponse (validation errors, the OpenAI routes' errors): flat
+        (`{"object": "error", "message": ...}`) up to 0.10.0, `{"error": {...}}` from 0.10.1
+        (openai/protocol.py). Validation errors are 400 in every release, never FastAPI's 422."""
+        return NESTED if self._since(0, 10, 1) else FLAT
+
+    @property
+    def server_errors_json(self) -> bool:
+        """An exception a route does not catch (a failed wake) answers vLLM's JSON 500 from
+        0.18.0 (its Exception handler); before, Starlette's plain `Internal Server Error`."""
+        return self._since(0, 18, 0)
+
+    @property
+    def shared_pause(self) -> bool:
+        """0.17.0+: /sleep pauses the scheduler first and a full wake resumes it, /pause and
+        sleep are one scheduler state (`EngineCore.is_sleeping` is paused or asleep,
+        `is_paused` is paused for either reason), and level 0 only pauses. Before, /sleep went
+        straight to the executor, and level 0 discarded everything as level 2 does, without
+        saving the model's buffers (v1/worker/gpu_worker.py: `offload_tags` only at level 1)."""
+        return self._since(0, 17, 0)
+
+    @property
+    def sleep_checks_weights_tag(self) -> bool:
+        """0.31.0+: the executor ignores a /sleep only while its weights sleep; before, while
+        anything sleeps (v1/executor/abstract.py)."""
+        return self._since(0, 31, 0)
+
+    @property
+    def waits_for_a_full_wake(self) -> bool:
+        """0.31.0+: a wake resumes the scheduler, and is recorded awake on the sleep-state
+        gauge, only once all the memory is back; before, after any wake, partial or a no-op
+        (EngineCore.wake_up, AsyncLLM.wake_up)."""
+        return self._since(0, 31, 0)
+
+    @property
+    def sleep_query_validated(self) -> bool:
+        """0.32.0+: /sleep's `level` (0 to 2) and `mode` are declared, and a bad one is a
+        validation error (400); before, `int(level)` and the mode are read raw."""
+        return self._since(0, 32, 0)
+
+    @property
+    def release_kv_cache_memory(self) -> bool:
+        """POST /release_kv_cache_memory, 0.31.0+ (serve/dev/sleep/api_router.py)."""
+        return self._since(0, 31, 0)
 
     @property
     def collective_rpc(self) -> bool:

@@ -183,6 +183,12 @@ class DeviceShare:
             self.pinned_bytes = max(self.pinned_bytes, self.part_bytes[WEIGHTS])
         self.on_gpu = set()
 
+    def discard(self, part: str) -> None:
+        """Unmap one part and keep no copy (vLLM's release_kv_cache_memory: the KV cache)."""
+        if part in self.on_gpu:
+            self.device.release(self, self.part_bytes[part])
+            self.on_gpu.discard(part)
+
     def release_all(self) -> None:
         """The process ended: the device gets everything back, host RAM too."""
         self.device.release_all(self)

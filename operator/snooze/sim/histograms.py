@@ -77,5 +77,10 @@ def request_histograms() -> dict[str, Histogram]:
         "request_generation_tokens": TOKEN_BUCKETS,
         "request_params_max_tokens": TOKEN_BUCKETS,
         "iteration_tokens_total": ITERATION_BUCKETS,
+        "request_params_n": TOKEN_BUCKETS,
+        "request_max_num_generation_tokens": TOKEN_BUCKETS,
+        "request_time_per_output_token_seconds": ITL_BUCKETS,
+        "request_prefill_kv_computed_tokens": TOKEN_BUCKETS,
+        "request_num_preemptions": TOKEN_BUCKETS,
     }
     return {name: Histogram(b) for name, b in buckets.items()}

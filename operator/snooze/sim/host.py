@@ -15,7 +15,7 @@ from aiohttp import web
 
 from snooze.sim.device import GIB, SimulatedDevice
 from snooze.sim.engine import EngineConfig, SimulatedEngine
-from snooze.sim.server import build_app
+from snooze.sim.kinds import app_for, new_engine
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -95,7 +95,7 @@ class EnginePool:
         meanwhile, like vLLM) and listens. Without room it listens at once but answers 503, as
         a container that keeps failing and restarting would, and retries in the background.
         """
-        engine = SimulatedEngine(config, self._device_for(config))
+        engine = new_engine(config, self._device_for(config))
         # An engine that dies by itself (vllm#45520) stops answering, as its container would.
         engine.on_crash = lambda: self._crashed(engine)
         device, footprint = engine.device, engine.memory.footprint_bytes
@@ -121,7 +121,7 @@ class EnginePool:
         config = engine.config
         # access_log off: 2,000 engines scraped every 10 s would log 200 lines a second.
         runner = web.AppRunner(
-            build_app(engine), handle_signals=False, access_log=None, shutdown_timeout=0.1
+            app_for(engine), handle_signals=False, access_log=None, shutdown_timeout=0.1
         )
         await runner.setup()
         port = config.port if port is None else port

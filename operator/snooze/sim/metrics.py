@@ -88,52 +88,58 @@ def families(engine: SimulatedEngine) -> list[Family]:
     out.extend(_sleep_families(engine, base))
     if cfg.full_metrics:
         out.extend(_full(engine, base))
+        if engine.contract.instrumentator:
+            out.extend(_instrumentator(engine))
     return out + simulator_families(engine, base)
 
 
 def _sleep_families(engine: SimulatedEngine, base: str) -> list[Family]:
-    """The sleep state (vLLM 0.11.1+) and the timed sleep operations (0.32+)."""
+    """The sleep state (vLLM 0.11.1+: every series 0 after a level-0 sleep or a released KV
+    cache) and the timed sleep operations (0.32+: created at the first operation, each
+    `operation` series at its own first use)."""
     contract = engine.contract
-    found = [
-        Family(
-            "vllm:engine_sleep_state",
-            "gauge",
-            "Engine sleep state; awake = 0 means asleep.",
-            [
-                (
-                    "vllm:engine_sleep_state",
-                    f'{base},sleep_state="{state}"',
-                    1.0 if state == engine.sleep_state else 0.0,
-                )
-                for state in SLEEP_STATES
-            ],
-        ),
-        Family(
-            "vllm:sleep_mode_operations_in_flight",
-            "gauge",
-            "Sleep-mode operations currently awaited.",
-            [
-                ("vllm:sleep_mode_operations_in_flight", f'operation="{op}"', float(n))
-                for op, n in engine.ops_in_flight.items()
-            ],
-        ),
-        Family(
-            "vllm:sleep_mode_operation_duration_seconds",
-            "histogram",
-            "Duration of one sleep-mode operation.",
-            [
-                s
-                for op, h in engine.op_durations.items()
-                for s in h.samples(
-                    "vllm:sleep_mode_operation_duration_seconds", f'operation="{op}"'
-                )
-            ],
-        ),
-    ]
-    state, operations = found[0], found[1:]
-    return ([state] if contract.sleep_state_metric else []) + (
-        operations if contract.sleep_operation_metrics else []
-    )
+    out = []
+    if contract.sleep_state_metric:
+        state = engine.sleep_state
+        samples = [
+            ("vllm:engine_sleep_state", f'{base},sleep_state="{s}"', 1.0 if s == state else 0.0)
+            for s in SLEEP_STATES
+        ]
+        out.append(
+            Family(
+                "vllm:engine_sleep_state",
+                "gauge",
+                "Engine sleep state; awake = 0 means asleep.",
+                samples,
+            )
+        )
+    if contract.sleep_operation_metrics and engine.ops_in_flight:
+        out.append(
+            Family(
+                "vllm:sleep_mode_operations_in_flight",
+                "gauge",
+                "Sleep-mode operations currently awaited.",
+                [
+                    ("vllm:sleep_mode_operations_in_flight", f'operation="{op}"', float(n))
+                    for op, n in engine.ops_in_flight.items()
+                ],
+            )
+        )
+        out.append(
+            Family(
+                "vllm:sleep_mode_operation_duration_seconds",
+                "histogram",
+                "Duration of one sleep-mode operation.",
+                [
+                    s
+                    for op, h in engine.op_durations.items()
+                    for s in h.samples(
+                        "vllm:sleep_mode_operation_duration_seconds", f'operation="{op}"'
+                    )
+                ],
+            )
+        )
+    return out
 
 
 def simulator_families(engine: SimulatedEngine, base: str) -> list[Family]:
@@ -266,8 +272,70 @@ def _full(engine: SimulatedEngine, base: str) -> Iterator[Family]:
         ("request_generation_tokens", "Number of generation tokens processed."),
         ("request_params_max_tokens", "Histogram of the max_tokens request parameter."),
         ("iteration_tokens_total", "Histogram of number of tokens per engine_step."),
+        ("request_params_n", "Histogram of the n request parameter."),
+        ("request_max_num_generation_tokens", "Histogram of maximum number of requested tokens."),
+        ("request_time_per_output_token_seconds", "Histogram of time per output token."),
+        ("request_prefill_kv_computed_tokens", "Histogram of new KV tokens computed in prefill."),
+        ("request_num_preemptions", "Histogram of the number of preemptions per request."),
     ):
         yield _histogram(f"vllm:{name}", help_, hists[name], base)
+
+
+# prometheus-fastapi-instrumentator's default metrics (metrics.default()), which vLLM 0.8.5+
+# adds to its page for every route but those it excludes (entrypoints/.../metrics.py).
+EXCLUDED_HANDLERS = ("/metrics", "/health", "/load", "/ping", "/version", "/server_info")
+HIGHR_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5)
+HIGHR_BUCKETS += (2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 7.5, 10.0, 30.0, 60.0)
+
+
+def _instrumentator(engine: SimulatedEngine) -> Iterator[Family]:
+    """The instrumentator's families, one series per route the engine was asked (the
+    simulator does not time them: their counts are right, their values zero)."""
+    routes = sorted(
+        (key.split(" ", 1)[0], key.split(" ", 1)[1], n)
+        for key, n in engine.seen.items()
+        if key.split(" ", 1)[1].rstrip("/") not in EXCLUDED_HANDLERS
+    )
+    total = float(sum(n for _, _, n in routes))
+    yield Family(
+        "http_requests_total",
+        "counter",
+        "Total number of requests by method, status and handler.",
+        [
+            ("http_requests_total", f'handler="{p}",method="{m}",status="2xx"', float(n))
+            for m, p, n in routes
+        ],
+    )
+    for name, help_ in (
+        ("http_request_size_bytes", "Content length of incoming requests by handler."),
+        ("http_response_size_bytes", "Content length of outgoing responses by handler."),
+    ):
+        samples: list[Sample] = []
+        for _, path, n in routes:
+            samples += [(f"{name}_count", f'handler="{path}"', float(n))]
+            samples += [(f"{name}_sum", f'handler="{path}"', 0.0)]
+        yield Family(name, "summary", help_, samples)
+    highr = Histogram(HIGHR_BUCKETS)
+    highr.count, highr.counts[0] = int(total), int(total)
+    yield _histogram(
+        "http_request_duration_highr_seconds",
+        "Latency with many buckets but no API specific labels.",
+        highr,
+        "",
+    )
+    durations: list[Sample] = []
+    for method, path, n in routes:
+        low = Histogram((0.1, 0.5, 1.0))
+        low.count, low.counts[0] = n, n
+        durations += low.samples(
+            "http_request_duration_seconds", f'handler="{path}",method="{method}"'
+        )
+    yield Family(
+        "http_request_duration_seconds",
+        "histogram",
+        "Latency with only few buckets by handler.",
+        durations,
+    )
 
 
 def _value(value: float) -> str:
@@ -284,7 +352,23 @@ def render(engine: SimulatedEngine, names: Collection[str] | None = None) -> str
     """
     base = f'model_name="{engine.config.model}",engine="0"'
     fams = families(engine) if engine.loaded else simulator_families(engine, base)
+    if engine.config.full_metrics:
+        fams = [_with_created(fam, engine.created) for fam in fams]
     return _text(fams, set(names) if names is not None else None)
+
+
+def _with_created(fam: Family, created: float) -> Family:
+    """prometheus_client's `_created` sample of each counter and histogram series (vLLM leaves
+    them on): a line per label set on a real page."""
+    if fam.kind not in ("counter", "histogram", "summary"):
+        return fam
+    stem = fam.name.removesuffix("_total")
+    label_sets = dict.fromkeys(
+        ",".join(p for p in labels.split(",") if p and not p.startswith("le="))
+        for _, labels, _ in fam.samples
+    )
+    extra = [(f"{stem}_created", labels, created) for labels in label_sets]
+    return Family(fam.name, fam.kind, fam.help, [*fam.samples, *extra])
 
 
 def _text(fams: Iterable[Family], names: set[str] | None) -> str:

@@ -11,21 +11,34 @@ import hashlib
 FILLER = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit")
 VOCAB = 151_936
 """Qwen's vocabulary size: token ids fall in [0, VOCAB)."""
-# A few of a decoder's weight tensors, as vLLM's named_parameters() lists them.
-TENSORS = (
-    "model.embed_tokens.weight",
-    "model.layers.0.self_attn.qkv_proj.weight",
-    "model.layers.0.self_attn.o_proj.weight",
-    "model.layers.0.mlp.gate_up_proj.weight",
-    "model.layers.0.mlp.down_proj.weight",
-    "model.layers.1.self_attn.qkv_proj.weight",
-    "model.layers.1.self_attn.o_proj.weight",
-    "model.layers.1.mlp.gate_up_proj.weight",
-    "model.layers.1.mlp.down_proj.weight",
-    "model.norm.weight",
-    "lm_head.weight",
+LAYER_TENSORS = (
+    "input_layernorm.weight",
+    "self_attn.qkv_proj.weight",
+    "self_attn.o_proj.weight",
+    "post_attention_layernorm.weight",
+    "mlp.gate_up_proj.weight",
+    "mlp.down_proj.weight",
 )
-CORRUPTED = "model.layers.1.mlp.down_proj.weight"
+"""A Llama-like decoder layer's weights as vLLM's named_parameters() lists them: its attention
+and MLP projections fused (qkv_proj, gate_up_proj)."""
+
+
+def layer_tensors(layer: int) -> list[str]:
+    return [f"model.layers.{layer}.{name}" for name in LAYER_TENSORS]
+
+
+def tensors(layers: int) -> list[str]:
+    """Every weight tensor of a model of `layers` layers: 195 for a Llama-3-8B (32 layers), 483
+    for a 70B (80)."""
+    return [
+        "model.embed_tokens.weight",
+        *(name for layer in range(layers) for name in layer_tensors(layer)),
+        "model.norm.weight",
+        "lm_head.weight",
+    ]
+
+
+CORRUPTED = "model.layers.0.mlp.down_proj.weight"
 """The tensor that a wake that restores the wrong weights gets wrong (on rank 0)."""
 
 INTACT, GARBAGE, WRONG_WEIGHTS, ZEROED = ("intact", "garbage", "wrong-weights", "zeroed")
@@ -56,14 +69,21 @@ def word(index: int, answers: str) -> str:
 
 
 def checksums(
-    model: str, *, tensor_parallel: int, pipeline_parallel: int, state: str
+    model: str, *, layers: int, tensor_parallel: int, pipeline_parallel: int, state: str
 ) -> dict[str, str]:
     """vLLM's /weight_checker answer (`dp0:pp0:pcp0:tp0:NAME` -> SHA-256), for the weights in
-    `state`: pipeline ranks hold consecutive parts of the tensors, tensor ranks a shard each."""
+    `state`: each pipeline stage holds consecutive layers (the embedding on the first, the
+    final norm and lm_head on the last), each tensor-parallel rank a shard of every tensor of
+    its stage, so one digest per tensor per rank."""
     out: dict[str, str] = {}
-    per_stage = -(-len(TENSORS) // pipeline_parallel)
     for pp in range(pipeline_parallel):
-        for name in TENSORS[pp * per_stage : (pp + 1) * per_stage]:
+        first, last = layers * pp // pipeline_parallel, layers * (pp + 1) // pipeline_parallel
+        names = [name for layer in range(first, last) for name in layer_tensors(layer)]
+        if pp == 0:
+            names.insert(0, "model.embed_tokens.weight")
+        if pp == pipeline_parallel - 1:
+            names += ["model.norm.weight", "lm_head.weight"]
+        for name in names:
             for tp in range(tensor_parallel):
                 key = f"dp0:pp{pp}:pcp0:tp{tp}:{name}"
                 out[key] = hashlib.sha256(_tensor_bytes(model, key, name, tp, state)).hexdigest()

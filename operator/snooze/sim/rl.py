@@ -4,15 +4,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 from aiohttp import web
 
 from snooze.sim.engine import SLEEP_MODES, SimulatedEngine, WakeError
-from snooze.sim.responses import ENGINE_KEY, detail, invalid_field
+from snooze.sim.responses import ENGINE_KEY, http_exception, invalid_field, server_error
 
 CHECKER_ACTIONS = ("checksum", "reset", "compare")
+COMPACT = functools.partial(json.dumps, separators=(",", ":"))
 
 
 def add_routes(app: web.Application, engine: SimulatedEngine) -> None:
@@ -52,13 +54,13 @@ async def pause(request: web.Request) -> web.Response:
         mode = request.query.get("mode", "abort")
         if mode not in SLEEP_MODES:
             message = "Input should be 'abort', 'wait' or 'keep'"
-            return invalid_field("query", "mode", message, mode)
+            return invalid_field(engine, "query", "mode", message, mode)
     if contract.pause_wait_flag and "wait_for_inflight_requests" in request.query:
         wait = _flag(request.query["wait_for_inflight_requests"])
         if wait is None:
             message = "Input should be a valid boolean, unable to interpret input"
             value = request.query["wait_for_inflight_requests"]
-            return invalid_field("query", "wait_for_inflight_requests", message, value)
+            return invalid_field(engine, "query", "wait_for_inflight_requests", message, value)
         if wait:
             mode = "wait"  # the deprecated flag, as vLLM maps it
     await engine.pause(mode)
@@ -71,7 +73,7 @@ async def resume(request: web.Request) -> web.Response:
 
 
 async def is_paused(request: web.Request) -> web.Response:
-    return web.json_response({"is_paused": _engine(request).user_paused})
+    return web.json_response({"is_paused": _engine(request).is_paused})
 
 
 async def weight_info(request: web.Request) -> web.Response:
@@ -88,26 +90,25 @@ async def weight_checker(request: web.Request) -> web.Response:
     action = body.get("action") if isinstance(body, dict) else None
     if action not in CHECKER_ACTIONS:
         message = "Input should be 'checksum', 'reset' or 'compare'"
-        return invalid_field("body", "action", message, action)
+        return invalid_field(engine, "body", "action", message, action)
     baseline = body.get("baseline")
     if action == "reset":
         await engine.reset_weights()
         return web.json_response({"status": "reset"})
     if action == "compare" and baseline is None:
-        return detail(400, "action='compare' requires a 'baseline' object")
+        return http_exception(engine, 400, "action='compare' requires a 'baseline' object")
     if action == "compare" and not (
         isinstance(baseline, dict) and all(isinstance(v, str) for v in baseline.values())
     ):
-        return invalid_field("body", "baseline", "Input should be a valid dictionary", baseline)
+        message = "Input should be a valid dictionary"
+        return invalid_field(engine, "body", "baseline", message, baseline)
     try:
         checksums = await engine.weight_checksums()
     except WakeError as exc:
-        return web.json_response(
-            {"error": {"message": str(exc), "type": "InternalServerError", "code": 500}},
-            status=500,
-        )
+        return server_error(engine, str(exc))
     if action == "checksum":
-        return web.json_response({"checksums": checksums})
+        # As Starlette's JSONResponse prints it (no spaces): about 129 bytes a tensor and rank.
+        return web.json_response({"checksums": checksums}, dumps=COMPACT)
     mismatches = sorted(
         key for key in checksums.keys() | baseline.keys() if checksums.get(key) != baseline.get(key)
     )

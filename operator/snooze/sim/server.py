@@ -19,7 +19,15 @@ from snooze.sim.engine import (
     SimulatedEngine,
     WakeError,
 )
-from snooze.sim.responses import ENGINE_KEY, error
+from snooze.sim.responses import (
+    ENGINE_KEY,
+    error,
+    http_exception,
+    invalid_field,
+    not_found,
+    server_error,
+    value_error,
+)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -33,7 +41,7 @@ async def fastapi_not_found(request: web.Request, handler: Handler) -> web.Strea
     try:
         return await handler(request)
     except web.HTTPNotFound:
-        return web.json_response({"detail": "Not Found"}, status=404)
+        return not_found()
     except web.HTTPMethodNotAllowed:
         return web.json_response({"detail": "Method Not Allowed"}, status=405)
 
@@ -44,13 +52,13 @@ async def until_loaded(request: web.Request, handler: Handler) -> web.StreamResp
     # The simulator answers 503 instead (a failing readiness probe, as /health says when the
     # engine is dead), with vLLM's reason; /metrics stays up so that the refusals can be counted.
     engine = request.app[ENGINE_KEY]
-    if engine.loaded or request.path == "/metrics":
+    if engine.loaded or request.path.startswith("/metrics"):
         return await handler(request)
     if request.path == "/health":
         return web.Response(status=503)
     refusal = engine.start_refusal
     message = f"ValueError: {refusal}" if refusal is not None else "The model is loading."
-    return error(503, message, "ServiceUnavailableError")
+    return error(engine, 503, message, "ServiceUnavailableError")
 
 
 def build_app(engine: SimulatedEngine) -> web.Application:
@@ -60,7 +68,10 @@ def build_app(engine: SimulatedEngine) -> web.Application:
     app[ENGINE_KEY] = engine
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
+    # GET /metrics is the instrumentator's from 0.8.5 (the whole page); every other path
+    # under /metrics reaches prometheus_client's mount, which filters (sim/contract.py).
     app.router.add_get("/metrics", metrics_route)
+    app.router.add_get("/metrics{tail:.+}", filtered_metrics_route)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
@@ -70,6 +81,8 @@ def build_app(engine: SimulatedEngine) -> web.Application:
         app.router.add_get("/is_sleeping", is_sleeping)
         if engine.contract.collective_rpc:
             app.router.add_post("/collective_rpc", collective_rpc)
+        if engine.contract.release_kv_cache_memory:
+            app.router.add_post("/release_kv_cache_memory", release_kv_cache_memory)
         app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     rl.add_routes(app, engine)
     serverinfo.add_routes(app, engine)
@@ -91,7 +104,16 @@ async def version(request: web.Request) -> web.Response:
 
 
 async def metrics_route(request: web.Request) -> web.Response:
-    names = request.query.getall("name[]") if "name[]" in request.query else None
+    filters = _engine(request).contract.metrics_route_filters
+    return _metrics_page(request, filtered=filters)
+
+
+async def filtered_metrics_route(request: web.Request) -> web.Response:
+    return _metrics_page(request, filtered=True)
+
+
+def _metrics_page(request: web.Request, *, filtered: bool) -> web.Response:
+    names = request.query.getall("name[]") if filtered and "name[]" in request.query else None
     text = metrics.render(_engine(request), names)
     return web.Response(body=text.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})
 
@@ -114,17 +136,27 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def sleep(request: web.Request) -> web.Response:
-    try:
-        level = int(request.query.get("level", "1"))
-    except ValueError:
-        return error(400, "level must be 0, 1 or 2", "BadRequestError", "level")
     engine = _engine(request)
+    contract = engine.contract
+    text = request.query.get("level", "1")
     # Before 0.17 /sleep reads only its level: requests in flight are aborted.
-    mode = request.query.get("mode", "abort") if engine.contract.sleep_mode_param else "abort"
-    if level not in (0, 1, 2) or mode not in SLEEP_MODES:
-        return error(400, f"bad level {level} or mode {mode!r}", "BadRequestError")
+    mode = request.query.get("mode", "abort") if contract.sleep_mode_param else "abort"
+    if contract.sleep_query_validated:
+        if not text.isdigit() or int(text) > 2:
+            message = "Input should be greater than or equal to 0 and less than or equal to 2"
+            return invalid_field(engine, "query", "level", message, text)
+        if mode not in SLEEP_MODES:
+            message = "Input should be 'abort', 'wait' or 'keep'"
+            return invalid_field(engine, "query", "mode", message, mode)
+    else:
+        # int(level) and the mode read raw: what they refuse is an uncaught exception.
+        if not text.lstrip("-").isdigit():
+            return value_error(engine, f"invalid literal for int() with base 10: {text!r}")
+        if mode not in SLEEP_MODES:  # raised inside the engine core: a failed utility call
+            return server_error(engine, f"Call to sleep method failed: Invalid pause mode: {mode}")
+    level = int(text)
     slept = await engine.sleep(level, mode)
-    if not engine.contract.json_sleep_answers:
+    if not contract.json_sleep_answers:
         return web.Response(status=200)
     return web.json_response({"status": "sleeping", "level": slept})
 
@@ -135,7 +167,7 @@ async def wake_up(request: web.Request) -> web.Response:
     try:
         awake = await engine.wake_up(tags)
     except WakeError as exc:
-        return error(500, str(exc), "InternalServerError")
+        return server_error(engine, str(exc))
     if not engine.contract.json_sleep_answers:
         return web.Response(status=200)
     # vLLM 0.33 echoes the tags it was given: null when none (everything was asked for).
@@ -146,21 +178,34 @@ async def is_sleeping(request: web.Request) -> web.Response:
     return web.json_response({"is_sleeping": _engine(request).is_sleeping})
 
 
+async def release_kv_cache_memory(request: web.Request) -> web.Response:
+    engine = _engine(request)
+    try:
+        await engine.release_kv_cache()
+    except WakeError as exc:
+        return server_error(engine, str(exc))
+    if not engine.contract.json_sleep_answers:
+        return web.Response(status=200)
+    return web.json_response({"status": "kv_cache_released"})
+
+
 async def collective_rpc(request: web.Request) -> web.Response:
+    engine = _engine(request)
     try:
         body = await request.json()
     except json.JSONDecodeError as exc:
-        return error(400, f"JSON decode error: {exc}", "BadRequestError")
-    method = body.get("method") if isinstance(body, dict) else None
+        return http_exception(engine, 400, f"JSON decode error: {exc}")
+    if not isinstance(body, dict):
+        return http_exception(engine, 400, "Request body must be a JSON object")
+    method = body.get("method")
     if method is None:
-        return error(400, "Missing 'method' in request body", "BadRequestError")
+        return http_exception(engine, 400, "Missing 'method' in request body")
     if method != "reload_weights":
-        message = f"AttributeError: 'Worker' object has no attribute '{method}'"
-        return error(500, message, "InternalServerError")
+        return server_error(engine, f"AttributeError: 'Worker' object has no attribute '{method}'")
     try:
-        await _engine(request).reload_weights()
+        await engine.reload_weights()
     except WakeError as exc:
-        return error(500, str(exc), "InternalServerError")
+        return server_error(engine, str(exc))
     # One result per worker; reload_weights returns None.
     return web.json_response({"results": [None]})
 
@@ -198,17 +243,17 @@ def _prompt_text(body: dict[str, Any], chat: bool) -> str:
 
 def _validate(engine: SimulatedEngine, body: Any, chat: bool) -> web.Response | None:
     if not isinstance(body, dict):
-        return error(400, "The request body must be a JSON object.", "BadRequestError")
+        return error(engine, 400, "The request body must be a JSON object.", "BadRequestError")
     if body.get("model") != engine.config.model:
         message = f"The model `{body.get('model')}` does not exist."
-        return error(404, message, "NotFoundError", "model")
+        return error(engine, 404, message, "NotFoundError", "model")
     if chat and not isinstance(body.get("messages"), list):
-        return error(400, "Field required: messages", "BadRequestError", "messages")
+        return error(engine, 400, "Field required: messages", "BadRequestError", "messages")
     if not chat and "prompt" not in body:
-        return error(400, "Field required: prompt", "BadRequestError", "prompt")
+        return error(engine, 400, "Field required: prompt", "BadRequestError", "prompt")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        return error(400, "max_tokens must be at least 1", "BadRequestError", "max_tokens")
+        return error(engine, 400, "max_tokens must be at least 1", "BadRequestError", "max_tokens")
     return None
 
 
@@ -217,7 +262,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     try:
         body = await request.json()
     except json.JSONDecodeError as exc:
-        return error(400, f"JSON decode error: {exc}", "BadRequestError")
+        return error(engine, 400, f"JSON decode error: {exc}", "BadRequestError")
     invalid = _validate(engine, body, chat)
     if invalid is not None:
         return invalid
@@ -234,7 +279,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         try:
             await engine.admit(sim)
         except EnginePaused as exc:
-            return error(503, str(exc), "ServiceUnavailableError")
+            return error(engine, 503, str(exc), "ServiceUnavailableError")
         if reply.stream:
             await reply.start(request)
         pieces: list[str] = []

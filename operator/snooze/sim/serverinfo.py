@@ -32,7 +32,9 @@ async def server_info(request: web.Request) -> web.Response:
     release = engine.contract.release
     asked = request.query.get("config_format", "text")
     if release >= JSON_FROM and asked not in ("text", "json"):
-        return invalid_field("query", "config_format", "Input should be 'text' or 'json'", asked)
+        return invalid_field(
+            engine, "query", "config_format", "Input should be 'text' or 'json'", asked
+        )
     config: Any = as_json(engine) if release >= JSON_FROM and asked == "json" else as_text(engine)
     body: dict[str, Any] = {"vllm_config": config}
     if release >= VLLM_ENV_FROM:

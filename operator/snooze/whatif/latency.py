@@ -1,12 +1,13 @@
 """How long an engine takes to sleep, wake, reload and start, in a whatif simulation.
 
-The defaults are the engine simulator's, from vLLM's published figures (api/enginetimes.py).
+The defaults are the engine simulator's, from vLLM's published figures (api/enginetimes.py), and
+SGLang's for a model whose spec says `engine.kind: sglang`.
 The cold start, which the simulator does not model (its pods start at once), is the middle of
 the published 30 to 100+ s for a full vLLM start."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from snooze.api import enginetimes
 
@@ -33,6 +34,21 @@ class Latencies:
     """Per generated token: a request's service time is output_tokens times this."""
     output_tokens: int = enginetimes.DEFAULT_MAX_TOKENS
     """Tokens of a request whose trace line gives none (the simulator's max_tokens default)."""
+
+    def for_engine(self, kind: str) -> Latencies:
+        """These latencies for an engine of `kind` (spec.engine.kind): an SGLang server's
+        release, resume and reload take SGLang's times (api/enginetimes.py), its pinned host
+        blocks are not known to be kept between releases; the rest is the same."""
+        if kind != "sglang":
+            return self
+        return replace(
+            self,
+            sleep_seconds=enginetimes.SGLANG_RELEASE_SECONDS,
+            pinning_share=0.0,
+            level2_sleep_seconds=enginetimes.SGLANG_DROP_SECONDS,
+            wake_seconds=enginetimes.SGLANG_RESUME_SECONDS,
+            reload_seconds=enginetimes.SGLANG_RELOAD_SECONDS,
+        )
 
     def sleep(self, level: int, *, pinned: bool = False) -> float:
         """A sleep at `level`, by an engine whose process holds pinned blocks from an earlier

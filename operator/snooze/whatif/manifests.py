@@ -17,6 +17,8 @@ from snooze.whatif.layout import PoolLayout
 from snooze.whatif.pooling import Footprint, PoolSettings
 
 NAME_LABEL = "app.kubernetes.io/name"
+SGLANG_PORT = 30000
+"""`sglang.launch_server`'s default --port."""
 GIB = 2**30
 MIB = 2**20
 
@@ -79,8 +81,8 @@ def model_manifest(
     base: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The model's InferenceModel: `base` (the user's own manifest) with its idle policy,
-    sleep level and pool set; without one, a new manifest selecting the pods labelled
-    app.kubernetes.io/name with the model's object name."""
+    sleep level, engine kind (where not vLLM) and pool set; without one, a new manifest
+    selecting the pods labelled app.kubernetes.io/name with the model's object name."""
     if base is not None:
         manifest = dict(base)
         spec = dict(base.get("spec") or {})
@@ -90,6 +92,10 @@ def model_manifest(
         spec = {"modelName": model, "selector": {"matchLabels": {NAME_LABEL: name}}}
     spec["idle"] = {**(spec.get("idle") or {}), "after": member.idle.after}
     spec["sleep"] = {**(spec.get("sleep") or {}), "level": member.sleep.level}
+    if member.engine.kind != "vllm":
+        # SGLang serves on 30000 by default, where the spec's default port is vLLM's 8000.
+        engine = {"port": SGLANG_PORT, **(spec.get("engine") or {})}
+        spec["engine"] = {**engine, "kind": member.engine.kind}
     spec.pop("pool", None)
     if pool is not None and size is not None:
         spec["pool"] = {

@@ -45,6 +45,13 @@ def add_parser(sub: Any) -> None:
         "--sleep-level", type=int, choices=(1, 2), default=1, help="pool members' sleep level"
     )
     parser.add_argument(
+        "--engine-kind",
+        choices=("vllm", "sglang"),
+        default="vllm",
+        help="pool members' engine (spec.engine.kind): their sleeps and wakes take its times "
+        "(default: vllm)",
+    )
+    parser.add_argument(
         "--tries",
         type=int,
         default=10,
@@ -71,6 +78,7 @@ def _member_spec(args: argparse.Namespace) -> InferenceModelSpec:
                 "selector": SELECTOR,
                 "idle": {"after": args.idle_after},
                 "sleep": {"level": args.sleep_level},
+                "engine": {"kind": args.engine_kind},
             }
         )
     except DurationError as exc:

@@ -124,11 +124,12 @@ def evaluate(
     index = {name: k for k, name in enumerate(names)}
 
     def sim(name: str, *, recent: bool = False) -> ModelSim:
+        spec = policy.spec_for(name)
         model = ModelSim(
             index=index[name],
-            spec=policy.spec_for(name),
+            spec=spec,
             requests=trace.models[name],
-            latencies=(model_latencies or {}).get(name, latencies),
+            latencies=(model_latencies or {}).get(name, latencies.for_engine(spec.engine.kind)),
             clock=_NO_CLOCK,
             engines=engines_for(policy, name),
             measure_from=measure,
