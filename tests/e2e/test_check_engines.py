@@ -5,8 +5,10 @@ asserting on what it printed, its exit status, and what each engine saw."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,6 +19,9 @@ from conftest import Cluster, next_address
 from waits import wait_for
 
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
+from snooze.sim.sglang_engine import SGLangConfig
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FAST = {
     "sleep_seconds": 0.05,
@@ -25,11 +30,18 @@ FAST = {
     "reload_seconds": 0.05,
     "checksum_seconds_per_gib": 0.001,
 }
-# Each release where the simulated contract changes something `snooze check` reads or sends.
-RELEASES = [
-    "0.8.0", "0.8.5", "0.10.2", "0.11.0", "0.11.1", "0.12.0", "0.17.0", "0.25.0", "0.27.0",
-    "0.32.0", "0.33.0",
-]  # fmt: skip
+
+
+def release_modes() -> list[str]:
+    """Every release where the simulated contract changes something (sim/contract.py's and
+    sim/serverinfo.py's bounds), from the oldest it speaks for."""
+    sources = [ROOT / "operator" / "snooze" / "sim" / n for n in ("contract.py", "serverinfo.py")]
+    text = "\n".join(path.read_text() for path in sources)
+    found = {tuple(int(p) for p in match) for match in re.findall(r"\((\d+), (\d+), (\d+)\)", text)}
+    return [".".join(map(str, release)) for release in sorted(found) if release >= (0, 8, 0)]
+
+
+RELEASES = release_modes()
 
 
 def engine(sim: SimulatorHost, **options: Any) -> SimulatedEngine:
@@ -40,8 +52,9 @@ def expected(version: str) -> dict[str, str]:
     """What each check says of a simulated engine of this release, cycled at level 1."""
     release = tuple(int(p) for p in version.split("."))
     # Without --pod: known from /server_info's JSON (0.11.0+) to run without LoRA or
-    # parallelism, so no row applies; before that LoRA is not known, and before 0.8.5 nothing.
-    bugs = "ok" if release >= (0, 11) or (0, 8, 5) <= release < (0, 10, 2) else "warning"
+    # parallelism, so no row applies; before, a warning: level 2 cannot wake before 0.10.2,
+    # and LoRA's rows are not ruled out.
+    bugs = "ok" if release >= (0, 11) else "warning"
     return {
         "engine": "ok",
         "dev-mode": "ok",
@@ -54,6 +67,11 @@ def expected(version: str) -> dict[str, str]:
         "cycle-output": "ok",
         "cycle-weights": "ok",
     }
+
+
+def test_every_release_mode_is_checked() -> None:
+    assert RELEASES[0] == "0.8.0" and "0.8.3" in RELEASES and "0.11.0" in RELEASES
+    assert len(RELEASES) >= 15, RELEASES
 
 
 def test_every_release_the_simulator_speaks_checks_and_cycles(sim: SimulatorHost) -> None:
@@ -80,15 +98,21 @@ def test_a_level_2_cycle_reloads_and_checks_the_weights(sim: SimulatorHost, vers
     assert "answered as before its sleep" in run.line("cycle-output")
 
 
-def test_a_level_2_cycle_where_the_release_cannot_reload_fails_saying_so(
-    sim: SimulatorHost,
+@pytest.mark.parametrize("version", ["0.8.0", "0.8.3", "0.10.1"])
+def test_a_level_2_cycle_where_the_release_cannot_reload_sleeps_at_level_1(
+    sim: SimulatorHost, version: str
 ) -> None:
-    """vLLM 0.8.0 has no /collective_rpc: a level-2 wake cannot reload its weights."""
-    sim_engine = engine(sim, vllm_version="0.8.0")
+    """Before 0.10.2 no release can reload the weights a level-2 sleep discards: the operator
+    sleeps such an engine at level 1 instead, and so does the cycle, saying why."""
+    sim_engine = engine(sim, vllm_version=version)
     run = check("--engine", sim_engine.url, "--cycle", "--level", "2")
-    assert run.code == 1, run.out
-    wake = run.line("cycle-wake")
-    assert "FAILURE" in wake and "/collective_rpc needs vLLM 0.10.2" in wake
+    assert run.code == 0, run.out
+    slept = run.line("cycle-sleep")
+    assert slept.startswith("  warning") and "slept at level 1" in slept
+    assert "sleep level 2 needs vLLM 0.10.2 or later" in slept
+    assert "sleep level 2 needs vLLM 0.10.2 or later" in run.line("known-bugs")
+    assert sim_engine.seen["POST /collective_rpc"] == 0
+    assert "answered as before its sleep" in run.line("cycle-output")
 
 
 def test_an_engine_without_dev_mode_fails_by_name_and_is_not_cycled(sim: SimulatorHost) -> None:
@@ -175,14 +199,25 @@ def test_hostile_engines_give_failure_lines_within_the_timeout(hostile: Hostile)
     assert stalled["engine"] == "ok"
     assert stalled["dev-mode"] == stalled["metrics"] == "failure"
     assert stalled["cycle-sleep"] == "failure"  # not run: dev mode is not known to work
-    # Asked each route once, no retries (/metrics/, which filters on vLLM, for the check's
-    # own read; /metrics for the whole page and the operator's probe), and never /sleep.
+    # Asked each route once, no retries (/metrics/, which filters: the check's read and the
+    # operator's own probe; /metrics: the whole page), and never /sleep.
     assert hostile.asked(stalls) == {
         "GET /version": 1,
         "GET /is_sleeping": 1,
         "GET /server_info": 1,
         "POST /weight_checker": 1,
-        "GET /metrics/": 1,
-        "GET /metrics": 2,
+        "GET /metrics/": 2,
+        "GET /metrics": 1,
     }
     assert all("\x1b" not in line for line in run.out.splitlines())
+
+
+def test_an_sglang_server_is_not_taken_for_vllm(sim: SimulatorHost) -> None:
+    """The engine kinds are a table (check/engines.py): an SGLang server, which has no
+    /version, is found to be no vLLM engine, and the line says that SGLang is not checked."""
+    server = sim.add(SGLangConfig(model="m", host=next_address(), port=8000))
+    run = check("--engine", server.url, "--cycle")
+    assert run.code == 1
+    assert run.lines() == {(f"Engine {server.url}", "engine"): "failure"}
+    assert "not SGLang servers yet" in run.line("engine")
+    assert not any(path.startswith("POST") for path in server.seen), server.seen

@@ -199,6 +199,10 @@ def test_the_sleep_mode_line(
             Level.WARNING,
             ["lora-level2"],
         ),
+        # A level its release cannot wake from is said whatever it runs with.
+        ("0.8.0", None, pod("-tp", "1"), Level.WARNING, []),
+        ("0.10.1", None, pod("--enable-lora"), Level.WARNING, []),
+        ("0.10.2", None, pod("--enable-lora"), Level.WARNING, ["lora-level2"]),
         # Not known: the rows its release has under some configuration, and how to say it.
         ("0.33.0", None, None, Level.WARNING, ["lora-tp-level1"]),
         # The text form says the parallel sizes: only LoRA is not known.
@@ -334,3 +338,12 @@ def test_the_version_is_read_only_from_a_vllm_answer() -> None:
     assert version_of(answer(200, {"version": "0.33.0"})) == "0.33.0"
     assert version_of(answer(201, {"version": "0.33.0"})) is None
     assert version_of(answer(200, ["0.33.0"])) is None
+
+
+def test_a_level_its_release_cannot_wake_from_is_said_with_what_snooze_does() -> None:
+    found = known_bugs(SUBJECT, "0.8.0", None, pod())
+    assert "sleep level 2 needs vLLM 0.10.2 or later" in found.message
+    assert "level 2: sleep level 2 needs vLLM 0.10.2 or later: sleeps at level 1" in found.message
+    unknown = known_bugs(SUBJECT, "0.8.0", None, None)
+    assert "sleep level 2 needs vLLM 0.10.2 or later" in unknown.message
+    assert unknown.level is Level.WARNING

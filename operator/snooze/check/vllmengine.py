@@ -13,16 +13,11 @@ from snooze.check.vllmjudge import PodSeen
 from snooze.engine.activity import ACTIVITY_METRICS, METRICS_LIMIT, ActivitySnapshot
 from snooze.engine.errors import EngineError
 from snooze.engine.http import EngineHttp
+from snooze.engine.metricspath import FILTERING, PLAIN
 from snooze.engine.probe import Prober
 from snooze.policy.knownbugs import ServeFacts
 
 NAME = "vLLM"
-# vLLM mounts prometheus_client's app, which filters on `name[]`, under /metrics; from 0.8.5 the
-# instrumentator's own GET /metrics, registered first, answers the whole page whatever is asked
-# (docs/vllm-contract.md). So the filtered page is asked at /metrics/, and at /metrics where
-# that is not found.
-FILTERING = "/metrics/"
-PLAIN = "/metrics"
 SERVER_INFO_LIMIT = 4 << 20
 """/server_info holds the whole configuration and the host's environment: tens of kB."""
 SERVER_INFO_TIMES = 3
@@ -124,7 +119,9 @@ async def examine(
 
 
 async def _filtered_metrics(http: EngineHttp, url: str, timeout: float) -> Asked:  # noqa: ASYNC109
-    """The families Snooze reads, asked for where vLLM's filtering app answers."""
+    """The families Snooze reads, asked for where the operator's probe asks them
+    (engine/metricspath.py): at /metrics/, where vLLM's filtering app answers, else at
+    /metrics."""
     query = [("name[]", name) for name in ACTIVITY_METRICS]
     asked = await ask(
         http, "GET", url + FILTERING, params=query, timeout=timeout, limit=METRICS_LIMIT

@@ -114,7 +114,8 @@ def engine(subject: Subject, url: str, asked: Asked) -> Result:
             subject,
             "engine",
             f"{url} answers, but not as vLLM does: /version answered {_said(asked)}",
-            "point --engine at the vLLM server's port (8000 unless --port says otherwise)",
+            "point --engine at a vLLM server's port (8000 unless --port says otherwise); "
+            "--engine checks vLLM engines, not SGLang servers yet",
         )
     release = release_of(found)
     if release is None:
@@ -261,9 +262,12 @@ def known_bugs(
     subject: Subject, version: str | None, info: ServerInfo | None, pod: PodSeen | None
 ) -> Result:
     """The `known-bugs` check: the rows of the operator's table (policy/knownbugs.py) that
-    apply to this release as the engine runs, and what Snooze does about them."""
+    apply to this release as the engine runs, the sleep levels the release cannot wake from,
+    and what Snooze does about them."""
     facts, source = serve_facts(version, info, pod)
     shown_release = f"vLLM {version}" if version else "an unknown release"
+    limits = knownbugs.level_limits(ServeFacts(version=version))
+    limited = "; ".join(f"{limit.said} ({limit.source})" for limit in limits)
     if facts is None:
         # How it runs is not (wholly) known: the rows its release has with what is not known
         # taken at its worst.
@@ -286,30 +290,39 @@ def known_bugs(
             if value is None
         ]
         possible = knownbugs.known_bugs(anyhow)
-        if not possible:
+        found = [f"{limited}: Snooze sleeps it at level 1 instead"] if limits else []
+        if possible:
+            found.append(
+                f"with {' or '.join(unknown)} (not known here), it is in: {_keys(possible)}"
+            )
+        if not found:
             return ok(
                 subject, "known-bugs", f"none of Snooze's known vLLM bugs is in {shown_release}"
             )
+        fix = "give --pod NAMESPACE/NAME to read its arguments" if possible else _UPGRADE
         return warning(
             subject,
             "known-bugs",
-            f"{shown_release}, with {' or '.join(unknown)} (not known here), is in: "
-            f"{_keys(possible)}",
-            "give --pod NAMESPACE/NAME to read its arguments",
+            f"{shown_release}: {'; '.join(found)}",
+            fix,
             bugs=[bug.key for bug in possible],
         )
     bugs = knownbugs.known_bugs(facts)
     running = f"{shown_release} at {_described_facts(facts)} ({source})"
-    if not bugs:
+    if not bugs and not limits:
         return ok(subject, "known-bugs", f"none applies to {running}")
     conducts = {level: knownbugs.conduct(facts, level, "FallBack") for level in knownbugs.LEVELS}
-    said = "; ".join(f"level {level}: {c.why}" for level, c in conducts.items())
-    text = f"{running}: {knownbugs.describe(bugs)}. Snooze (wake.onKnownBug FallBack): {said}"
+    said = "; ".join(f"level {level}: {c.why}" for level, c in conducts.items() if c.why)
+    text = f"{running}: {knownbugs.describe(bugs, limits)}. Snooze (wake.onKnownBug FallBack): "
+    text += said
     never = all(c.level is None for c in conducts.values())
     judged = failure if never else warning
     without = ", or run it without what they need" if never else " to sleep it as asked"
-    fix = f"upgrade vLLM past the rows' fixes ({KNOWN_BUGS}){without}"
+    fix = f"{_UPGRADE}{without}" if bugs else _UPGRADE
     return judged(subject, "known-bugs", text, fix, bugs=[bug.key for bug in bugs])
+
+
+_UPGRADE = f"upgrade vLLM past what it says ({KNOWN_BUGS})"
 
 
 def checker_present(asked: Asked) -> bool:
