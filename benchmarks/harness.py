@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,11 +19,40 @@ import httpx
 import yaml
 
 from snooze.sandbox import Sandbox
+from snooze.sandbox.emulator import SandboxEmulator
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "inferencemodels.snooze.dev.yaml"
 NS = "default"
 ENGINE_HOST = "127.0.77.2"
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+# /api/v1/namespaces/NS/pods/NAME/status, /apis/GROUP/VERSION/namespaces/NS/PLURAL/NAME...
+_RESOURCE = re.compile(r"^/apis?/(?:[^/]+/)?[^/]+/namespaces/([^/]+)/([^/]+)(?:/[^/]+(/[^/]+)?)?$")
+
+
+class WriteCounter(SandboxEmulator):
+    """The sandbox's emulator, counting the writes it answers by namespace, resource and
+    subresource (`pods`, `pods/status`, `inferencemodels/status`, `events`...): what the
+    operator costs the API server, seen from the server's side."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def _take_fault(self, method: str, path_qs: str) -> Any:
+        found = _RESOURCE.match(path_qs.partition("?")[0])
+        if method in WRITES and found is not None:
+            namespace, plural, sub = found.groups()
+            self.writes[(namespace, plural + (sub or ""))] += 1
+        return super()._take_fault(method, path_qs)
+
+    def count(self, namespace: str | None = None) -> collections.Counter[str]:
+        """Writes so far, by resource, of one namespace (None: all)."""
+        found: collections.Counter[str] = collections.Counter()
+        for (where, what), n in self.writes.copy().items():
+            if namespace is None or where == namespace:
+                found[what] += n
+        return found
 
 
 def free_port() -> int:
@@ -164,8 +195,12 @@ class Bench:
 
 
 @contextlib.contextmanager
-def bench() -> Iterator[Bench]:
-    with tempfile.TemporaryDirectory() as tmp, Sandbox() as sandbox:
+def bench(emulator: SandboxEmulator | None = None) -> Iterator[Bench]:
+    """The sandbox (serving `emulator`, if given) and the processes of one benchmark."""
+    sandbox = Sandbox()
+    if emulator is not None:
+        sandbox.emulator = emulator
+    with tempfile.TemporaryDirectory() as tmp, sandbox:
         setup = Bench(sandbox, Path(tmp))
         try:
             yield setup

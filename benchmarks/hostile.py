@@ -14,6 +14,8 @@ Then the gateway's scenes (hostile_gateway.py): a 300 MB answer, a stream nobody
 engine that lies about being awake, and a flood of idle connections, each beside its control.
 
 Usage: python hostile.py [--rounds 5] [--huge-mb 300] [--drips 200]
+With `--scene loops`, `--scene tenants` (and `--flapping 200`) or `--scene record`, the
+operator's own scenes instead (hostile_operator.py).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 
 import hostile_gateway
 import httpx
-from harness import NS, Bench, bench, free_port, wait_until
+from harness import NS, Bench, WriteCounter, bench, free_port, wait_until
 
 from snooze.api.times import format_time
 
@@ -40,7 +42,6 @@ HOSTILE = ipaddress.ip_address("127.0.79.2")
 HONEST = 'vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:engine_sleep_state{sleep_state="awake"} 1\n'  # noqa: E501
 IDLE_AFTER = 2.0
 MODELS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels"
-PODS = f"/api/v1/namespaces/{NS}/pods"
 MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
@@ -120,32 +121,56 @@ class Hostiles:
         wait_until("the hostile engines", lambda: httpx.get(self.control).status_code == 200)
         self.next = 0
 
+    def address(self) -> Any:
+        """An address no hostile engine had yet."""
+        self.next += 1
+        return HOSTILE + self.next - 1
+
     @contextmanager
     def model(self, name: str, count: int, **behaviour: Any) -> Iterator[list[str]]:
+        hosts = self.add(name, count, **behaviour)
+        try:
+            yield hosts
+        finally:
+            self.remove(name, count)
+
+    def add(
+        self,
+        name: str,
+        count: int,
+        *,
+        namespace: str = NS,
+        annotations: dict[str, str] | None = None,
+        spec: dict[str, Any] | None = None,
+        **behaviour: Any,
+    ) -> list[str]:
+        """`count` hostile engines of `behaviour`, their Ready pods, and a model of them."""
         api = self.setup.api
-        hosts = [str(HOSTILE + self.next + i) for i in range(count)]
-        self.next += count
+        pods = f"/api/v1/namespaces/{namespace}/pods"
+        hosts = [str(self.address()) for _ in range(count)]
         labels = {"app": name}
         for i, host in enumerate(hosts):
             httpx.post(self.control, json={"host": host, **behaviour}).raise_for_status()
             pod = {"metadata": {"name": f"{name}-{i}", "labels": labels}}
-            api.post(PODS, json=pod).raise_for_status()
+            api.post(pods, json=pod).raise_for_status()
             ready = {"phase": "Running", "podIP": host}
             ready["conditions"] = [{"type": "Ready", "status": "True"}]  # type: ignore[assignment]
-            api.patch(f"{PODS}/{name}-{i}/status", json={"status": ready}, headers=MERGE)
+            api.patch(f"{pods}/{name}-{i}/status", json={"status": ready}, headers=MERGE)
         body = {
             "apiVersion": "snooze.dev/v1alpha1",
             "kind": "InferenceModel",
-            "metadata": {"name": name},
-            "spec": {"selector": {"matchLabels": labels}, "idle": {"after": "1m"}},
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"selector": {"matchLabels": labels}, "idle": {"after": "1m"}, **(spec or {})},
         }
-        api.post(MODELS, json=body).raise_for_status()
-        try:
-            yield hosts
-        finally:
-            api.delete(f"{MODELS}/{name}")
-            for i in range(count):
-                api.delete(f"{PODS}/{name}-{i}")
+        models = f"/apis/snooze.dev/v1alpha1/namespaces/{namespace}/inferencemodels"
+        api.post(models, json=body).raise_for_status()
+        return hosts
+
+    def remove(self, name: str, count: int, *, namespace: str = NS) -> None:
+        api = self.setup.api
+        api.delete(f"/apis/snooze.dev/v1alpha1/namespaces/{namespace}/inferencemodels/{name}")
+        for i in range(count):
+            api.delete(f"/api/v1/namespaces/{namespace}/pods/{name}-{i}")
 
     def sent(self, hosts: list[str]) -> dict[str, int]:
         report = httpx.get(self.control).json()
@@ -182,7 +207,25 @@ def main() -> None:
     parser.add_argument("--huge-mb", type=int, default=300, help="the huge page's size")
     parser.add_argument("--drips", type=int, default=200, help="how many engines drip")
     parser.add_argument("--probe-interval", type=float, default=1.0)
+    parser.add_argument(
+        "--scene", choices=["engines", "loops", "tenants", "record"], default="engines"
+    )
+    parser.add_argument("--flapping", type=int, default=200, help="the flapping tenant's models")
+    parser.add_argument(
+        "--operator-pythonpath",
+        help="run the operator (and the simulated engines) from this source tree, to measure "
+        "another version of it",
+    )
     args = parser.parse_args()
+    if args.scene != "engines":
+        import hostile_operator
+
+        counter = WriteCounter()
+        with bench(counter) as setup:
+            if args.operator_pythonpath:
+                setup.env["PYTHONPATH"] = args.operator_pythonpath
+            print(json.dumps(getattr(hostile_operator, args.scene)(setup, counter, args)))
+        return
     with bench() as setup:
         setup.engine(model="calm", token_seconds=0.002, wake_seconds=0.3)
         setup.pod_and_model("calm", state=None, spec={"idle": {"after": f"{IDLE_AFTER:g}s"}})

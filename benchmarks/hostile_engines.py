@@ -14,8 +14,16 @@ Kinds:
   histogram's buckets over and over, ending with a whole line), streamed in chunks of 1 MiB, with
   a `Content-Length` only if `length` is true;
 - `drip`: the head at once, then one byte of a valid page every `interval` seconds, forever;
-- `page`: `text`, whole.
-`/is_sleeping` answers `{"is_sleeping": false}` for every kind, `/health` 200.
+- `page`: `text`, whole;
+- `contradicts`: an engine whose `/metrics` says it sleeps at level 1 while `/is_sleeping`
+  says it is awake, whatever it was told;
+- `flips`: an engine whose sleep-state gauge says the opposite at each scrape, while
+  `/is_sleeping` follows what it was told;
+- `honest`: an engine that sleeps and wakes as told, and says so (`asleep`: how it starts);
+- `flaps`: the same, with a request running at every other scrape: busy and idle by turns.
+`/is_sleeping` answers `{"is_sleeping": false}` for the first three kinds, `/health` 200;
+`/sleep` and `/wake_up` answer 200 and count in `requests`; `calls` lists the last thousand
+requests as [path, time], the time in seconds since the epoch.
 
 What an engine answers on the inference routes (`/v1/chat/completions`, `/v1/completions`),
 its `answer`:
@@ -35,6 +43,7 @@ import argparse
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,7 +72,11 @@ class Engine:
     interval: float = 0.1
     text: str = ""
     answer: str = ""
+    asleep: bool = False
+    """What `/sleep` and `/wake_up` last made it (the told kinds)."""
+    scrapes: int = 0
     requests: dict[str, int] = field(default_factory=dict)
+    calls: deque[tuple[str, float]] = field(default_factory=lambda: deque(maxlen=1000))
     sent: int = 0
     open: int = 0
     longest: float = 0.0
@@ -75,6 +88,7 @@ class Engine:
             "sent": self.sent,
             "open": self.open,
             "longest": round(self.longest, 3),
+            "calls": list(self.calls),
         }
 
     @contextlib.contextmanager
@@ -100,6 +114,7 @@ class Engines:
         host = request.transport.get_extra_info("sockname")[0] if request.transport else ""
         engine = self.by_host[host]
         engine.requests[request.path] = engine.requests.get(request.path, 0) + 1
+        engine.calls.append((request.path, time.time()))
         return engine
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
@@ -109,11 +124,23 @@ class Engines:
             return web.Response(text=engine.text)
         if engine.kind == "drip":
             return await drip(request, engine, GAUGES.encode())
+        if engine.kind in TOLD:
+            engine.scrapes += 1
+            return web.Response(text=told_page(engine))
         return await huge(request, engine)
 
     async def is_sleeping(self, request: web.Request) -> web.StreamResponse:
-        self.engine(request)
-        return web.json_response({"is_sleeping": False})
+        engine = self.engine(request)
+        told = engine.kind in ("flips", "honest", "flaps") and engine.asleep
+        return web.json_response({"is_sleeping": told})
+
+    async def sleep(self, request: web.Request) -> web.StreamResponse:
+        self.engine(request).asleep = True
+        return web.Response()
+
+    async def wake_up(self, request: web.Request) -> web.StreamResponse:
+        self.engine(request).asleep = False
+        return web.Response()
 
     async def health(self, request: web.Request) -> web.StreamResponse:
         self.engine(request)
@@ -131,6 +158,8 @@ class Engines:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/is_sleeping", self.is_sleeping)
         app.router.add_get("/health", self.health)
+        app.router.add_post("/sleep", self.sleep)
+        app.router.add_post("/wake_up", self.wake_up)
         for path in INFERENCE:
             app.router.add_post(path, self.inference)
         # A client that leaves cancels its handler: a silent answer then ends.
@@ -157,6 +186,25 @@ class Engines:
 
     async def report(self, _: web.Request) -> web.Response:
         return web.json_response({host: e.report() for host, e in self.by_host.items()})
+
+
+TOLD = ("contradicts", "flips", "honest", "flaps")
+
+
+def told_page(engine: Engine) -> str:
+    """The `/metrics` page of the kinds that are told to sleep and wake (see the docstring)."""
+    if engine.kind == "contradicts":
+        asleep = True
+    elif engine.kind == "flips":
+        asleep = engine.scrapes % 2 == 0
+    else:
+        asleep = engine.asleep
+    running = 1 if engine.kind == "flaps" and engine.scrapes % 2 else 0
+    state = "weights_offloaded" if asleep else "awake"
+    return (
+        f"vllm:num_requests_running {running}\nvllm:num_requests_waiting 0\n"
+        f'vllm:engine_sleep_state{{sleep_state="{state}"}} 1\n'
+    )
 
 
 async def huge(request: web.Request, engine: Engine) -> web.StreamResponse:

@@ -193,6 +193,12 @@ class Cluster:
         return None
 
     def events(self, reason: str | None = None) -> list[dict[str, Any]]:
+        """Each time an Event was said: an Event said again is one object whose count moves
+        (the operator's recorder), listed once per count."""
+        return [e for e in self.event_objects(reason) for _ in range(int(e.get("count") or 1))]
+
+    def event_objects(self, reason: str | None = None) -> list[dict[str, Any]]:
+        """The Event objects as the API holds them."""
         items: list[dict[str, Any]] = self._check(
             self.http.get(f"/api/v1/namespaces/{self.ns}/events")
         ).get("items", [])

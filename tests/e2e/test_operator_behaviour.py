@@ -89,7 +89,7 @@ def test_hybrid_crash_is_reported_then_restarted(
     cluster.request_wake("chat")
     wait_for("the new pod awake", lambda: cluster.pod_state("hybrid-0") == "awake")
     assert fresh.wake_calls == 1
-    assert sum(e.get("count", 1) for e in cluster.events("PodRestarted")) == 1
+    assert len(cluster.events("PodRestarted")) == 1  # each time it was said
 
 
 def test_hybrid_crash_with_report_marks_failed(cluster: Cluster, operator: OperatorThread) -> None:

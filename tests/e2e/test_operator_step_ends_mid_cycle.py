@@ -45,7 +45,9 @@ class RecordingApi:
     def __init__(self) -> None:
         self.patches: list[tuple[str, dict[str, Any]]] = []
 
-    async def patch(self, ref: Ref, name: str, body: dict[str, Any], *, sub: str = "") -> Any:
+    async def patch(
+        self, ref: Ref, name: str, body: dict[str, Any], *, sub: str = "", yield_to: Any = None
+    ) -> Any:
         self.patches.append((name, body))
         return {}
 
@@ -171,7 +173,9 @@ class VersioningApi(RecordingApi):
 
     version = 40
 
-    async def patch(self, ref: Ref, name: str, body: dict[str, Any], *, sub: str = "") -> Any:
+    async def patch(
+        self, ref: Ref, name: str, body: dict[str, Any], *, sub: str = "", yield_to: Any = None
+    ) -> Any:
         await super().patch(ref, name, body, sub=sub)
         self.version += 1
         return {"metadata": {"resourceVersion": str(self.version)}}

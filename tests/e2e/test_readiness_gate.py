@@ -237,5 +237,12 @@ def test_a_deleted_model_hands_its_gated_pods_back_awake_and_in_the_pool(
         "/apis/snooze.dev/v1alpha1/namespaces/default/inferencemodels/chat"
     )
     assert deleted.status_code in (200, 202), deleted.text
-    wait_for("handed back", lambda: gate_of(cluster.pod("chat-0")) == ("True", "Released"))
-    assert not engine.is_sleeping and cluster.pod_state("chat-0") is None
+    # The gate is written before the label is dropped: wait for the whole hand-back.
+    wait_for(
+        "handed back",
+        lambda: (
+            gate_of(cluster.pod("chat-0")) == ("True", "Released")
+            and cluster.pod_state("chat-0") is None
+        ),
+    )
+    assert not engine.is_sleeping

@@ -24,10 +24,7 @@ from snooze.engine.http import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.engine.turns import Turns
 from snooze.operator.gateways import GatewayTraffic
-from snooze.operator.memory import EngineMemory
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.observe import confirms_wake
-from snooze.policy.sleep import ActionKind
 
 GAUGES = "vllm:num_requests_running 1\nvllm:num_requests_waiting 2\n"
 AWAKE = 'vllm:engine_sleep_state{sleep_state="awake"} 1\n'
@@ -413,15 +410,6 @@ async def test_owners_take_turns_so_one_with_many_waiters_delays_others_by_one()
         "many-2",
         "many-3",
     ]
-
-
-def test_the_probe_after_a_wake_is_urgent_as_the_first_one_is() -> None:
-    woken = EngineMemory(last_activity=0.0, answered=True, action=ActionKind.WAKE.value)
-    assert confirms_wake(woken)
-    woken.last_probe = 1.0  # confirmed
-    assert not confirms_wake(woken)
-    slept = EngineMemory(last_activity=0.0, answered=True, action=ActionKind.SLEEP.value)
-    assert not confirms_wake(slept)
 
 
 # --- gateway replicas: read as engines are ------------------------------------------------------

@@ -26,8 +26,10 @@ def test_every_flag_reaches_the_settings() -> None:
         "--gateway-service", "snooze/snooze-gateway-metrics",
         "--gateway-metrics", "http://10.0.0.7:9091/metrics",
         "--gateway-metrics", "https://[fd00::7]:9091/metrics",
+        "--write-budget", "0.5",
     )  # fmt: skip
     assert settings.probe_interval == 3
+    assert settings.write_budget == 0.5
     assert settings.drain_timeout == 7
     assert settings.drift_interval == 90
     assert settings.status_interval == 30
@@ -75,6 +77,9 @@ def test_the_defaults_read_no_gateway() -> None:
         (["--drain-timeout", "nan"], "argument --drain-timeout: 'nan' is not a duration"),
         (["--drain-timeout", "300000y"], "argument --drain-timeout: '300000y' is not a dur"),
         (["--peering-lifetime", "1s"], "--peering-lifetime must be at least 2 seconds"),
+        (["--write-budget", "-1"], "--write-budget -1 is not a budget"),
+        (["--write-budget", "nan"], "--write-budget nan is not a budget"),
+        (["--write-budget", "inf"], "--write-budget inf is not a budget"),
     ],
 )
 def test_a_wrong_flag_is_refused_by_name(argv: list[str], named: str) -> None:

@@ -184,6 +184,44 @@ def test_windows_ten_minutes_apart_or_more_are_taken(cron: str) -> None:
     spec_with([{"cron": cron, "duration": "5m"}])
 
 
+@pytest.mark.parametrize(
+    ("windows", "says"),
+    [
+        # Sixteen windows, each ten minutes apart from itself, together starting every 37.5 s.
+        (
+            [{"cron": f"{i * 75 // 2 % 60} {i * 75 // 120} * * * *"} for i in range(16)],
+            "start 37s apart",
+        ),
+        ([{"cron": "0 8 * * *"}, {"cron": "5 8 * * *"}], "start 5m apart"),
+        # 08:00 in Paris in winter is 07:00 UTC.
+        ([{"cron": "0 8 * * *", "timeZone": "Europe/Paris"}, {"cron": "5 7 * * *"}], "5m apart"),
+        # A monthly window's first start comes after the week the walk covers.
+        ([{"cron": "0 8 15 * *"}, {"cron": "0 18 * * *"}, {"cron": "3 8 15 * *"}], "3m apart"),
+    ],
+)
+def test_windows_closer_than_ten_minutes_together_are_refused(
+    windows: list[dict[str, Any]], says: str
+) -> None:
+    raw = [{"duration": "1m", **w} for w in windows]
+    with pytest.raises(Exception) as caught:
+        parse_spec({"selector": {"matchLabels": {"app": "m"}}, "schedule": raw})
+    message = str(caught.value)
+    assert "spec.schedule" in message and says in message, message
+    assert "all of them together, must be at least 10m apart" in message
+
+
+@pytest.mark.parametrize(
+    "crons",
+    [
+        ["0 8 * * MON-FRI", "0 18 * * *", "0,20,40 * * * *"],
+        ["*/10 * * * *"] * 16,  # the same starts: one start each time
+        ["0 8 * * *", "0 8 * * *", "15 8 * * *"],
+    ],
+)
+def test_windows_ten_minutes_apart_together_are_taken(crons: list[str]) -> None:
+    spec_with([{"cron": cron, "duration": "5m"} for cron in crons])
+
+
 def test_min_awake_is_bounded_by_the_engines_the_model_can_have() -> None:
     spec = spec_with([{"cron": "0 8 * * *", "duration": "1h", "minAwake": 10000}])
     at_eight = datetime(2026, 3, 2, 8, 30, tzinfo=UTC).timestamp()

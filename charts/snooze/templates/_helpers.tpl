@@ -123,10 +123,10 @@ Plain YAML only inside these blocks: no template actions, no wildcards.
 - apiGroups: [""]
   resources: ["pods/status"]
   verbs: ["patch"]
-# post an Event for each sleep, wake and failure
+# post an Event for each sleep, wake and failure; count its repeats on it
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "patch"]
 # read a model's scaleTargetRef Deployment: its replicas, and its pod template, which the
 # model's selector must select before Snooze scales it
 - apiGroups: ["apps"]

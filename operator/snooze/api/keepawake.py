@@ -3,9 +3,11 @@ Auto`): spec fields users write and the status the operator keeps of what it lea
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import zoneinfo
-from collections.abc import Iterator
-from datetime import datetime, timedelta
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from cronsim import CronSim, CronSimError
@@ -28,15 +30,20 @@ _STATUS = ConfigDict(
 )
 MAX_WINDOWS = 16
 MIN_WINDOW_PERIOD = timedelta(minutes=10)
-"""The shortest time between two starts of one keep-awake window. Each start wakes the model
-and, in a GPU pool, puts a neighbour to sleep for it: a window every few seconds made the
-neighbours sleep and wake many times a minute. Windows closer than this are a model that
-should stay awake (minAwake), or one long window."""
+"""The shortest time between two starts of a model's keep-awake windows, one window's or
+several's. Each start wakes the model and, in a GPU pool, puts a neighbour to sleep for it: a
+window every few seconds made the neighbours sleep and wake many times a minute, and sixteen
+windows ten minutes apart each could start one every 37.5 s. Windows closer than this are a
+model that should stay awake (minAwake), or one long window. Windows that start at the same
+instant start once."""
 GAP_SAMPLE = 64
 GAP_SPAN = timedelta(days=8)  # a week of weekday patterns, and the day after
 # A week of 10-minute slots: fine enough to wake a couple of minutes before a habit, coarse
 # enough that one week of traffic fills it and its status entry stays about a kilobyte.
 PROFILE_SLOT_MINUTES = 10
+WALK_LIMIT = 4096
+"""The most starts of a model's windows walked in time order (the starts of GAP_SPAN, at most
+1,152 instants MIN_WINDOW_PERIOD apart, some shared by several windows)."""
 
 
 def _positive(text: str) -> str:
@@ -144,6 +151,75 @@ class ScheduleWindow(BaseModel):
     @property
     def duration_seconds(self) -> float:
         return parse_duration(self.duration)
+
+
+def _apart(windows: list[ScheduleWindow]) -> list[ScheduleWindow]:
+    clash = closest_starts(windows)
+    if clash is not None:
+        (first, at), (second, then) = clash
+        raise ValueError(
+            f"windows {first.label!r} and {second.label!r} start {_seconds(then - at)} apart "
+            f"(at {at:%a %H:%M:%S} and {then:%a %H:%M:%S} UTC): the starts of a model's "
+            f"keep-awake windows, all of them together, must be at least "
+            f"{_seconds(MIN_WINDOW_PERIOD)} apart (each start wakes the model). Merge them "
+            "into one longer window, or move one"
+        )
+    return windows
+
+
+def _utc_starts(window: ScheduleWindow, begin: datetime) -> Iterator[datetime]:
+    local = begin.astimezone(zoneinfo.ZoneInfo(window.time_zone)).replace(microsecond=0)
+    for start in CronSim(window.cron, local):
+        yield start.astimezone(UTC)
+
+
+def closest_starts(
+    windows: Sequence[ScheduleWindow],
+) -> tuple[tuple[ScheduleWindow, datetime], tuple[ScheduleWindow, datetime]] | None:
+    """Two starts of different windows closer than MIN_WINDOW_PERIOD (and not at the same
+    instant), if any: every start of GAP_SPAN walked in time order, each window's own gaps
+    being checked apart (its cron field); then each window's first start, if it comes later
+    (a window on the 15th of the month), against the others' starts around it. The walk
+    stops at a clash: starts MIN_WINDOW_PERIOD apart are at most GAP_SPAN / that many."""
+    # Windows with the same cron expression in the same zone start together: walked once.
+    unique: dict[tuple[str, str], ScheduleWindow] = {}
+    for window in windows:
+        unique.setdefault((window.cron, window.time_zone), window)
+    windows = list(unique.values())
+    if len(windows) < 2:
+        return None
+    begin = datetime(2000, 1, 1, tzinfo=UTC)
+    end = begin + GAP_SPAN
+    walk = heapq.merge(
+        *(((at, i) for at in _utc_starts(w, begin)) for i, w in enumerate(windows)),
+    )
+    seen: set[int] = set()
+    previous: tuple[datetime, int] | None = None
+    # At most WALK_LIMIT starts: windows that start at the same instants (allowed) repeat them.
+    for at, i in itertools.islice(itertools.takewhile(lambda f: f[0] <= end, walk), WALK_LIMIT):
+        seen.add(i)
+        if previous is not None and previous[1] != i:
+            gap = at - previous[0]
+            if timedelta(0) < gap < MIN_WINDOW_PERIOD:
+                return (windows[previous[1]], previous[0]), (windows[i], at)
+        if previous is None or at != previous[0] or previous[1] == i:
+            previous = (at, i)
+    for i, window in enumerate(windows):
+        if i in seen:
+            continue
+        first = next(_utc_starts(window, begin), None)
+        if first is None:
+            continue
+        for j, other in enumerate(windows):
+            near = next(_utc_starts(other, first - MIN_WINDOW_PERIOD), None)
+            if j != i and near is not None and near != first and near - first < MIN_WINDOW_PERIOD:
+                pair = sorted([(near, j), (first, i)])
+                return (windows[pair[0][1]], pair[0][0]), (windows[pair[1][1]], pair[1][0])
+    return None
+
+
+Schedule = Annotated[list[ScheduleWindow], Field(max_length=MAX_WINDOWS), AfterValidator(_apart)]
+"""A model's keep-awake windows: at most MAX_WINDOWS, their starts MIN_WINDOW_PERIOD apart."""
 
 
 class PrewakeSpec(BaseModel):

@@ -22,10 +22,9 @@ from pydantic.alias_generators import to_camel
 
 from snooze.api.durations import DURATION_PATTERN, parse_duration
 from snooze.api.keepawake import (
-    MAX_WINDOWS,
     AutoIdleSpec,
     PrewakeSpec,
-    ScheduleWindow,
+    Schedule,
 )
 from snooze.api.quantities import QUANTITY_PATTERN, parse_quantity
 
@@ -323,7 +322,7 @@ class InferenceModelSpec(Wire):
     """Optional: idle this long (longer than idle.after), the scaleTargetRef workload is scaled
     to zero replicas, freeing host RAM and the GPU reservation too; a request scales it back
     to the replicas it had. Never while minAwake > 0."""
-    schedule: list[ScheduleWindow] = Field(default_factory=list, max_length=MAX_WINDOWS)
+    schedule: Schedule = Field(default_factory=list)
     """Keep-awake windows: at each window's start the engines are woken (scaled up from zero
     if needed) before any request, and during it at least its minAwake stay awake."""
     prewake: PrewakeSpec | None = None

@@ -59,8 +59,8 @@ OPERATOR: tuple[Permission, ...] = (
     Permission(
         group="",
         resource="events",
-        verbs=("create",),
-        why="post an Event for each sleep, wake and failure",
+        verbs=("create", "patch"),
+        why="post an Event for each sleep, wake and failure; count its repeats on it",
     ),
     Permission(
         group="apps",

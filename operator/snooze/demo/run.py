@@ -309,6 +309,8 @@ class Demo:
         self.elapsed = time.monotonic() - t0
         await self.sampler.sample(self.elapsed)
         items = (await self.sampler.api.get(f"/api/v1/namespaces/{NS}/events")).json()
+        # An Event said again is one object with a count (operator/eventcorrelation.py):
+        # listed once per time it was said.
         self.events = [
             {
                 "model": (e.get("involvedObject") or {}).get("name", ""),
@@ -316,6 +318,7 @@ class Demo:
                 "message": e.get("message", ""),
             }
             for e in items.get("items", [])
+            for _ in range(max(1, int(e.get("count") or 1)))
         ]
 
     async def _deploy_late(self, api: httpx.AsyncClient, t0: float, live: view.LiveView) -> None:

@@ -12,6 +12,7 @@ from snooze.api.agreed import STATE_LABEL
 from snooze.demo import timeline
 from snooze.demo.controller import ReplicaSetStandIn
 from snooze.gateway.embedded import GatewayThread
+from snooze.operator.eventcorrelation import COMBINED
 from snooze.operator.metrics import OperatorMetrics
 
 NS = "default"
@@ -190,7 +191,8 @@ class Sampler:
         response = await self.api.get(EVENTS, params={"fieldSelector": "reason=MakingRoom"})
         found = []
         for event in response.json().get("items", []):
-            name = event["metadata"]["name"]
+            # An Event said again is the same object with a higher count: a swap again.
+            name = f"{event['metadata']['name']}#{event.get('count') or 1}"
             if name in self._events_seen:
                 continue
             self._events_seen.add(name)
@@ -261,7 +263,8 @@ def waiting_for_room(status: Mapping[str, Any]) -> str | None:
 
 def parse_swap(event: Mapping[str, Any], *, t: float) -> timeline.Swap | None:
     """A MakingRoom Event as a Swap, or None if it is worded otherwise (pure)."""
-    match = MAKING_ROOM.match(str(event.get("message") or ""))
+    # Similar Events said often are combined under one, which tells the latest.
+    match = MAKING_ROOM.match(str(event.get("message") or "").removeprefix(COMBINED))
     if event.get("reason") != "MakingRoom" or match is None:
         return None
     return timeline.Swap(

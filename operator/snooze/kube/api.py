@@ -26,6 +26,7 @@ import kopf
 from snooze.api import models
 from snooze.kube import credentials
 from snooze.kube.credentials import Login, Source
+from snooze.kube.writes import FairWrites, is_urgent, namespace_of
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ MERGE_PATCH = "application/merge-patch+json"
 # Merges lists by their key (a pod's conditions by type): the only patch that changes one pod
 # condition without rewriting the kubelet's.
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 EXPIRED = "the credential expired"
 
 
@@ -94,8 +96,17 @@ class KubeApi:
     """The API calls Snooze makes, each retried on transient errors, logged in again when the
     login expires or the API refuses it (401)."""
 
-    def __init__(self, source: Source, *, timeout: float = 10.0, slots: int = 100) -> None:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        timeout: float = 10.0,
+        slots: int = 100,
+        writes: FairWrites | None = None,
+    ) -> None:
         self.source = source
+        self.writes = writes
+        """Turns for this client's writes, shared fairly between namespaces (None: none)."""
         self.timeout = timeout
         """Seconds a call may take to connect, and to wait for each part of its answer; counted
         once it has its slot (not while it queues)."""
@@ -145,9 +156,9 @@ class KubeApi:
         return self._login.server
 
     @classmethod
-    def from_environment(cls) -> KubeApi:
+    def from_environment(cls, *, writes: FairWrites | None = None) -> KubeApi:
         """Logged in with the process's credentials (the command line's, or the environment's)."""
-        return cls(credentials.default())
+        return cls(credentials.default(), writes=writes)
 
     async def aclose(self) -> None:
         for session in (*self._retired, self._session):
@@ -203,9 +214,28 @@ class KubeApi:
         content_type: str = "application/json",
         retry: bool = True,
         headers: Mapping[str, str] | None = None,
+        yield_to: asyncio.Event | None = None,
     ) -> JSON:
         """One call, retried on transient failures (unless not `retry`); the decoded answer.
-        `headers` are sent besides the login's (impersonation, say)."""
+        `headers` are sent besides the login's (impersonation, say). A write waits for its turn
+        first, when this client shares its writes (writes.py), and gives way (WriteYielded) if
+        `yield_to` is set before its turn comes."""
+        if self.writes is None or method not in WRITE_METHODS:
+            return await self._request(method, path, body, params, content_type, retry, headers)
+        turn = self.writes.turn(namespace_of(path), urgent=is_urgent(), yield_to=yield_to)
+        async with turn:
+            return await self._request(method, path, body, params, content_type, retry, headers)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        params: Mapping[str, str] | None,
+        content_type: str,
+        retry: bool,
+        headers: Mapping[str, str] | None,
+    ) -> JSON:
         content = None if body is None else json.dumps(body).encode()
         last, last_status = "", None
         renewed = False
@@ -309,8 +339,18 @@ class KubeApi:
             return False
         return any(r.get("name") == plural for r in found.get("resources") or [])
 
-    async def patch(self, ref: Ref, name: str, body: JSON, *, sub: str = "") -> JSON:
-        return await self.request("PATCH", ref.item(name, sub), body=body, content_type=MERGE_PATCH)
+    async def patch(
+        self,
+        ref: Ref,
+        name: str,
+        body: JSON,
+        *,
+        sub: str = "",
+        yield_to: asyncio.Event | None = None,
+    ) -> JSON:
+        return await self.request(
+            "PATCH", ref.item(name, sub), body=body, content_type=MERGE_PATCH, yield_to=yield_to
+        )
 
     async def get(self, ref: Ref, name: str) -> JSON:
         return await self.request("GET", ref.item(name))

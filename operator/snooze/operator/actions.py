@@ -28,10 +28,13 @@ from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisable
 from snooze.engine.interface import SleepingEngine, engine_client
 from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import PodInfo, released_text
+from snooze.kube.writes import WriteYielded, urgent
+from snooze.operator.firstrecord import record_unless_woken
 from snooze.operator.memory import EngineMemory, ModelMemory, outstanding_of, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.readiness import ReadinessGates
 from snooze.operator.settings import Settings, sleep_timeout
+from snooze.operator.stepwords import AFTER_SLEEP, AFTER_WAKE, why
 from snooze.operator.verification import Verifier
 from snooze.operator.wakegate import Emit, WakeGate, engine_url
 from snooze.policy.readiness import gate_for
@@ -117,6 +120,8 @@ class Executor:
         engine.cancel.clear()
         engine.action = action.kind.value
         self.verifier.kind = spec.engine.kind  # its checks are asked as the engine's kind asks
+        if action.kind in (ActionKind.SLEEP, ActionKind.WAKE, ActionKind.RESTART):
+            engine.prompted = True  # the engine's next claim may differ: no contradiction
         engine.task = asyncio.create_task(
             self._guarded(step, action, pod, spec, engine), name=f"{action.kind}:{pod.name}"
         )
@@ -131,7 +136,9 @@ class Executor:
         engine: EngineMemory,
     ) -> None:
         try:
-            await step(action, pod, spec, engine)
+            # A wake's writes go before those of other models' churn (kube/writes.py).
+            with urgent() if action.kind is ActionKind.WAKE else contextlib.nullcontext():
+                await step(action, pod, spec, engine)
         except KubeError as exc:
             log.warning("%s on %s/%s: API error: %s", action.kind, self.namespace, pod.name, exc)
             self._backoff(action, engine, "ApiError", str(exc))
@@ -139,8 +146,10 @@ class Executor:
             log.exception("%s on %s/%s failed", action.kind, self.namespace, pod.name)
             self._backoff(action, engine, type(exc).__name__, str(exc))
         finally:
-            engine.last_probe = None  # confirm the outcome with a probe at the next cycle
-            self.memory.poke.set()  # let the loop publish the outcome now
+            # Let the loop publish the outcome now. Its next probe comes at its pace, not at
+            # once: the outcome is known (the step's own checks), and an engine whose claims
+            # contradict it would otherwise be acted on again at every probe.
+            self.memory.poke.set()
 
     @staticmethod
     def _backoff(action: Action, engine: EngineMemory, reason: str, message: str) -> None:
@@ -159,6 +168,7 @@ class Executor:
         engine: EngineMemory,
         *,
         annotations: dict[str, str | None] | None = None,
+        yield_to: asyncio.Event | None = None,
     ) -> None:
         metadata: dict[str, object] = {"labels": {STATE_LABEL: state.value}}
         if annotations:
@@ -172,23 +182,31 @@ class Executor:
                 await self.gates.write(pod, engine, gate)
             else:
                 await self.gates.settle(pod, engine, gate)
-        await self.patch_pod(pod, engine, metadata)
+        await self.patch_pod(pod, engine, metadata, yield_to=yield_to)
         if gate is not None and gate.serves:
             await self.gates.settle(pod, engine, gate)  # routable from here, as by the label
         if state is EngineState.AWAKE and was is not EngineState.AWAKE:
             # Routable only from now (the gateway sends nothing to a pod not labelled awake):
-            # its idle clock starts now.
+            # its idle clock starts now, and any wake request made before is answered.
             engine.last_activity = max(engine.last_activity, time.time())
+            engine.woke_at = time.time()
         engine.published = state
         if state.value not in engine.state_since:
             engine.state_since = {state.value: time.time()}
 
     async def patch_pod(
-        self, pod: PodInfo, engine: EngineMemory, metadata: dict[str, object]
+        self,
+        pod: PodInfo,
+        engine: EngineMemory,
+        metadata: dict[str, object],
+        *,
+        yield_to: asyncio.Event | None = None,
     ) -> None:
         """Patch the pod's metadata, and remember which versions of the pod this write made
         stale (see EngineMemory.wrote)."""
-        answer = await self.api.patch(pods_ref(self.namespace), pod.name, {"metadata": metadata})
+        answer = await self.api.patch(
+            pods_ref(self.namespace), pod.name, {"metadata": metadata}, yield_to=yield_to
+        )
         version = (answer.get("metadata") or {}).get("resourceVersion") if answer else None
         engine.wrote(before=pod.resource_version, after=str(version or ""))
 
@@ -204,7 +222,8 @@ class Executor:
             pod, spec, engine, was=before
         ):
             return  # an engine found awake under another label is checked before it serves
-        await self.label(pod, action.label, engine)
+        with urgent() if action.label is EngineState.AWAKE else contextlib.nullcontext():
+            await self.label(pod, action.label, engine)
         # The pod index lags behind this process's own writes: a label written again is an
         # echo, not news.
         told.log(
@@ -298,18 +317,24 @@ class Executor:
             self.made_room(pod)
         started = time.time()
         # Label first, so that the gateway stops routing here before the drain begins. Any
-        # wake progress left from before belongs to an older sleep.
-        await self.label(
-            pod,
-            EngineState.DRAINING,
-            engine,
-            annotations={
-                SLEEP_STARTED_ANNOTATION: format_time(started),
-                WAKE_PROGRESS_ANNOTATION: None,
-            },
-        )
+        # wake progress left from before belongs to an older sleep. A wake asked while this
+        # waits for its namespace's budget ends the sleep before it began.
+        try:
+            await self.label(
+                pod,
+                EngineState.DRAINING,
+                engine,
+                annotations={
+                    SLEEP_STARTED_ANNOTATION: format_time(started),
+                    WAKE_PROGRESS_ANNOTATION: None,
+                },
+                yield_to=engine.cancel,
+            )
+        except WriteYielded:
+            log.info("%s/%s: a wake came before its drain began", self.namespace, pod.name)
+            return
         engine.drain_started = started
-        self.emit("Normal", "Draining", f"{pod.name}: {_why(action)}; draining before sleep")
+        self.emit("Normal", "Draining", f"{pod.name}: {why(action)}; draining before sleep")
         deadline = started + self.settings.drain_timeout
         drained = False
         while time.time() < deadline and not engine.cancel.is_set():
@@ -328,17 +353,20 @@ class Executor:
             return
         if not engine.cancel.is_set() and spec.wake.verify:
             # Before the engine's first sleep (once per run): what its wakes are checked against.
-            model_name = spec.model_name or self.model
-            await self.verifier.record(
+            # The weights' digests take seconds: never while a wake waits for this room.
+            await record_unless_woken(
+                self.verifier,
                 client.base_url,
-                model_name,
+                spec.model_name or self.model,
                 engine,
                 process_of(pod, spec.engine.port),
-                # The weights' digests take seconds: never while a wake waits for this room.
                 weights=action.reason != "MakeRoom",
+                timeout=self.settings.record_timeout,
+                where=f"{self.namespace}/{pod.name}",
             )
         if engine.cancel.is_set():
-            await self.label(pod, EngineState.AWAKE, engine)
+            with urgent():  # a wake is asked: published at once
+                await self.label(pod, EngineState.AWAKE, engine)
             self.emit(
                 "Normal", "SleepCancelled", f"{pod.name}: sleep cancelled, the model is wanted"
             )
@@ -376,6 +404,9 @@ class Executor:
                 return
             sleeping = await _sleeping_or_none(client)
             if sleeping is not None:
+                engine.believe(
+                    sleeping, AFTER_SLEEP, process_of(pod, spec.engine.port), time.time()
+                )
                 await self.label(pod, EngineState.ASLEEP if sleeping else EngineState.AWAKE, engine)
             # An engine that does not answer stays `draining`, not routable: it may be frozen,
             # or still freeing its memory. The loop publishes it once a probe says which.
@@ -396,7 +427,8 @@ class Executor:
             pod, EngineState.ASLEEP, engine, annotations={SLEEP_LEVEL_ANNOTATION: str(level)}
         )
         engine.sleep_level = level
-        engine.sleeping = True  # what the next probe would say: a GPU pool counts on it now
+        # What the next probe would say: a GPU pool counts on it now.
+        engine.believe(True, AFTER_SLEEP, process_of(pod, spec.engine.port), finished)
         if level == 1:
             engine.note_host_copy(process_of(pod, spec.engine.port))
         self.memory.last_sleep_time = finished
@@ -405,7 +437,7 @@ class Executor:
         self.emit(
             "Normal",
             "Slept",
-            f"{pod.name}: asleep at level {level} after {finished - started:.2f}s ({_why(action)})",
+            f"{pod.name}: asleep at level {level} after {finished - started:.2f}s ({why(action)})",
         )
 
     async def _wake(
@@ -414,7 +446,7 @@ class Executor:
         client = self._client(spec, pod, engine)
         level = action.level or spec.sleep.level
         await self.label(pod, EngineState.WAKING, engine)
-        self.emit("Normal", "Waking", f"{pod.name}: waking from level {level} ({_why(action)})")
+        self.emit("Normal", "Waking", f"{pod.name}: waking from level {level} ({why(action)})")
         started = time.monotonic()
         done = set(pod.wake_steps)
         if done:
@@ -452,6 +484,8 @@ class Executor:
                     f"makes room without it). vLLM said: {exc.message!r}"
                 )
             sleeping = await _sleeping_or_none(client)
+            if sleeping is not None:
+                engine.believe(sleeping, AFTER_WAKE, process_of(pod, spec.engine.port), time.time())
             if sleeping is not False:
                 # Asleep, or not answering: not routable; the loop publishes what a probe says
                 # (an engine found awake then is checked before it serves: _label_action).
@@ -481,9 +515,10 @@ class Executor:
         self.memory.failure = None
         self.metrics.tier_transitions.labels(self.namespace, self.model, "Awake").inc()
         engine.sleep_level = 0
-        engine.sleeping = False  # its pool counts its footprint from now, not from a probe
+        # Its pool counts its footprint from now, not from a probe.
+        engine.believe(False, AFTER_WAKE, process_of(pod, spec.engine.port), now)
         self.metrics.observe_wake(self.namespace, self.model, str(level), seconds)
-        self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({_why(action)})")
+        self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({why(action)})")
         if level == 2 and spec.wake.verify:
             # A level-2 wake reloaded the weights: their digests are compared once the engine
             # serves (the check takes seconds; no request waits for it).
@@ -535,14 +570,3 @@ async def _sleeping_or_none(client: SleepingEngine) -> bool | None:
         return await client.is_sleeping()
     except EngineError:
         return None
-
-
-def _why(action: Action) -> str:
-    return {
-        "Idle": "idle for longer than idle.after",
-        "DesiredAsleep": "desiredState is Asleep",
-        "DesiredAwake": "desiredState is Awake",
-        "WakeRequested": "a wake was requested",
-        "MinAwake": "minAwake engines must stay awake",
-        "Primed": "woken back after a sleep that only pinned its host copy (the pool's prime)",
-    }.get(action.reason, action.reason)

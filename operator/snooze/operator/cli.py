@@ -94,6 +94,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "activity as up to this much newer than the status says (default: 10m)",
     )
     parser.add_argument(
+        "--write-budget",
+        type=float,
+        default=2.0,
+        metavar="N",
+        help="each namespace's budget of API writes: N per probe interval (at most 10s) for "
+        "each of its models (12 a minute at the default interval), in bursts of 30 intervals' "
+        "worth; a wake's writes go first and may run one burst into debt; namespaces take "
+        "turns; 0: no budget (default: 2)",
+    )
+    parser.add_argument(
         "--liveness-port",
         type=int,
         default=None,
@@ -214,6 +224,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
             "snooze operator: --picker-token-file is for the pickers that --inference-gateway "
             "reads: give both, or neither"
         )
+    if not math.isfinite(args.write_budget) or args.write_budget < 0:
+        raise SystemExit(
+            f"snooze operator: --write-budget {args.write_budget:g} is not a budget: give the "
+            "writes per probe interval for each model, such as 2, or 0 for no budget"
+        )
     if args.peering_lifetime < 2:
         raise SystemExit("snooze operator: --peering-lifetime must be at least 2 seconds")
     # kopf counts a peer's lifetime in whole seconds.
@@ -224,6 +239,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         peering_lifetime=peering_lifetime,
         status_interval=args.status_interval,
         drift_interval=args.drift_interval,
+        write_budget=args.write_budget,
         crd_poll_interval=min(5.0, args.probe_interval),
         gateway_service=args.gateway_service,
         gateway_metrics=tuple(args.gateway_metrics or ()),

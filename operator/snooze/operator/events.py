@@ -1,4 +1,5 @@
-"""Tell what the operator did: a Kubernetes Event on the model, and the same as one log line."""
+"""Tell what the operator did: a Kubernetes Event on the model (recorder.py correlates and
+writes them), and the same as one log line."""
 
 from __future__ import annotations
 
@@ -9,14 +10,15 @@ from typing import Any
 import kopf
 
 from snooze.operator.actions import Emit
+from snooze.operator.recorder import EventRecorder, regarding
 
 # One logger for every action, so that `--log-level` and log routing can single them out.
 log = logging.getLogger("snooze.operator.events")
 
 
-def teller(body: kopf.Body, *, what: str = "model") -> Emit:
-    """An Emit for one model (or, with what="pool", one GPUPool): each call posts an Event and
-    logs one line naming it.
+def teller(body: kopf.Body, *, recorder: EventRecorder, what: str = "model") -> Emit:
+    """An Emit for one model (or, with what="pool", one GPUPool): each call tells an Event to
+    `recorder` and logs one line naming it.
 
     The line reads `NAMESPACE/NAME REASON: MESSAGE` (`pool NAMESPACE/NAME ...` for a pool),
     where the message names the pod; in JSON the model (or pool), namespace and reason are
@@ -28,8 +30,10 @@ def teller(body: kopf.Body, *, what: str = "model") -> Emit:
     if what != "model":
         where = f"{what} {where}"
 
+    about = regarding(body)
+
     def emit(kind: str, reason: str, message: str) -> None:
-        kopf.event(body, type=kind, reason=reason, message=message)
+        recorder.tell(about, kind, reason, message)
         level = logging.WARNING if kind == "Warning" else logging.INFO
         extra = {what: name, "namespace": namespace, "reason": reason}
         log.log(level, "%s %s: %s", where, reason, message, extra=extra)

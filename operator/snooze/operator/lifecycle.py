@@ -15,13 +15,15 @@ from snooze.engine.client import ACTION_LEASE_SECONDS, new_http_client
 from snooze.engine.probe import Prober
 from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
+from snooze.kube.writes import FairWrites
 from snooze.operator.discovery import restart_when_served
 from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.gateways import stop as stop_task
 from snooze.operator.pickers import PickerQueues
 from snooze.operator.pools import PoolHub
+from snooze.operator.recorder import EventRecorder
 from snooze.operator.runtime import Runtime
-from snooze.operator.settings import Settings
+from snooze.operator.settings import WRITE_BURST_INTERVALS, Settings, budget_per_minute
 from snooze.operator.startup import first_reads
 
 PREFIX = models.GROUP
@@ -102,7 +104,15 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
     @kopf.on.startup(id="startup", registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, runtime.settings)
-        runtime.api = KubeApi.from_environment()
+        ours = runtime.settings
+        writes = FairWrites(
+            per_model_per_minute=budget_per_minute(ours),
+            burst_per_model=ours.write_budget * WRITE_BURST_INTERVALS,
+            models=lambda namespace: runtime.models[namespace],
+        )
+        runtime.api = KubeApi.from_environment(writes=writes)
+        runtime.recorder = EventRecorder(runtime.api)
+        runtime.recorder.start()
         runtime.prober = Prober(
             limit=64,
             timeout=runtime.settings.probe_timeout,
@@ -163,6 +173,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         if runtime.crd_watch is not None:
             runtime.crd_watch.cancel()
             runtime.crd_watch = None
+        if runtime.recorder is not None:
+            await runtime.recorder.stop()  # before its client closes
         if runtime.api is not None:
             await runtime.api.aclose()
         if runtime.action_http is not None:

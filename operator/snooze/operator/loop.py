@@ -8,10 +8,9 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
 from snooze.api.models import (
     EngineState,
     InferenceModelSpec,
@@ -22,25 +21,17 @@ from snooze.api.models import (
 from snooze.api.modelstatus import parse_status
 from snooze.api.quantities import format_gib
 from snooze.api.reasons import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
-from snooze.api.times import parse_time
 from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo
-from snooze.operator import sglangops, status
+from snooze.operator import sglangops, status, wakerequest
 from snooze.operator.actions import Emit, Executor, engine_url
 from snooze.operator.foresight import Foresight
 from snooze.operator.knownbugs import conduct_of, facts_of, learn_versions
 from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, process_of, rebuild
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.observe import (
-    Probe,
-    confirms_wake,
-    first_try,
-    note_answer,
-    note_reachability,
-    probe,
-)
+from snooze.operator.observe import Probe, first_try, note_answer, note_reachability, probe
 from snooze.operator.pickers import PickerQueues
 from snooze.operator.pickerwake import PickerWaker
 from snooze.operator.pools import PoolHub
@@ -52,6 +43,7 @@ from snooze.policy import claims, probing
 from snooze.policy import scale as scale_policy
 from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
+from snooze.policy.brakes import Pace
 from snooze.policy.claims import Claim
 from snooze.policy.knownbugs import SGLANG
 from snooze.policy.poolbooks import Directive
@@ -93,6 +85,8 @@ class Plan:
     actions: list[sleep_policy.Action]
     replicas: int | None
     """The workload's replicas as read (None: no workload, or not known)."""
+    answered: str | None = None
+    """The wake request's annotation, when a wake answered it and it is to be cleared."""
 
 
 # A cycle meant for an idle deadline comes this long after it: the clock read in the cycle
@@ -156,6 +150,8 @@ class ModelLoop:
         self.api = api
         self.prober = prober
         self.settings = settings
+        self.pace = Pace.of(settings.probe_interval)
+        """How fast the claims of an engine that contradicts itself are believed."""
         self.emit = emit
         written = parse_status(body.get("status"))
         self.memory: ModelMemory = rebuild(
@@ -202,6 +198,7 @@ class ModelLoop:
             foresight=self.foresight,
             written=written,
         )
+        self.clearer = wakerequest.Clearer(api=api, namespace=namespace, name=name)
         self._no_pods = False
         """A NoPods Event was posted and no pod has matched since."""
         self.selector: LabelSelector | None = None
@@ -271,8 +268,7 @@ class ModelLoop:
         self.metrics.forget_model(self.namespace, self.name)
         self.picker.stop()
         for engine in self.memory.engines.values():
-            if engine.task is not None and not engine.task.done():
-                engine.task.cancel()
+            engine.stop()
 
     async def cycle(self) -> None:
         """One look at the model, in six steps: validate its spec, select its pods, observe
@@ -338,10 +334,9 @@ class ModelLoop:
         now: float,
     ) -> Plan:
         """What the policy says of each engine now."""
-        annotations = self.body.get("metadata", {}).get("annotations") or {}
-        wake_requested = _latest(
-            parse_time(annotations.get(WAKE_REQUESTED_ANNOTATION)), self.picker.asked
-        )
+        written = wakerequest.requested_at(self.body)
+        # A queue at an endpoint picker asks for a wake as the gateway's annotation does.
+        wake_requested = _latest(written, self.picker.asked)
         # Keep-awake windows, pre-wake and idle.after: Auto speak through the spec and the wake
         # request that the decisions read.
         ready = [v for v in views if v.ready]
@@ -364,11 +359,19 @@ class ModelLoop:
             sleep_grace=sleep_timeout(spec, self.settings),
         )
         self._idle_deadline = sleep_policy.next_idle_deadline(views, model)
+        # Its pods are there (a model at zero is scaled up by the request), and a wake since
+        # answered it.
+        answered = (
+            self.memory.scaled_from is None
+            and bool(views)
+            and sleep_policy.answered_request(views, replace(model, wake_requested=written))
+        )
         return Plan(
             decided=decided,
             wake_requested=wake_requested,
             actions=sleep_policy.decide(views, model),
             replicas=None if workload is None else workload.replicas,
+            answered=wakerequest.annotation(self.body) if answered else None,
         )
 
     async def _act(
@@ -381,6 +384,8 @@ class ModelLoop:
     ) -> tuple[int | None, str | None]:
         """Start the engines' actions, ask the pools for room, scale the workload: the
         replicas it has now, and why a wake waits (if one does)."""
+        if plan.answered is not None:
+            await self.clearer.clear(plan.answered)
         by_name = {p.name: p for p in pods}
         labelling = []
         for action in plan.actions:
@@ -446,7 +451,6 @@ class ModelLoop:
         """Follow the endpoint pickers of the pools that serve the model (those that select its
         pods, or at zero the pods its workload will make), and act on what they queue for it
         (operator/pickerwake.py)."""
-        annotations = self.body.get("metadata", {}).get("annotations") or {}
         self.picker.follow(
             pods=pods,
             template=workload.template_labels if workload is not None else None,
@@ -458,7 +462,7 @@ class ModelLoop:
             memory=self.memory,
             pods=pods,
             views=views,
-            annotated=parse_time(annotations.get(WAKE_REQUESTED_ANNOTATION)),
+            annotated=wakerequest.requested_at(self.body),
             now=now,
         )
 
@@ -590,7 +594,7 @@ class ModelLoop:
                     last_probe=engine.last_probe,
                     answered=engine.probe_failures == 0,
                     sleeping=engine.sleeping,
-                    label=p.state,
+                    label=engine.label_of(p),
                     direct_activity=engine.direct_activity,
                     last_activity=engine.last_activity,
                     followed=spec.pool is not None and self.traffic(self.namespace, p.name) is None,
@@ -636,7 +640,7 @@ class ModelLoop:
             result = results.get(pod.name)
             if result is not None:
                 note_reachability(pod.name, engine, result, self.emit)
-            note_answer(
+            told = note_answer(
                 self.memory,
                 engine,
                 pod,
@@ -645,7 +649,10 @@ class ModelLoop:
                 traffic=self.traffic(self.namespace, pod.name),
                 probed_at=probed_at,
                 now=now,
+                pace=self.pace,
             )
+            if told is not None:
+                self.emit("Warning", "EngineContradicts", f"{pod.name}: {told}")
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
             if spec.engine.kind == SGLANG:
@@ -667,6 +674,7 @@ class ModelLoop:
                     last_activity=engine.last_activity,
                     action_running=pod.name in acting,
                     sleep_started=engine.sleep_started_of(pod),
+                    woke_at=engine.woke_at,
                     sleep_sent=pod.sleep_sent,
                     sleep_running=sleep_running(engine.sleeps_in_flight, facts.release),
                     wake_failures=engine.wake_failures,
@@ -700,10 +708,9 @@ class ModelLoop:
             engine_url(spec, pod),
             pod.name,
             share_known=engine.gpu_share is not None,
-            # An engine that never answered is unlabelled, so unroutable, and one just woken is
-            # not routed to until the status written after this probe says so: these probes
-            # go before the routine probes of engines already published.
-            urgent=first_try(engine) or confirms_wake(engine),
+            # An engine that never answered is unlabelled, so unroutable: its first probe goes
+            # before the routine probes of engines already published.
+            urgent=first_try(engine),
             # Models take turns: one with many slow engines delays this one by a turn at most.
             owner=(self.namespace, self.name),
             confirm_awake=engine.label_of(pod) in DOUBTED
@@ -722,7 +729,7 @@ class ModelLoop:
             engine_url(spec, pod),
             pod.name,
             outstanding=sglangops.outstanding_of(pod, process_of(pod, spec.engine.port)),
-            urgent=first_try(engine) or confirms_wake(engine),
+            urgent=first_try(engine),
             owner=(self.namespace, self.name),
         )
         if result.reason:

@@ -17,6 +17,7 @@ from snooze.api.modelstatus import InferenceModelStatus, PodStatus
 from snooze.api.times import seconds_of
 from snooze.engine.sglangfacts import SGLangFacts
 from snooze.kube.pods import PodInfo
+from snooze.policy.brakes import Brake, Claim, acted
 from snooze.policy.integrity import Answer, Check
 from snooze.policy.knownbugs import Conduct
 from snooze.policy.pool import RECENT_WINDOW_SECONDS
@@ -118,7 +119,14 @@ class EngineMemory:
     those earlier writes made. A pod index that still shows one of them has not seen the last
     write yet (a later version, this process's or anyone's, is the truth)."""
     sleeping: bool | None = None
-    """The engine's own answer at the last probe (None: no answer)."""
+    """The engine's own answer at the last probe, as believed (None: no answer): a claim that
+    contradicts the last one with no sleep or wake between them waits for the brake's hold."""
+    brake: Brake = field(default_factory=Brake)
+    """How far its claims are trusted (policy/brakes.py)."""
+    prompted: bool = False
+    """A sleep or wake of Snooze's ran since the last claim believed: the next one may differ."""
+    woke_at: float | None = None
+    """When its pod was last published awake: a wake request older than that was answered."""
     answered: bool = False
     """It has answered a probe since the operator first saw its pod."""
     last_probe: float | None = None
@@ -160,6 +168,8 @@ class EngineMemory:
     """(probe time, requests finished since the previous probe) over the last RECENT_WINDOW
     seconds: how often it is asked for, which a GPU pool's Cheapest order weighs."""
     integrity: Integrity = field(default_factory=Integrity)
+    recording: asyncio.Task[None] | None = None
+    """Its weights' digests under way, which a wake no longer waited for (firstrecord.py)."""
     conduct: Conduct | None = None
     """How it sleeps given the known vLLM bugs its release and arguments are in (its last
     cycle's reading: the KnownBug condition says it)."""
@@ -173,6 +183,13 @@ class EngineMemory:
     """Asks of /version that failed in a row, and when it may be asked again (backing off)."""
     server_info: tuple[Process, SGLangFacts] | None = None
     """(engine run, what its /server_info says) of an SGLang server, asked once per run."""
+
+    def believe(self, sleeping: bool, source: str, process: Process, now: float) -> None:
+        """Snooze's own sleep or wake made it say `sleeping` (by `source`): believed."""
+        self.brake = acted(
+            self.brake, Claim(sleeping=sleeping, at=now, source=source), process=process
+        )
+        self.sleeping, self.prompted = sleeping, False
 
     def note_host_copy(self, process: Process) -> None:
         """It is asleep at level 1: its process holds a pinned copy of its weights from now
@@ -197,6 +214,12 @@ class EngineMemory:
         """Requests it finished in the last RECENT_WINDOW_SECONDS."""
         since = now - RECENT_WINDOW_SECONDS
         return round(sum(n for at, n in self.served if at > since))
+
+    def stop(self) -> None:
+        """Cancel what runs for it: its step, and digests that no step waits for."""
+        for task in (self.task, self.recording):
+            if task is not None and not task.done():
+                task.cancel()
 
     @property
     def unreachable(self) -> bool:
@@ -291,8 +314,7 @@ class ModelMemory:
                 memory.uid = memory.uid or uid
                 continue
             del self.engines[name]
-            if memory.acting and memory.task is not None:
-                memory.task.cancel()
+            memory.stop()
 
 
 def rebuild(
@@ -352,6 +374,8 @@ def rebuild(
         since = _seconds(entry.since)
         if since is not None and entry.state in {s.value for s in EngineState}:
             engine.state_since[entry.state] = since
+        if since is not None and entry.state == EngineState.AWAKE.value:
+            engine.woke_at = since  # its last wake, as far as the status tells
         engine.integrity = integrity_of(entry)
         memory.engines[entry.name] = engine
     return memory

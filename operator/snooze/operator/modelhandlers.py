@@ -140,7 +140,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         def pods(selector: models.LabelSelector) -> Iterable[PodInfo]:
             return indexes.pods_for(namespace, selector)  # candidates: the loop selects
 
-        emit = teller(body)
+        emit = teller(body, recorder=runtime.events())
 
         assert runtime.prober is not None
         loop = ModelLoop(
@@ -163,13 +163,13 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             spec_memo=indexes.spec_memo((namespace, name)),
             pickers=runtime.pickers,
         )
-        runtime.loops[(namespace, name)] = loop
+        runtime.add_loop((namespace, name), loop)
 
         try:
             await until_stopped(loop.run, loop.poke, stopped, runtime, f"{namespace}/{name}")
         finally:
             loop.stop()
-            runtime.loops.pop((namespace, name), None)
+            runtime.remove_loop((namespace, name))
 
     @kopf.on.delete(models.GROUP, models.VERSION, models.PLURAL, id="hand_back", registry=registry)
     async def hand_back(
@@ -179,7 +179,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         # its workload at zero: give everything back as it was before Snooze.
         assert runtime.api is not None
         index = runtime.indexes.pods.by_namespace
-        emit = teller(body)
+        emit = teller(body, recorder=runtime.events())
         await release(
             api=runtime.api,
             http=runtime.action_http,

@@ -16,7 +16,7 @@ from snooze.kube.pods import PodInfo
 from snooze.operator.actions import Emit
 from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory, process_of
 from snooze.policy import probing
-from snooze.policy.sleep import ActionKind
+from snooze.policy.brakes import Claim, Pace, hear, telling
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,8 @@ class Probe:
     sleep_level: int | None = None
     gpu_share: float | None = None
     sleeps_in_flight: int | None = None
+    source: str = ""
+    """Where `sleeping` was read: the metrics' sleep-state gauge, or /is_sleeping."""
     error: str = ""
     """Why the probe got no usable answer (names the URL), when it got none."""
     reason: str = ""
@@ -56,11 +58,14 @@ async def probe(
         state = activity.sleep_state
         if state is None:
             sleeping = await prober.is_sleeping(url, urgent=urgent, owner=owner)
+            source = "/is_sleeping"
         else:
             sleeping = state is not SleepState.AWAKE
+            source = "/metrics (vllm:engine_sleep_state)"
             if not sleeping and confirm_awake:
                 with contextlib.suppress(EngineError):  # none to ask: the gauge stands
                     sleeping = await prober.is_sleeping(url, urgent=urgent, owner=owner)
+                    source = "/is_sleeping (the gauge's awake doubted on this release)"
     except EngineError as exc:
         # Logged once it counts (note_reachability's Event), not at every probe.
         log.debug("probe of %s failed: %s", pod, exc)
@@ -73,20 +78,13 @@ async def probe(
         sleep_level=activity.sleep_level,
         gpu_share=activity.gpu_memory_utilization,
         sleeps_in_flight=activity.sleeps_in_flight,
+        source=source,
     )
 
 
 def first_try(engine: EngineMemory) -> bool:
     """Whether this is the first probe of an engine that has never answered one."""
     return engine.last_probe is None and not engine.answered
-
-
-def confirms_wake(engine: EngineMemory) -> bool:
-    """Whether this probe confirms a wake just done: the status that says the engine is awake,
-    which the gateway waits for before it sends the requests it holds, is written after it."""
-    return (
-        engine.last_probe is None and engine.action == ActionKind.WAKE.value and not engine.acting
-    )
 
 
 def note_answer(
@@ -99,9 +97,11 @@ def note_answer(
     traffic: probing.Traffic | None,
     probed_at: float,
     now: float,
-) -> None:
+    pace: Pace,
+) -> str | None:
     """Note on the engine's memory what its probe this cycle said (None: not probed) and the
-    activity the gateway's counters add."""
+    activity the gateway's counters add; what to tell, once, if the engine contradicts itself
+    (its claim of sleep is then believed at the brake's pace: policy/brakes.py)."""
     if result is not None and result.sleeping is not None and not engine.answered:
         # Its idle clock starts when its engine first answers, not when its pod was first
         # seen: a model that loads longer than idle.after is not slept the moment it is ready.
@@ -132,12 +132,21 @@ def note_answer(
         engine.sleeps_in_flight = result.sleeps_in_flight
         if result.sleep_level is not None:
             engine.sleep_level = result.sleep_level
+    told = None
     if result is not None:
         engine.sleeping = result.sleeping
         engine.last_probe = now
+        process = process_of(pod, spec.engine.port)
+        if result.sleeping is not None:
+            claim = Claim(sleeping=result.sleeping, at=now, source=result.source)
+            heard = hear(engine.brake, claim, process=process, prompted=engine.prompted, pace=pace)
+            engine.brake, engine.sleeping, engine.prompted = heard.brake, heard.sleeping, False
+            if heard.contradiction is not None:
+                told = telling(heard.contradiction, pace=pace, brake=heard.brake, now=now)
         level = engine.sleep_level or pod.sleep_level or spec.sleep.level
-        if result.sleeping and level == 1:
-            engine.note_host_copy(process_of(pod, spec.engine.port))
+        if engine.sleeping and level == 1:
+            engine.note_host_copy(process)
+    return told
 
 
 def note_reachability(pod: str, engine: EngineMemory, result: Probe, emit: Emit) -> None:

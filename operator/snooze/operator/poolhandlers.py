@@ -44,7 +44,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         assert runtime.api is not None
         namespace = namespace or ""
 
-        emit = teller(body, what="pool")
+        emit = teller(body, recorder=runtime.events(), what="pool")
 
         def members() -> list[ModelLoop]:
             return [loop for (ns, _), loop in runtime.loops.items() if ns == namespace]

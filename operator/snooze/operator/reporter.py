@@ -3,6 +3,7 @@ interval), an invalid spec told once, and the metrics that follow the status."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -11,6 +12,7 @@ from snooze.api.modelstatus import InferenceModelStatus, merge_patch
 from snooze.api.times import moment
 from snooze.kube.api import KubeApi, models_ref
 from snooze.kube.pods import PodInfo
+from snooze.kube.writes import WriteYielded, urgent
 from snooze.operator import status
 from snooze.operator.actions import Emit
 from snooze.operator.foresight import Foresight
@@ -125,8 +127,19 @@ class StatusReporter:
             # status interval, so that API writes do not grow with traffic.
             return
         new = new.model_copy(update={"activity_written_time": moment(time.time())})
-        await self.api.patch(
-            models_ref(self.namespace), self.name, {"status": merge_patch(new)}, sub="status"
-        )
+        # One that publishes an engine awake is what a gateway holding requests waits for.
+        # One that waits for its namespace's budget gives way when the loop is poked (a wake
+        # asked, a step ended): the next cycle writes the status as it is then.
+        try:
+            with urgent() if new.awake > self.written.awake else contextlib.nullcontext():
+                await self.api.patch(
+                    models_ref(self.namespace),
+                    self.name,
+                    {"status": merge_patch(new)},
+                    sub="status",
+                    yield_to=self.memory.poke,
+                )
+        except WriteYielded:
+            return
         self.written = new
         self._written_at = now

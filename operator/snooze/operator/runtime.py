@@ -4,6 +4,7 @@ loop until kopf stops it."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +19,7 @@ from snooze.operator.loop import ModelLoop
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pickers import PickerQueues
 from snooze.operator.pools import PoolHub
+from snooze.operator.recorder import EventRecorder
 from snooze.operator.settings import Settings
 
 
@@ -54,6 +56,23 @@ class Runtime:
     """The namespaces (or patterns) kopf watches; none: all."""
     indexes: Indexes = dataclasses.field(default_factory=Indexes)
     """Pods and models as the last watch events showed them (indexes.py)."""
+    models: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    """The model loops running, per namespace: the weight of its write budget."""
+    recorder: EventRecorder | None = None
+    """Writes the Events (recorder.py): made at start-up, with the API client."""
+
+    def add_loop(self, key: tuple[str, str], loop: ModelLoop) -> None:
+        self.loops[key] = loop
+        self.models[key[0]] += 1
+
+    def remove_loop(self, key: tuple[str, str]) -> None:
+        if self.loops.pop(key, None) is not None:
+            self.models[key[0]] -= 1
+
+    def events(self) -> EventRecorder:
+        """The Events' recorder (a handler runs only once start-up made it)."""
+        assert self.recorder is not None
+        return self.recorder
 
 
 async def until_stopped(

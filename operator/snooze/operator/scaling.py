@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 from snooze.api.models import EngineState, InferenceModelSpec, ScaleTargetRef
 from snooze.kube.api import MERGE_PATCH, KubeApi, NotFound
+from snooze.kube.writes import urgent
 from snooze.operator.actions import Emit
 from snooze.operator.memory import ModelMemory
 from snooze.operator.metrics import OperatorMetrics
@@ -128,9 +130,11 @@ class Scaler:
         body = {
             "spec": {"replicas": 0 if decision.kind is ScaleKind.TO_ZERO else decision.replicas}
         }
-        await self.api.request(
-            "PATCH", scale_path(self.namespace, target), body=body, content_type=MERGE_PATCH
-        )
+        # Scaling up is a wake: it goes before the writes of other models' churn.
+        with urgent() if decision.kind is ScaleKind.UP else contextlib.nullcontext():
+            await self.api.request(
+                "PATCH", scale_path(self.namespace, target), body=body, content_type=MERGE_PATCH
+            )
         if decision.kind is ScaleKind.TO_ZERO:
             memory.scaled_from, memory.scaled_at = decision.replicas, now
             memory.scale_up_time = None

@@ -69,13 +69,15 @@ class Verifier:
         process: Process,
         *,
         weights: bool = True,
+        output: bool = True,
     ) -> None:
-        """Before a sleep: record what is not recorded yet for this run (its greedy answer,
-        twice, and, with `weights`, its weights' digests). Never fails the sleep: what cannot
-        be recorded is said on the status."""
+        """Before a sleep: record what is not recorded yet for this run (with `output`, its
+        greedy answer, twice; with `weights`, its weights' digests). Never fails the sleep:
+        what cannot be recorded is said on the status."""
         integrity = self.current(engine, process)
         asked = (
-            integrity.output in (Check.PENDING, Check.MISSED, Check.UNAVAILABLE)
+            output
+            and integrity.output in (Check.PENDING, Check.MISSED, Check.UNAVAILABLE)
             and not integrity.output_given_up
         )
         if asked:

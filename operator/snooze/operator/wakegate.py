@@ -14,6 +14,7 @@ from snooze.api.reasons import OUTPUT_MISMATCH
 from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory, ModelMemory, process_of
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.stepwords import AFTER_WAKE, with_weights
 from snooze.operator.verification import Verifier
 from snooze.policy.integrity import Check, Verdict
 
@@ -93,7 +94,8 @@ class WakeGate:
             return False
         self._quarantine(pod, spec, engine)
         self.count_failure(pod, spec, engine, reason, said)
-        engine.sleeping, engine.sleep_level = False, 0
+        engine.sleep_level = 0
+        engine.believe(False, AFTER_WAKE, process_of(pod, spec.engine.port), time.time())
         await self._label(
             pod, EngineState.FAILED, engine, annotations={WAKE_PROGRESS_ANNOTATION: None}
         )
@@ -154,7 +156,7 @@ class WakeGate:
         if verdict is not None and verdict.failed:
             weights = await self.verifier.weights_after_wake(url, engine, process)
             await self.failed_check(
-                pod, spec, engine, OUTPUT_MISMATCH, _with_weights(verdict, weights)
+                pod, spec, engine, OUTPUT_MISMATCH, with_weights(verdict, weights)
             )
         return verdict
 
@@ -179,7 +181,8 @@ class WakeGate:
         engine.last_failure_message = f"woke but {what}"
         self.memory.failure = (pod.name, reason, engine.last_failure_message)
         self.metrics.wake_failures.labels(self.namespace, self.model, reason).inc()
-        engine.sleeping, engine.sleep_level = False, 0
+        engine.sleep_level = 0
+        engine.believe(False, AFTER_WAKE, process_of(pod, spec.engine.port), time.time())
         await self._label(
             pod, EngineState.FAILED, engine, annotations={WAKE_PROGRESS_ANNOTATION: None}
         )
@@ -195,12 +198,3 @@ def _remedy(spec: InferenceModelSpec) -> str:
     if spec.wake.on_failure == "Restart":
         return "wake.onFailure is Restart: the pod is deleted so that its controller recreates it"
     return "wake.onFailure is Report: it stays unrouted until its pod or container restarts"
-
-
-def _with_weights(output: Verdict, weights: Verdict | None) -> str:
-    """An output check's failure, with what the weights' check said of it."""
-    if weights is None:
-        return f"{output.message} (its weights were not checked)"
-    if weights.failed:
-        return f"{output.message}: {weights.message}"
-    return f"{output.message}, while {weights.message}"

@@ -48,6 +48,8 @@ class EngineView:
     """An action (drain, sleep, wake) is in flight on this engine."""
     sleep_started: float | None = None
     """When its last sleep began (the drain), from the pod's annotation."""
+    woke_at: float | None = None
+    """When its pod was last published awake (None: not known)."""
     sleep_sent: float | None = None
     """When /sleep was sent for the last drain, from the pod's annotation (if it was)."""
     sleep_running: bool | None = None
@@ -153,14 +155,38 @@ def may_try_sleep(engine: EngineView, now: float) -> bool:
 
 
 def wants_wake(engine: EngineView, model: ModelView) -> bool:
-    """A wake request arrived after this engine began to sleep (or we cannot tell when that was)."""
+    """A wake request arrived after this engine began to sleep (or we cannot tell when that was),
+    and after it was last published awake: a wake since then answered it."""
     if not model.spec.wake.on_request or model.wake_requested is None:
         return False
+    if engine.woke_at is not None and model.wake_requested <= engine.woke_at:
+        return False
+    return _after_sleep(engine, model.wake_requested)
+
+
+def _after_sleep(engine: EngineView, requested: float) -> bool:
     if engine.sleep_started is None:
         return True
     # A request stamped by hand (`date -u +%FT%TZ`) has whole seconds: one made in the same
     # second as the sleep began counts as after it. At worst that wakes an engine once more.
-    return model.wake_requested >= engine.sleep_started - REQUEST_RESOLUTION_SECONDS
+    return requested >= engine.sleep_started - REQUEST_RESOLUTION_SECONDS
+
+
+def answered_request(engines: Sequence[EngineView], model: ModelView) -> bool:
+    """Whether the wake request is one that a wake has answered and that only an engine that
+    went back to sleep without Snooze (or whose sleep began before it) would take for a new
+    one: no engine wants it, and one would but for its wake since. Such a request is cleared,
+    or it would stand for ever against an engine that says it sleeps again."""
+    requested = model.wake_requested
+    if not model.spec.wake.on_request or requested is None:
+        return False
+    if any(wants_wake(e, model) for e in engines):
+        return False
+    return any(
+        e.woke_at is not None and requested <= e.woke_at and _after_sleep(e, requested)
+        for e in engines
+        if e.label is not EngineState.AWAKE
+    )
 
 
 def decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import re
 import threading
 import uuid
 from collections.abc import Mapping
@@ -22,6 +23,8 @@ from snooze.sandbox.validation import NO_CHECK, Check
 from snooze.sandbox.views import Change, Obj
 from snooze.sandbox.watches import Watches
 
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+_IN_NAMESPACE = re.compile(r"/namespaces/([^/]+)/")
 # Namespaces that every cluster has from the start.
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -53,6 +56,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     _paths: collections.Counter[tuple[str, str]] = attrs.field(
         factory=collections.Counter, init=False
     )
+    _writes: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
     # Tests inject faults and read counters from their own thread while the loop serves.
     _guard: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     openapi: openapi.Documents = attrs.field(init=False)
@@ -91,10 +95,17 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 )
             return self._counts[method.upper()] if method else sum(self._counts.values())
 
+    def writes_count(self, namespace: str) -> int:
+        with self._guard:
+            return self._writes[namespace]
+
     def _take_fault(self, method: str, path_qs: str) -> Fault | None:
         with self._guard:
             self._counts[method] += 1
             self._paths[(method, path_qs)] += 1
+            if method in WRITES:
+                found = _IN_NAMESPACE.search(path_qs.partition("?")[0])
+                self._writes[found.group(1) if found else ""] += 1
             for fault in self._faults:
                 if fault.method in (None, method) and fault.path_contains in path_qs:
                     fault.remaining -= 1

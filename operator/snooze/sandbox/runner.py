@@ -178,3 +178,8 @@ class Sandbox:
         """How many requests were answered (all, or of one HTTP method, or those whose path and
         query hold `path_contains`), faults included."""
         return self.emulator.requests_count(method, path_contains)
+
+    def writes_count(self, namespace: str) -> int:
+        """How many writes (POST, PUT, PATCH, DELETE) to objects in `namespace` were answered
+        ("" for cluster-wide objects): what a tenant's models cost the API server."""
+        return self.emulator.writes_count(namespace)
