@@ -19,7 +19,6 @@ from conftest import Cluster, next_address
 from waits import wait_for
 
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
-from snooze.sim.sglang_engine import SGLangConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -210,14 +209,3 @@ def test_hostile_engines_give_failure_lines_within_the_timeout(hostile: Hostile)
         "GET /metrics": 1,
     }
     assert all("\x1b" not in line for line in run.out.splitlines())
-
-
-def test_an_sglang_server_is_not_taken_for_vllm(sim: SimulatorHost) -> None:
-    """The engine kinds are a table (check/engines.py): an SGLang server, which has no
-    /version, is found to be no vLLM engine, and the line says that SGLang is not checked."""
-    server = sim.add(SGLangConfig(model="m", host=next_address(), port=8000))
-    run = check("--engine", server.url, "--cycle")
-    assert run.code == 1
-    assert run.lines() == {(f"Engine {server.url}", "engine"): "failure"}
-    assert "not SGLang servers yet" in run.line("engine")
-    assert not any(path.startswith("POST") for path in server.seen), server.seen

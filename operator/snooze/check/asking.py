@@ -5,7 +5,9 @@ failure line, not a hang or a traceback."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,3 +66,38 @@ async def ask(
     except EngineError as exc:
         return Asked(failure=str(exc), seconds=time.monotonic() - started)
     return Asked(status=answer.status, body=answer.body, seconds=time.monotonic() - started)
+
+
+# -- reading answers, for any engine kind ------------------------------------------------------
+
+
+def json_object(asked: Asked) -> dict[str, Any] | None:
+    try:
+        data = json.loads(asked.body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def answer_said(asked: Asked) -> str:
+    """An answer, shortened for a line: its status and the start of its body."""
+    body = " ".join(asked.text.split())
+    if len(body) > 120:
+        body = body[:119] + "…"
+    return f"{asked.status} {body!r}" if body else f"{asked.status} with an empty body"
+
+
+def size(count: int) -> str:
+    return f"{count} bytes" if count < 10_000 else f"{count / 1000:.0f} kB"
+
+
+def unfiltered(page: str, names: Iterable[str]) -> bool:
+    """A page that describes families not among `names`, which were asked for: the engine
+    ignored name[]."""
+    asked = {name.removesuffix("_total") for name in names}
+    for line in page.splitlines():
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            name = line.split(" ", 3)[2] if line.count(" ") >= 2 else ""
+            if name and name.removesuffix("_total") not in asked:
+                return True
+    return False

@@ -33,8 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="URL",
-        help="check the engine at this URL (repeatable) instead of the cluster: its release, "
-        "dev mode, sleep mode, known bugs, weight checker and metrics",
+        help="check the engine at this URL (repeatable) instead of the cluster, vLLM or "
+        "SGLang: its release, what Snooze needs of its flags, known bugs, weight checker and "
+        "metrics",
     )
     engine.add_argument(
         "--pod",
@@ -47,8 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     engine.add_argument(
         "--cycle",
         action="store_true",
-        help="put each engine to sleep and wake it once, timed, and check its answers and "
-        "weights after the wake as the operator does; refused while it serves requests",
+        help="put each engine to sleep and wake it once (SGLang: release and resume), timed, "
+        "and check its answers and weights after the wake as the operator does; refused while "
+        "it serves requests",
     )
     engine.add_argument(
         "--force",
@@ -59,8 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--level",
         type=int,
         choices=(1, 2),
-        default=1,
-        help="with --cycle: the sleep level (default: 1)",
+        default=None,
+        help="with --cycle: the sleep level (default: 1 for vLLM; an SGLang server sleeps at "
+        "the level its flags make)",
     )
     engine.add_argument(
         "--model",
@@ -150,7 +153,7 @@ def validate(args: argparse.Namespace) -> None:
         "--cycle": args.cycle,
         "--force": args.force,
         "--model": args.model is not None,
-        "--level": args.level != 1,
+        "--level": args.level is not None,
     }
     if not args.engine:
         given = [flag for flag, on in engine_only.items() if on]
@@ -204,6 +207,7 @@ async def _read_pods(source: Source, names: list[str], seconds: float) -> list[P
 
     from snooze.check.vllmjudge import PodSeen
     from snooze.kube.api import KubeApi, KubeError, pods_ref
+    from snooze.kube.pods import pod_info
 
     api = KubeApi(source, timeout=seconds)
 
@@ -215,7 +219,9 @@ async def _read_pods(source: Source, names: list[str], seconds: float) -> list[P
         except (KubeError, TimeoutError) as exc:
             why = str(exc) or f"no answer within {seconds * 3:g}s"
             return PodSeen(namespace=namespace, name=name, failure=why)
-        return PodSeen(namespace=namespace, name=name, spec=body.get("spec") or {})
+        released = pod_info(body).released is not None
+        spec = body.get("spec") or {}
+        return PodSeen(namespace=namespace, name=name, spec=spec, released=released)
 
     try:
         return list(await asyncio.gather(*(read(text) for text in names)))

@@ -28,8 +28,9 @@ CHECKSUM_TIMEOUT = 600.0
 
 @dataclass(frozen=True, kw_only=True)
 class CycleOptions:
-    level: int = 1
-    """The sleep level asked for (the known-bug table may move it, as it does the operator's)."""
+    level: int | None = None
+    """The sleep level asked for (the known-bug table may move it, as it does the operator's);
+    None: the operator's default (1 for vLLM; an SGLang server's flags decide)."""
     timeout: float = 300.0
     """The most the sleep, and then the wake, may take each."""
     force: bool = False
@@ -38,6 +39,14 @@ class CycleOptions:
     """The model name for the greedy requests; default: the first /v1/models lists."""
     checker: bool = True
     """Whether /weight_checker answered (else the weights are not compared)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineOptions:
+    timeout: float = 10.0
+    """The most each request may take (the cycle's sleep and wake have their own)."""
+    cycle: CycleOptions | None = None
+    """Sleep and wake it once, with these options; None: do not."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,21 +74,71 @@ def refusal(subject: Subject, before: Before, options: CycleOptions) -> Result |
             subject,
             "cycle-sleep",
             f"not run: the engine is serving {busy} request(s), and a sleep stops generation",
-            "run it when the engine is idle, or add --force (vLLM 0.17+ waits for requests "
-            "in flight; older releases abort them)",
+            _BUSY_FIX[before.facts.engine],
             in_flight=busy,
         )
     return None
 
 
-def level_to_use(subject: Subject, facts: ServeFacts, asked: int) -> tuple[int | None, str]:
+_BUSY_FIX = {
+    knownbugs.VLLM: "run it when the engine is idle, or add --force (vLLM 0.17+ waits for "
+    "requests in flight; older releases abort them)",
+    knownbugs.SGLANG: "run it when the server is idle, or add --force (Snooze pauses generation "
+    "and releases nothing while a request is still running)",
+}
+
+
+def level_to_use(subject: Subject, facts: ServeFacts, asked: int | None) -> tuple[int | None, str]:
     """Pure: the level the operator would sleep it at when asked for `asked` (the known-bug
     table, wake.onKnownBug FallBack; None: it keeps the engine awake), and why, when that is
-    not `asked`."""
-    conduct = knownbugs.conduct(facts, asked, "FallBack")
-    if conduct.level == asked:
-        return asked, ""
-    return conduct.level, f"not at level {asked} as asked: Snooze {conduct.why}"
+    not `asked`. Not asked: level 1 for vLLM, the level an SGLang server's flags make."""
+    sglang = facts.engine == knownbugs.SGLANG
+    conduct = knownbugs.conduct(facts, asked or 1, "FallBack")
+    if conduct.level is not None and (
+        conduct.level == asked or (asked is None and (sglang or conduct.level == 1))
+    ):
+        return conduct.level, ""
+    if sglang and conduct.level is not None:
+        flag = "with" if facts.host_copy else "without"
+        return conduct.level, (
+            f"not at level {asked} as asked: an SGLang server sleeps at the level its flags make "
+            f"({flag} --enable-weights-cpu-backup)"
+        )
+    return conduct.level, f"not at level {asked or 1} as asked: Snooze {conduct.why}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Steps:
+    """What a cycle does that differs by engine kind: how it sleeps, confirms the sleep, wakes
+    and digests the weights, and what each failure tells the user to do."""
+
+    sleep: Callable[[int, float], Awaitable[None]]
+    """Put it to sleep at a level, within a timeout."""
+    not_asleep: Callable[[], Awaitable[str | None]]
+    """Why it is not asleep after its sleep answered; None when it is, or cannot say."""
+    wake: Callable[[int, float], Awaitable[None]]
+    checksums: Callable[[], Awaitable[dict[str, str] | None]]
+    """Every weight tensor's digest; None where the engine has no weight checker."""
+    sleep_fix: str
+    wake_fix: str
+
+
+def vllm_steps(http: EngineHttp, url: str) -> Steps:
+    """A vLLM engine's: /sleep?mode=wait, /is_sleeping, /wake_up (and the reload of level 2),
+    /weight_checker."""
+    client = EngineClient(url, client=http, timeout=10.0)
+
+    async def not_asleep() -> str | None:
+        return None if await client.is_sleeping() else "/is_sleeping still says false"
+
+    return Steps(
+        sleep=lambda level, seconds: client.sleep(level, "wait", timeout=seconds),
+        not_asleep=not_asleep,
+        wake=lambda level, seconds: client.wake(level, timeout=seconds),
+        checksums=lambda: weight_checksums(http, url, timeout=CHECKSUM_TIMEOUT),
+        sleep_fix="read the engine's log; if it runs without --enable-sleep-mode, add it",
+        wake_fix=f"the engine may be left asleep: POST {url}/wake_up, or restart its pod",
+    )
 
 
 async def run(
@@ -88,38 +147,40 @@ async def run(
     url: str,
     before: Before,
     options: CycleOptions,
+    steps: Steps | None = None,
 ) -> list[Result]:
     """The cycle; each step a line. Stops at the first step that fails, saying where it left
-    the engine."""
+    the engine. `steps`: the engine kind's (default: vLLM's)."""
     refused = refusal(subject, before, options)
     if refused is not None:
         return [refused]
     level, moved = level_to_use(subject, before.facts, options.level)
     if level is None:
         return [warning(subject, "cycle-sleep", f"not run: {moved}", "see the known-bugs line")]
+    steps = steps or vllm_steps(http, url)
     results: list[Result] = []
-    client = EngineClient(url, client=http, timeout=10.0)
     model = options.model or await _first_model(http, url)
 
     baseline, output_note = await _record_output(http, url, model)
     sums_before, weights_note = (
-        await _checksums(http, url) if options.checker else (None, "no /weight_checker")
+        await _checksums(steps) if options.checker else (None, "no weight checker")
     )
 
-    taken, error = await _timed(lambda: client.sleep(level, "wait", timeout=options.timeout))
+    taken, error = await _timed(lambda: steps.sleep(level, options.timeout))
     if error is None:
         try:
-            if not await client.is_sleeping():
-                error = f"/sleep answered, but /is_sleeping still says false after {taken:.2f}s"
+            why = await steps.not_asleep()
         except EngineError as exc:
-            error = str(exc)
+            why = str(exc)
+        if why is not None:
+            error = f"its sleep answered, but {why} after {taken:.2f}s"
     if error is not None:
         results.append(
             failure(
                 subject,
                 "cycle-sleep",
                 f"level-{level} sleep failed: {error}",
-                "read the engine's log; if it runs without --enable-sleep-mode, add it",
+                steps.sleep_fix,
                 level=level,
             )
         )
@@ -135,14 +196,14 @@ async def run(
     else:
         results.append(ok(subject, "cycle-sleep", slept, **figures))
 
-    taken, error = await _timed(lambda: client.wake(level, timeout=options.timeout))
+    taken, error = await _timed(lambda: steps.wake(level, options.timeout))
     if error is not None:
         results.append(
             failure(
                 subject,
                 "cycle-wake",
                 f"the level-{level} wake failed: {error}",
-                f"the engine may be left asleep: POST {url}/wake_up, or restart its pod",
+                steps.wake_fix,
                 level=level,
             )
         )
@@ -157,7 +218,7 @@ async def run(
         )
     )
     results.append(await _check_output(subject, http, url, model, baseline, output_note))
-    results.append(await _check_weights(subject, http, url, sums_before, weights_note))
+    results.append(await _check_weights(subject, steps, sums_before, weights_note))
     return results
 
 
@@ -252,24 +313,23 @@ async def _check_output(
     )
 
 
-async def _checksums(http: EngineHttp, url: str) -> tuple[dict[str, str] | None, str]:
+async def _checksums(steps: Steps) -> tuple[dict[str, str] | None, str]:
     try:
-        sums = await weight_checksums(http, url, timeout=CHECKSUM_TIMEOUT)
+        sums = await steps.checksums()
     except EngineError as exc:
         return None, f"the digests before the sleep could not be had: {exc}"
-    return sums, "" if sums is not None else "no /weight_checker"
+    return sums, "" if sums is not None else "no weight checker"
 
 
 async def _check_weights(
     subject: Subject,
-    http: EngineHttp,
-    url: str,
+    steps: Steps,
     before: dict[str, str] | None,
     note: str,
 ) -> Result:
     if before is None:
         return ok(subject, "cycle-weights", f"not compared: {note}")
-    after, failed = await _checksums(http, url)
+    after, failed = await _checksums(steps)
     if after is None:
         return warning(subject, "cycle-weights", f"not compared: {failed}", "read the engine's log")
     mismatches = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))

@@ -1,5 +1,6 @@
-"""`snooze check --engine URL`: each engine found out for what it is (vLLM today; another engine
-is one more entry of KINDS), then checked by its kind; the engines side by side."""
+"""`snooze check --engine URL`: each engine found out for what it is (vLLM by its /version, SGLang
+by its /server_info: one entry of KINDS each), then checked by its kind; the engines side by
+side."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from snooze.check import vllmengine, vllmjudge
-from snooze.check.asking import Asked
-from snooze.check.report import Kind, Result, Subject
-from snooze.check.vllmengine import EngineOptions
+from snooze.check import sglangengine, vllmengine, vllmjudge
+from snooze.check.asking import Asked, answer_said
+from snooze.check.cycle import EngineOptions
+from snooze.check.report import Kind, Result, Subject, failure
 from snooze.check.vllmjudge import PodSeen
 from snooze.engine.http import EngineHttp
 
@@ -23,13 +24,17 @@ class EngineKind:
 
     name: str
     identify: Callable[[EngineHttp, str, float], Awaitable[tuple[str | None, Asked]]]
-    """Its release at the URL (None: not this kind), and the answer that said so."""
+    """Its release at the URL (None: not this kind; "": this kind, which would not say its
+    release), and the answer that said so."""
     examine: Callable[..., Awaitable[list[Result]]]
     """Its checks, given that answer (`pod=`, `options=`)."""
 
 
 KINDS: tuple[EngineKind, ...] = (
     EngineKind(name=vllmengine.NAME, identify=vllmengine.identify, examine=vllmengine.examine),
+    EngineKind(
+        name=sglangengine.NAME, identify=sglangengine.identify, examine=sglangengine.examine
+    ),
 )
 
 
@@ -47,9 +52,25 @@ async def check_engine(
             break  # nothing answers there: no other kind will be found either
     assert first is not None
     subject = Subject(kind=Kind.ENGINE, name=url)
-    found = vllmjudge.engine(subject, url, first)
+    found = (
+        vllmjudge.engine(subject, url, first)
+        if not first.answered
+        else neither(subject, url, first)
+    )
     serve = [vllmjudge.serve_args_check(subject, pod)] if pod is not None else []
     return [found, *serve]
+
+
+def neither(subject: Subject, url: str, version_answer: Asked) -> Result:
+    """The `engine` check of a URL that answers as no kind Snooze speaks to."""
+    return failure(
+        subject,
+        "engine",
+        f"{url} answers, but neither as vLLM (/version answered {answer_said(version_answer)}) "
+        "nor as SGLang (no /server_info of its own)",
+        "point --engine at a vLLM server's port (8000 unless --port says otherwise) or an "
+        "SGLang server's (30000 unless --port says otherwise)",
+    )
 
 
 async def check_engines(

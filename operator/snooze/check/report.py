@@ -22,6 +22,8 @@ CHECKS = frozenset(
         # An engine's.
         "engine", "dev-mode", "sleep-mode", "serve-args", "known-bugs", "weight-checker",
         "metrics", "cycle-sleep", "cycle-wake", "cycle-output", "cycle-weights",
+        # An SGLang server's own.
+        "api-keys", "memory-saver", "cpu-backup",
     }
 )  # fmt: skip
 """Every check's name: docs/check.md describes each (a test keeps the two alike), and scripts

@@ -4,10 +4,10 @@ every request bounded (check/asking.py), then judge the answers (check/vllmjudge
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from snooze.check import cycle, vllmjudge
 from snooze.check.asking import Asked, ask
+from snooze.check.cycle import EngineOptions
 from snooze.check.report import Kind, Level, Result, Subject, failure, ok
 from snooze.check.vllmjudge import PodSeen
 from snooze.engine.activity import ACTIVITY_METRICS, METRICS_LIMIT, ActivitySnapshot
@@ -23,14 +23,6 @@ SERVER_INFO_LIMIT = 4 << 20
 SERVER_INFO_TIMES = 3
 """/server_info's first answer collects the host's environment (in a thread, for seconds): it
 may take this many times what another request may."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class EngineOptions:
-    timeout: float = 10.0
-    """The most each request may take (the cycle's sleep and wake have their own)."""
-    cycle: cycle.CycleOptions | None = None
-    """Sleep and wake it once, with these options; None: do not."""
 
 
 async def identify(http: EngineHttp, url: str, timeout: float) -> tuple[str | None, Asked]:  # noqa: ASYNC109

@@ -4,13 +4,12 @@ metrics the operator reads. Pure: answers in (check/asking.py's), results out.""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snooze.check.asking import Asked
+from snooze.check.asking import Asked, answer_said, json_object, size, unfiltered
 from snooze.check.report import Result, Subject, failure, ok, warning
 from snooze.engine.activity import (
     ACTIVITY_METRICS,
@@ -23,7 +22,7 @@ from snooze.engine.activity import (
 from snooze.engine.exposition import samples
 from snooze.kube.serveargs import ServeArgs, serve_args
 from snooze.policy import knownbugs
-from snooze.policy.knownbugs import ServeFacts, format_release, release_of
+from snooze.policy.knownbugs import VLLM, ServeFacts, format_release, release_of
 
 OLDEST = (0, 8, 0)
 """The oldest release Snooze speaks to: /is_sleeping arrived in 0.8.0."""
@@ -59,6 +58,8 @@ class PodSeen:
     name: str
     spec: Mapping[str, Any] | None = None
     failure: str = ""
+    released: bool = False
+    """An SGLang server's: the operator's annotation says it released or paused it."""
 
     @property
     def shown(self) -> str:
@@ -91,7 +92,7 @@ def version_of(asked: Asked) -> str | None:
     """The release string of a vLLM /version answer; None when it is not one."""
     if asked.status != 200:
         return None
-    data = _json_object(asked)
+    data = json_object(asked)
     found = data.get("version") if data is not None else None
     if not isinstance(found, str) or not 0 < len(found) <= 64 or not found.isprintable():
         return None
@@ -113,9 +114,8 @@ def engine(subject: Subject, url: str, asked: Asked) -> Result:
         return failure(
             subject,
             "engine",
-            f"{url} answers, but not as vLLM does: /version answered {_said(asked)}",
-            "point --engine at a vLLM server's port (8000 unless --port says otherwise); "
-            "--engine checks vLLM engines, not SGLang servers yet",
+            f"{url} answers, but not as vLLM does: /version answered {answer_said(asked)}",
+            "point --engine at a vLLM server's port (8000 unless --port says otherwise)",
         )
     release = release_of(found)
     if release is None:
@@ -125,6 +125,7 @@ def engine(subject: Subject, url: str, asked: Asked) -> Result:
             f"vLLM {found!r}: a version Snooze cannot place among vLLM's releases",
             "known bugs are judged as if every row applied; run a released vLLM",
             version=found,
+            kind=VLLM,
         )
     if release < OLDEST:
         return failure(
@@ -133,15 +134,16 @@ def engine(subject: Subject, url: str, asked: Asked) -> Result:
             f"vLLM {found} has no /is_sleeping: Snooze needs {format_release(OLDEST)} or later",
             "run vLLM 0.8.0 or later (0.10.2 or later for level-2 sleep)",
             version=found,
+            kind=VLLM,
         )
-    return ok(subject, "engine", f"vLLM {found} answers", version=found)
+    return ok(subject, "engine", f"vLLM {found} answers", version=found, kind=VLLM)
 
 
 def dev_mode(subject: Subject, asked: Asked, pod: PodSeen | None) -> Result:
     """The `dev-mode` check, from /is_sleeping (a dev-mode route)."""
     said_by_pod = _pod_dev_mode(pod)
     if asked.status == 200:
-        data = _json_object(asked)
+        data = json_object(asked)
         value = data.get("is_sleeping") if data is not None else None
         if isinstance(value, bool):
             state = "asleep" if value else "awake"
@@ -154,7 +156,7 @@ def dev_mode(subject: Subject, asked: Asked, pod: PodSeen | None) -> Result:
         return failure(
             subject,
             "dev-mode",
-            f'/is_sleeping answered {_said(asked)}, not {{"is_sleeping": true|false}}',
+            f'/is_sleeping answered {answer_said(asked)}, not {{"is_sleeping": true|false}}',
             "point --engine at the vLLM server's port",
         )
     if asked.status == 404:
@@ -169,14 +171,14 @@ def dev_mode(subject: Subject, asked: Asked, pod: PodSeen | None) -> Result:
         return failure(
             subject, "dev-mode", f"no answer from /is_sleeping: {asked.failure}", _LOOK_AT_LOG
         )
-    return failure(subject, "dev-mode", f"/is_sleeping answered {_said(asked)}", _LOOK_AT_LOG)
+    return failure(subject, "dev-mode", f"/is_sleeping answered {answer_said(asked)}", _LOOK_AT_LOG)
 
 
 def server_info(asked: Asked | None) -> ServerInfo | None:
     """What /server_info?config_format=json says; None when it said nothing usable."""
     if asked is None or asked.status != 200:
         return None
-    data = _json_object(asked)
+    data = json_object(asked)
     config = data.get("vllm_config") if data is not None else None
     if isinstance(config, str):
         # Releases before the JSON format print the configuration as text: it gives the
@@ -356,7 +358,7 @@ def weight_checker(subject: Subject, asked: Asked, version: str | None) -> Resul
             "weight-checker",
             "/weight_checker answers: wakes are checked against the weights' digests too",
         )
-    shown = f"answered {_said(asked)}" if asked.answered else f"no answer: {asked.failure}"
+    shown = f"answered {answer_said(asked)}" if asked.answered else f"no answer: {asked.failure}"
     return warning(
         subject,
         "weight-checker",
@@ -414,16 +416,16 @@ def metrics(
         fixes.append("in a GPUPool, give its model spec.pool.memory")
     if OPERATIONS not in found and release is not None and release >= WEIGHT_CHECKER_FROM:
         said += f"; {OPERATIONS} appears after its first sleep or wake"
-    if filtered.answered and _unfiltered(filtered.text):
+    if filtered.answered and unfiltered(filtered.text, ACTIVITY_METRICS):
         gaps.append(
             f"it ignores the name[] filter: each probe reads the whole page "
-            f"({_size(len(filtered.body))})"
+            f"({size(len(filtered.body))})"
         )
         fixes.append("nothing to do for Snooze to work; probes cost more CPU at scale")
     elif filtered.answered:
-        said += f"; a probe reads {_size(len(filtered.body))}"
+        said += f"; a probe reads {size(len(filtered.body))}"
         if whole.answered:
-            said += f" (the whole page: {_size(len(whole.body))})"
+            said += f" (the whole page: {size(len(whole.body))})"
     if gaps:
         return warning(
             subject, "metrics", f"{said}; but {'; '.join(gaps)}", "; ".join(fixes), **data
@@ -436,25 +438,9 @@ def metrics(
 _LOOK_AT_LOG = "read the engine's log; restart its pod if it persists"
 
 
-def _json_object(asked: Asked) -> dict[str, Any] | None:
-    try:
-        data = json.loads(asked.body)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _said(asked: Asked) -> str:
-    """An answer, shortened for a line: its status and the start of its body."""
-    body = " ".join(asked.text.split())
-    if len(body) > 120:
-        body = body[:119] + "…"
-    return f"{asked.status} {body!r}" if body else f"{asked.status} with an empty body"
-
-
 def _fastapi_not_found(asked: Asked) -> bool:
     """FastAPI's own 404 (no such route), not an answer of the route."""
-    data = _json_object(asked)
+    data = json_object(asked)
     return data is None or data.get("detail") == "Not Found"
 
 
@@ -472,21 +458,6 @@ def _pod_dev_mode(pod: PodSeen | None) -> str:
 def _number_in(text: str, key: str) -> int | None:
     match = re.search(rf"\b{key}=(\d+)\b", text)
     return int(match.group(1)) if match and 1 <= int(match.group(1)) <= 1024 else None
-
-
-def _size(count: int) -> str:
-    return f"{count} bytes" if count < 10_000 else f"{count / 1000:.0f} kB"
-
-
-def _unfiltered(page: str) -> bool:
-    """A page that describes families not asked for: the engine ignored name[]."""
-    asked = {name.removesuffix("_total") for name in ACTIVITY_METRICS}
-    for line in page.splitlines():
-        if line.startswith("# HELP ") or line.startswith("# TYPE "):
-            name = line.split(" ", 3)[2] if line.count(" ") >= 2 else ""
-            if name and name.removesuffix("_total") not in asked:
-                return True
-    return False
 
 
 def _size_of(parallel: object, key: str) -> int | None:
