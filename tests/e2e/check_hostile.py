@@ -110,3 +110,33 @@ async def vllm_then_nothing(request: web.Request) -> web.StreamResponse:
             return response
     await asyncio.sleep(3600)
     return web.Response()
+
+
+SGLANG_INFO = {
+    "version": "0.5.23",
+    "model_path": "m",
+    "enable_memory_saver": True,
+    "enable_metrics": True,
+    "enable_weights_cpu_backup": True,
+    "admin_api_key": None,
+}
+
+
+async def sglang_then_nothing(request: web.Request) -> web.StreamResponse:
+    """Says it is SGLang 0.5.23 (no /version, as SGLang); /metrics drips its answer a byte at a
+    time, and every other route hangs."""
+    if request.path == "/version":
+        return web.json_response({"detail": "Not Found"}, status=404)
+    if request.path == "/server_info":
+        return web.json_response(SGLANG_INFO)
+    if request.path.startswith("/metrics"):
+        return await vllm_then_nothing(request)
+    await asyncio.sleep(3600)
+    return web.Response()
+
+
+async def sglang_without_end(request: web.Request) -> web.StreamResponse:
+    """No /version; a /server_info without end."""
+    if request.path == "/version":
+        return web.json_response({"detail": "Not Found"}, status=404)
+    return await endless(request)

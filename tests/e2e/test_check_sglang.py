@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from check_hostile import Hostile, sglang_then_nothing, sglang_without_end
 from check_runs import check
 from conftest import Cluster, next_address
 from waits import wait_for
@@ -252,3 +254,26 @@ def test_a_level_its_flags_do_not_make_is_a_warning(sim: SimulatorHost) -> None:
     assert slept.startswith("  warning") and "slept at level 2" in slept
     assert "without --enable-weights-cpu-backup" in slept
     assert dropping.seen["POST /update_weights_from_disk"] == 1
+
+
+@pytest.fixture
+def hostile() -> Iterator[Hostile]:
+    servers = Hostile()
+    yield servers
+    servers.close()
+
+
+def test_hostile_sglang_servers_give_failure_lines_within_the_timeout(hostile: Hostile) -> None:
+    stalls = hostile.serve(next_address(), sglang_then_nothing)
+    huge = hostile.serve(next_address(), sglang_without_end)
+    run = check("--engine", stalls, "--engine", huge, "--timeout", "1s", "--cycle")
+    assert run.code == 1 and "Traceback" not in run.err, run.err
+    assert run.seconds < 20, run.seconds
+    lines = run.lines()
+    stalled = {c: level for (s, c), level in lines.items() if s == f"Engine {stalls}"}
+    assert stalled["engine"] == stalled["memory-saver"] == "ok"
+    assert stalled["metrics"] == stalled["cycle-sleep"] == "failure"
+    assert lines[(f"Engine {huge}", "engine")] == "failure"
+    # Asked once each, and never an admin route: the cycle did not run.
+    assert not any(path.startswith("POST") for path in hostile.asked(stalls)), hostile.seen
+    assert hostile.asked(stalls)["GET /server_info"] == 1
