@@ -242,6 +242,10 @@ def test_a_pod_the_operator_released_is_not_cycled(sim: SimulatorHost, cluster: 
     assert run.code == 1, run.out
     assert "snooze.dev/released annotation" in run.line("cycle-sleep")
     assert pod_server.seen["POST /release_memory_occupation"] == 0
+    assert "released or paused on it" in run.line("serve-args")
+    missing = check("--engine", pod_server.url, "--pod", f"{cluster.ns}/gone")
+    assert missing.code == 1 and "gone" in missing.line("serve-args"), missing.out
+    assert missing.line("serve-args").startswith("  FAILURE")
 
 
 def test_a_level_its_flags_do_not_make_is_a_warning(sim: SimulatorHost) -> None:

@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAMESPACE/NAME",
         help="the pod of the --engine at the same place (repeatable, one per --engine), read "
-        "through the API: its vllm serve arguments decide which known bugs apply",
+        "through the API: its vllm serve arguments decide which known bugs apply (SGLang: its "
+        "snooze.dev/released annotation, before a --cycle)",
     )
     engine.add_argument(
         "--cycle",

@@ -55,7 +55,7 @@ async def examine(
     path = PATHS[0] if facts.release >= (0, 5, 6) else PATHS[1]
     first = sglangjudge.engine(subject, url, facts, path)
     if first.level is Level.FAILURE:
-        return [first]
+        return [first, *([sglangjudge.pod_read(subject, pod)] if pod is not None else [])]
     timeout = options.timeout
     query = [("name[]", name) for name in PROBE_METRICS]
     probed, filtered, whole = await asyncio.gather(
@@ -69,6 +69,7 @@ async def examine(
         sglangjudge.api_keys(subject, said.keys),
         sglangjudge.memory_saver(subject, facts),
         sglangjudge.cpu_backup(subject, facts),
+        *([sglangjudge.pod_read(subject, pod)] if pod is not None else []),
         sglangjudge.known_bugs(subject, facts),
         sglangjudge.weight_checker(subject, facts),
         sglangjudge.metrics(subject, facts, activity, probe_failure, filtered, whole),
@@ -135,7 +136,8 @@ def _steps(http: EngineHttp, url: str, facts: SGLangFacts, timeout: float) -> cy
         not_asleep=not_asleep,
         wake=lambda level, seconds: client.wake(level, timeout=seconds),
         checksums=checksums,
-        sleep_fix="read the server's log; it serves on when nothing was released",
+        sleep_fix="read the server's log; where nothing was released and it no longer serves, "
+        f"POST {url}/continue_generation; else restart its pod",
         wake_fix=f"the server may be left released: POST {url}/resume_memory_occupation with "
         "the tags released, then /continue_generation, or restart its pod",
     )

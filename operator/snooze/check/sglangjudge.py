@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from snooze.check.asking import Asked, json_object, size, unfiltered
 from snooze.check.report import Result, Subject, failure, ok, warning
+from snooze.check.vllmjudge import PodSeen
 from snooze.engine.activity import ActivitySnapshot
 from snooze.engine.sglangfacts import PROBE_METRICS, QUEUED, RUNNING, SGLangFacts, parse_server_info
 from snooze.policy import knownbugs
@@ -137,7 +138,7 @@ def cpu_backup(subject: Subject, facts: SGLangFacts) -> Result:
         subject,
         "cpu-backup",
         f"{why}: it sleeps at level 2, its weights dropped; a wake reads them again from "
-        f"{facts.model_path!r} (/update_weights_from_disk)",
+        f"{_short(facts.model_path)!r} (/update_weights_from_disk)",
         level=2,
     )
 
@@ -231,6 +232,29 @@ def metrics(
         if whole.status == 200:
             said += f" (the whole page: {size(len(whole.body))})"
     return ok(subject, "metrics", said, **data)
+
+
+def pod_read(subject: Subject, pod: PodSeen) -> Result:
+    """The `serve-args` check of an SGLang server's pod (--pod): read for the operator's
+    annotation only, since /server_info says its arguments."""
+    if pod.spec is None:
+        return failure(
+            subject,
+            "serve-args",
+            f"pod {pod.shown} cannot be read: {pod.failure}",
+            "give --pod as NAMESPACE/NAME of the server's pod, with credentials that may get it",
+        )
+    said = "released or paused on it" if pod.released else "nothing released on it"
+    return ok(
+        subject,
+        "serve-args",
+        f"pod {pod.shown}: its snooze.dev/released annotation says {said} (its arguments are "
+        "read from /server_info)",
+    )
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def serve_facts(facts: SGLangFacts) -> ServeFacts:
