@@ -1,7 +1,7 @@
 """Engines that answer `snooze check` as no engine should, each on an address of its own, served
 from a thread of the test's: one that never answers, one whose /version never ends, one that
-answers garbage, and one that says it is vLLM and then answers nothing else in time. Each
-counts what it was asked."""
+answers garbage, and ones that say they are vLLM or SGLang and then answer nothing else in time.
+Each counts what it was asked; the `hostile` fixture serves them for one test."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import asyncio
 import collections
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
+import pytest
 from aiohttp import web
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -77,6 +78,13 @@ class Hostile:
             listener.close()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+
+@pytest.fixture(name="hostile")
+def hostile_servers() -> Iterator[Hostile]:
+    servers = Hostile()
+    yield servers
+    servers.close()
 
 
 async def endless(request: web.Request) -> web.StreamResponse:

@@ -5,42 +5,26 @@ asserting on what it printed, its exit status, and what each engine saw."""
 
 from __future__ import annotations
 
-import re
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from check_hostile import Hostile, endless, garbage, vllm_then_nothing
-from check_runs import check
+from check_hostile import (
+    Hostile,
+    endless,
+    garbage,
+    hostile_servers,  # noqa: F401 (the fixture `hostile`)
+    vllm_then_nothing,
+)
+from check_runs import CYCLED, FAST, check, release_modes
 from conftest import Cluster, next_address
 from waits import wait_for
 
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 
-ROOT = Path(__file__).resolve().parents[2]
-
-FAST = {
-    "sleep_seconds": 0.05,
-    "wake_seconds": 0.05,
-    "kv_wake_seconds": 0.02,
-    "reload_seconds": 0.05,
-    "checksum_seconds_per_gib": 0.001,
-}
-
-
-def release_modes() -> list[str]:
-    """Every release where the simulated contract changes something (sim/contract.py's and
-    sim/serverinfo.py's bounds), from the oldest it speaks for."""
-    sources = [ROOT / "operator" / "snooze" / "sim" / n for n in ("contract.py", "serverinfo.py")]
-    text = "\n".join(path.read_text() for path in sources)
-    found = {tuple(int(p) for p in match) for match in re.findall(r"\((\d+), (\d+), (\d+)\)", text)}
-    return [".".join(map(str, release)) for release in sorted(found) if release >= (0, 8, 0)]
-
-
-RELEASES = release_modes()
+# sim/contract.py and sim/serverinfo.py hold the vLLM releases where the contract changes.
+RELEASES = release_modes("contract.py", "serverinfo.py", oldest=(0, 8, 0))
 
 
 def engine(sim: SimulatorHost, **options: Any) -> SimulatedEngine:
@@ -61,10 +45,7 @@ def expected(version: str) -> dict[str, str]:
         "known-bugs": bugs,
         "weight-checker": "ok",
         "metrics": "ok",
-        "cycle-sleep": "ok",
-        "cycle-wake": "ok",
-        "cycle-output": "ok",
-        "cycle-weights": "ok",
+        **CYCLED,
     }
 
 
@@ -169,13 +150,6 @@ def test_the_pods_arguments_decide_the_known_bugs(sim: SimulatorHost, cluster: C
     assert sim_engine.seen["POST /sleep"] == 0
     missing = check("--engine", sim_engine.url, "--pod", "default/gone")
     assert "FAILURE" in missing.line("serve-args") and "gone" in missing.line("serve-args")
-
-
-@pytest.fixture
-def hostile() -> Iterator[Hostile]:
-    servers = Hostile()
-    yield servers
-    servers.close()
 
 
 def test_hostile_engines_give_failure_lines_within_the_timeout(hostile: Hostile) -> None:

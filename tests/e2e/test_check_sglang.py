@@ -6,16 +6,18 @@ server saw."""
 
 from __future__ import annotations
 
-import re
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from check_hostile import Hostile, sglang_then_nothing, sglang_without_end
-from check_runs import check
+from check_hostile import (
+    Hostile,
+    hostile_servers,  # noqa: F401 (the fixture `hostile`)
+    sglang_then_nothing,
+    sglang_without_end,
+)
+from check_runs import CYCLED, FAST, check, release_modes
 from conftest import Cluster, next_address
 from waits import wait_for
 
@@ -24,14 +26,6 @@ from snooze.sim import EngineConfig, SimulatorHost
 from snooze.sim.sglang_contract import OLDEST_SGLANG
 from snooze.sim.sglang_engine import SGLangConfig, SGLangEngine
 
-ROOT = Path(__file__).resolve().parents[2]
-FAST = {
-    "sleep_seconds": 0.05,
-    "level2_sleep_seconds": 0.05,
-    "wake_seconds": 0.05,
-    "reload_seconds": 0.05,
-    "checksum_seconds_per_gib": 0.001,
-}
 ADMIN_ROUTES = (
     "POST /pause_generation",
     "POST /release_memory_occupation",
@@ -40,15 +34,7 @@ ADMIN_ROUTES = (
 )
 
 
-def release_modes() -> list[str]:
-    """Every release where the simulated SGLang contract changes something (the bounds of
-    sim/sglang_contract.py), from the oldest it speaks for."""
-    text = (ROOT / "operator" / "snooze" / "sim" / "sglang_contract.py").read_text()
-    found = {tuple(int(p) for p in m) for m in re.findall(r"_since\((\d+), (\d+), (\d+)\)", text)}
-    return [".".join(map(str, release)) for release in sorted(found | {OLDEST_SGLANG})]
-
-
-RELEASES = release_modes()
+RELEASES = release_modes("sglang_contract.py", oldest=OLDEST_SGLANG)
 
 
 def server(sim: SimulatorHost, **options: Any) -> SGLangEngine:
@@ -89,10 +75,7 @@ def test_every_sglang_release_checks_and_cycles(sim: SimulatorHost, backup: bool
             "known-bugs": bugs,
             "weight-checker": "ok",
             "metrics": "ok",
-            "cycle-sleep": "ok",
-            "cycle-wake": "ok",
-            "cycle-output": "ok",
-            "cycle-weights": "ok",
+            **CYCLED,
         }
         assert {c: e["level"] for c, e in checks.items()} == expected, (version, checks)
         assert checks["engine"]["data"] == {"version": version, "kind": "sglang"}
@@ -258,13 +241,6 @@ def test_a_level_its_flags_do_not_make_is_a_warning(sim: SimulatorHost) -> None:
     assert slept.startswith("  warning") and "slept at level 2" in slept
     assert "without --enable-weights-cpu-backup" in slept
     assert dropping.seen["POST /update_weights_from_disk"] == 1
-
-
-@pytest.fixture
-def hostile() -> Iterator[Hostile]:
-    servers = Hostile()
-    yield servers
-    servers.close()
 
 
 def test_hostile_sglang_servers_give_failure_lines_within_the_timeout(hostile: Hostile) -> None:
