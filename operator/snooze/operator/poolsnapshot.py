@@ -38,6 +38,8 @@ class EngineFacts:
     recent_requests: int
     host_copy: bool
     """Its engine run keeps a pinned copy of its weights (seen asleep at level 1)."""
+    sleeps_at: Mapping[int, int | None]
+    """The level it sleeps at for each level asked, as known bugs and its release move it."""
 
     @classmethod
     def of(cls, engine: EngineMemory, pod: PodInfo, process: Process, now: float) -> EngineFacts:
@@ -57,6 +59,7 @@ class EngineFacts:
             last_activity=engine.last_activity,
             recent_requests=engine.recent_requests(now),
             host_copy=engine.holds_host_copy(process),
+            sleeps_at=dict(engine.sleeps_at),
         )
 
 
