@@ -4,10 +4,8 @@ starting is waited for, and a model at zero replicas that Snooze can scale up is
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import subprocess
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +16,7 @@ import pytest
 from conftest import Cluster, OperatorThread, _addresses
 from processes import GatewayProcess, running_gateway
 from test_gateway import MESSAGES, engine_config
+from test_gateway_wake_failures import run_as_printed
 from waits import wait_for
 
 from snooze.api.agreed import HELD_REQUESTS, WAKE_REQUESTED_ANNOTATION
@@ -98,15 +97,7 @@ def test_a_model_with_no_pods_is_answered_at_once(
     command = re.search(r"`(kubectl get pods [^`]+)`", message)
     assert command, message
     assert shlex.split(command.group(1))[3:] == ["-l", "app=ghost", "-n", "default"]
-    kubeconfig = cluster.sandbox.write_kubeconfig(tmp_path / "kubeconfig")
-    shown = subprocess.run(
-        [*shlex.split(command.group(1)), "--kubeconfig", str(kubeconfig)],
-        env={**os.environ, "KUBECACHEDIR": str(tmp_path / "cache")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert shown.returncode == 0, shown.stderr
+    shown = run_as_printed(cluster, command.group(1), tmp_path)
     assert "No resources found in default namespace." in shown.stderr
 
 
