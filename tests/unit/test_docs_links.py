@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 OUTSIDE_THE_SITE = [
     "README.md",
+    "CONTRIBUTING.md",
     "charts/snooze/README.md",
     "benchmarks/README.md",
     "benchmarks/HISTORY.md",
