@@ -117,6 +117,17 @@ def test_a_tool_without_its_extra_says_the_command_that_adds_it(
     assert re.fullmatch(rf"pip install '/\S+/snooze-[^/]+\.whl\[{extra}\]'", command), line
 
 
+def test_whatif_without_matplotlib_writes_its_figures_and_says_what_draws_the_picture(
+    base: Path, tmp_path: Path
+) -> None:
+    done = run(base / "bin" / "snooze", "whatif", "--trace", ROOT / "traces" / "weekly-mix.csv",
+               "--policy", "always-on", "--out", tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "whatif.json").is_file() and not (tmp_path / "whatif.png").exists()
+    [line] = [x for x in done.stderr.splitlines() if "matplotlib" in x]
+    assert re.search(r"pip install '/\S+/snooze-[^/]+\.whl\[demo\]'", line), line
+
+
 def test_the_image_holds_what_a_cluster_runs(base: Path, tmp_path: Path) -> None:
     """The image's `pip install .`, from the build context its .dockerignore keeps, into the
     same base virtualenv (its dependencies are the base install's)."""
