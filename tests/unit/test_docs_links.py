@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -64,13 +65,18 @@ def shipped() -> list[Path]:
     return [p for p in tracked() if p.relative_to(ROOT).parts[0] != "tests"]
 
 
-def test_no_shipped_file_names_a_placeholder_address() -> None:
-    found = []
-    for path in shipped():
+def texts(paths: list[Path]) -> Iterator[tuple[Path, str]]:
+    """Each path with its text; files that are not UTF-8 text are left out."""
+    for path in paths:
         try:
-            text = path.read_text()
+            yield path, path.read_text()
         except UnicodeDecodeError:
             continue
+
+
+def test_no_shipped_file_names_a_placeholder_address() -> None:
+    found = []
+    for path, text in texts(shipped()):
         for number, line in enumerate(text.splitlines(), 1):
             found += [f"{path.relative_to(ROOT)}:{number}: {m}" for m in PLACEHOLDER.findall(line)]
     assert not found, f"placeholder addresses in shipped files: {found}"
@@ -94,11 +100,7 @@ def test_no_file_names_a_markdown_file_that_is_not_there() -> None:
     }
     names = {Path(p).name for p in existing}
     dangling = []
-    for path in tracked():
-        try:
-            text = path.read_text()
-        except UnicodeDecodeError:
-            continue
+    for path, text in texts(tracked()):
         for mention in set(MENTION.findall(text)):
             # From the root, from the file's folder, or from the docs' (the site's own paths,
             # in mkdocs.yml and in the pages the reference script writes).
