@@ -7,16 +7,15 @@ holds what a cluster runs, the simulator included, and no sandbox or demo code."
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import buildcontext
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCKERIGNORE = ROOT / "images" / "operator" / "Dockerfile.dockerignore"
 RUNS_IN_A_CLUSTER = ("operator", "gateway", "sim")
 
 
@@ -24,37 +23,16 @@ def run(*argv: str | Path, timeout: float = 600) -> subprocess.CompletedProcess[
     return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout)
 
 
-def ignored(path: str, rules: list[str]) -> bool:
-    """Docker's rule for a path of the build context: the last pattern that matches it or one
-    of its parent folders decides; `*` stays within a folder, `**` crosses them, `!` keeps."""
-    parts = path.split("/")
-    verdict = False
-    for rule in rules:
-        keep = rule.startswith("!")
-        pattern = rule.removeprefix("!").strip("/")
-        regex = "".join(
-            ".*" if token == "**" else "[^/]*" if token == "*" else re.escape(token)
-            for token in re.split(r"(\*\*|\*)", pattern)
-        )
-        if any(re.fullmatch(regex, "/".join(parts[:n])) for n in range(1, len(parts) + 1)):
-            verdict = not keep
-    return verdict
-
-
-def source_tree(to: Path, *, context: list[str] | None = None) -> Path:
-    """The tracked files (all, or those the image's build context keeps) copied to TO."""
-    names = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout.splitlines()  # fmt: skip
-    for name in names:
-        wanted = name.startswith(("operator/snooze/", "pyproject.toml", "README.md", "LICENSE"))
-        if context is not None:
-            wanted = not ignored(name, context)
-        if wanted and (ROOT / name).is_file():
-            (to / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, to / name)
-    return to
+def source_tree(to: Path) -> Path:
+    """What `pip install .` builds from a checkout: the package, its metadata and licence."""
+    return buildcontext.copy(
+        to,
+        [
+            name
+            for name in buildcontext.tracked()
+            if name.startswith(("operator/snooze/", "pyproject.toml", "README.md", "LICENSE"))
+        ],
+    )
 
 
 def wheel(tree: Path, out: Path) -> Path:
@@ -131,12 +109,7 @@ def test_whatif_without_matplotlib_writes_its_figures_and_says_what_draws_the_pi
 def test_the_image_holds_what_a_cluster_runs(base: Path, tmp_path: Path) -> None:
     """The image's `pip install .`, from the build context its .dockerignore keeps, into the
     same base virtualenv (its dependencies are the base install's)."""
-    rules = [
-        line.strip()
-        for line in DOCKERIGNORE.read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
-    tree = source_tree(tmp_path / "context", context=rules)
+    tree = buildcontext.image_context(tmp_path / "context")
     built = wheel(tree, tmp_path / "wheel")
     names = zipfile.ZipFile(built).namelist()
     for part in RUNS_IN_A_CLUSTER:
