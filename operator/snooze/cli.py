@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "snooze.whatif.cli",
         "replay a request trace through the policy: what each policy costs and holds",
     ),
+    "check": (
+        "snooze.check.cli",
+        "check a cluster, or engines, for what Snooze needs: one line per check, what to fix",
+    ),
     "demo": ("snooze.demo.cli", "run the whole system on this machine with a traffic scenario"),
 }
 # The long-running parts, which log to stderr; they share one set of logging flags. The demo

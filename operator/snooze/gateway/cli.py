@@ -8,6 +8,7 @@ import math
 
 from snooze.api.durations import duration_flag, format_duration
 from snooze.gateway.settings import GatewaySettings
+from snooze.kube.flags import add_credential_arguments
 
 _DEFAULTS = GatewaySettings()
 # Flags that take a positive number, or a duration where the metavar says so: (flag, settings
@@ -50,15 +51,7 @@ _BOUNDS = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="the kubeconfig to use (default: KUBECONFIG, else the pod's service account, "
-        "else ~/.kube/config)",
-    )
-    parser.add_argument(
-        "--context", metavar="NAME", help="the kubeconfig context to use (default: its current)"
-    )
+    add_credential_arguments(parser)
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
     parser.add_argument(

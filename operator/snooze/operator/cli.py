@@ -8,21 +8,14 @@ import urllib.parse
 from typing import TYPE_CHECKING
 
 from snooze.api.durations import duration_flag
+from snooze.kube.flags import add_credential_arguments
 
 if TYPE_CHECKING:
     from snooze.operator.settings import Settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="the kubeconfig to use (default: KUBECONFIG, else the pod's service account, "
-        "else ~/.kube/config)",
-    )
-    parser.add_argument(
-        "--context", metavar="NAME", help="the kubeconfig context to use (default: its current)"
-    )
+    add_credential_arguments(parser)
     parser.add_argument(
         "--namespace",
         action="append",

@@ -28,7 +28,7 @@ from snooze.kube.pods import PodInfo
 from snooze.operator import sglangops, status, wakerequest
 from snooze.operator.actions import Emit, Executor, engine_url
 from snooze.operator.foresight import Foresight
-from snooze.operator.knownbugs import conduct_of, facts_of, learn_versions
+from snooze.operator.knownbugs import conduct_of, facts_of, learn_versions, sleeps_at
 from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, process_of, rebuild
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.observe import Probe, first_try, note_answer, note_reachability, probe
@@ -661,7 +661,7 @@ class ModelLoop:
             else:
                 facts = facts_of(pod, engine, process)
             conduct = conduct_of(spec, facts, directive.level)
-            engine.conduct = conduct
+            engine.conduct, engine.sleeps_at = conduct, sleeps_at(spec, facts)
             views.append(
                 sleep_policy.EngineView(
                     pod=pod.name,
