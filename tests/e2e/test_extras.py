@@ -69,7 +69,7 @@ def test_the_base_install_runs_the_operator_and_the_gateway_without_the_tools(
     listing = run(snooze, "--help")
     assert listing.returncode == 0, listing.stderr
     assert re.search(r"sandbox .*\(not installed here\)", " ".join(listing.stdout.split()))
-    for command in (*RUNS_IN_A_CLUSTER, "crd", "whatif"):
+    for command in (*RUNS_IN_A_CLUSTER, "crd", "whatif", "check"):
         done = run(snooze, command, "--help")
         assert done.returncode == 0 and "usage: snooze" in done.stdout, (command, done.stderr)
 
