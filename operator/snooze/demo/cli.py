@@ -52,12 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import importlib.util
-
     if args.duration <= 0 or args.time_scale <= 0:
         raise SystemExit("snooze demo: --duration and --time-scale must be greater than zero")
-    if importlib.util.find_spec("matplotlib") is None:
-        raise SystemExit("snooze demo: install the demo extra: pip install -e '.[demo]'")
     from snooze.api.listening import CannotListen, exit_cannot_listen
     from snooze.demo.run import Options, main
 
