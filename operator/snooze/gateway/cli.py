@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import signal
 
+    from snooze.api.listening import CannotListen, exit_cannot_listen
     from snooze.gateway.metrics import GatewayMetrics
     from snooze.gateway.server import serve
     from snooze.kube import credentials
@@ -128,10 +129,8 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             metrics_port.serve(args.metrics_port, metrics.registry, metrics.idle)
-        except OSError as exc:
-            raise SystemExit(
-                f"snooze gateway: cannot serve metrics on port {args.metrics_port}: {exc}"
-            ) from None
+        except CannotListen as exc:
+            return exit_cannot_listen("gateway", exc, what="metrics", port_flag="--metrics-port")
 
     async def main() -> None:
         # SIGTERM (a rollout, a node drain) and Ctrl-C drain the gateway; a second one stops
@@ -162,4 +161,8 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(main())
     except KubeError as exc:  # no credentials, or an API that refuses the first list
         raise SystemExit(f"snooze gateway: {exc}") from None
+    except CannotListen as exc:
+        return exit_cannot_listen(
+            "gateway", exc, what="its API", port_flag="--port", host_flag="--host"
+        )
     return 0
