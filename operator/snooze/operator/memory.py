@@ -288,6 +288,9 @@ class ModelMemory:
     last_activity: float | None = None
     """The model's latest real activity (requests, or a wake), across every engine it has had:
     engines go at zero replicas, and new pods are not activity."""
+    answered: bool = False
+    """One of its engines has answered a probe in this run: its idle clock (and so its
+    scaleToZeroAfter) runs from then, not from when the model was first seen."""
     scaled_from: int | None = None
     """Replicas to restore: set while Snooze holds the workload at zero."""
     scaled_at: float | None = None

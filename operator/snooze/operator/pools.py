@@ -17,10 +17,10 @@ from snooze.api.gpupool import GPUPoolSpec, GPUPoolStatus, parse_pool_spec, pars
 from snooze.api.models import GROUP, VERSION, InferenceModelSpec, SpecError
 from snooze.api.modelstatus import merge_patch
 from snooze.kube.api import KubeApi, Ref
-from snooze.kube.pods import PodInfo
+from snooze.kube.pods import PodInfo, pool_name_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.poolmembers import gather
-from snooze.operator.poolsnapshot import MemberSource, ModelSnapshot, pool_name_of
+from snooze.operator.poolsnapshot import MemberSource, ModelSnapshot
 from snooze.operator.poolstatus import invalid_pool_status, pool_status
 from snooze.operator.pooltell import blame_message, making_room, unasked_message
 from snooze.policy.pool import (

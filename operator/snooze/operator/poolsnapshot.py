@@ -8,9 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from snooze.api.agreed import POOL_LABEL
 from snooze.api.models import EngineState, InferenceModelSpec
-from snooze.kube.pods import PodInfo
+from snooze.kube.pods import PodInfo, pool_name_of
 from snooze.operator.memory import EngineMemory, process_of
 from snooze.policy.runs import Process
 
@@ -134,17 +133,3 @@ def take_snapshot(
         pods=tuple(pods),
         poke=poke,
     )
-
-
-def pool_name_of(
-    pod: PodInfo, spec: InferenceModelSpec | None, claims: Mapping[str, str]
-) -> str | None:
-    """The pool a pod is a member of: its snooze.dev/pool label, else the pool whose
-    ResourceClaim it references (`claims`: claim name -> pool), else its model's spec.pool."""
-    label = pod.labels.get(POOL_LABEL)
-    if label:
-        return label
-    for claim in sorted(pod.claims):
-        if claim in claims:
-            return claims[claim]
-    return None if spec is None or spec.pool is None else spec.pool.name

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from snooze.api.agreed import NO_PODS_REASON
 from snooze.api.models import EngineState, Phase
 from snooze.api.modelstatus import InferenceModelStatus, PodStatus
 from snooze.api.times import moment
@@ -341,7 +342,7 @@ def _ready(serving: Serving, *, selector: str, namespace: str) -> ConditionValue
     if s.scaling_up:
         return ready(True, "ScalingUp", "scaling back up; requests are held until it answers")
     if s.selected == 0 and selector:
-        return ready(False, "NoPods", no_pods_message(selector, namespace))
+        return ready(False, NO_PODS_REASON, no_pods_message(selector, namespace))
     if s.ready == 0:
         return ready(False, "NoEngines", f"{s.selected} pod(s) selected, none Ready yet")
     if waking:
