@@ -14,8 +14,9 @@ from snooze.api.modelstatus import parse_status
 from snooze.kube.pods import PodInfo
 from snooze.operator.events.teller import teller
 from snooze.operator.indexes import Indexes, candidates
-from snooze.operator.model.loop import ModelLoop, Neighbours
+from snooze.operator.model.loop import ModelLoop
 from snooze.operator.model.release import release
+from snooze.operator.model.selection import Neighbours
 from snooze.operator.runtime import Runtime, until_stopped
 
 Key = tuple[str, str]
