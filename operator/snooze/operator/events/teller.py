@@ -13,7 +13,7 @@ from snooze.operator.events.recorder import EventRecorder, regarding
 from snooze.operator.model.actions import Emit
 
 # One logger for every action, so that `--log-level` and log routing can single them out.
-log = logging.getLogger("snooze.operator.events.teller")
+log = logging.getLogger("snooze.operator.events")
 
 
 def teller(body: kopf.Body, *, recorder: EventRecorder, what: str = "model") -> Emit:

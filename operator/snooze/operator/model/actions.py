@@ -43,7 +43,7 @@ from snooze.policy.sleep import Action, ActionKind, retry_delay
 __all__ = ["Emit", "Executor", "engine_url"]
 log = logging.getLogger(__name__)
 # What the operator did, one line each (events.teller logs the actions that post an Event).
-told = logging.getLogger("snooze.operator.events.teller")
+told = logging.getLogger("snooze.operator.events")
 
 
 # The marks of a drain, removed when it ends without a sleep.
