@@ -23,10 +23,11 @@ from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import ModelMemory, rebuild
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.model import wakerequest
-from snooze.operator.model.actions import Emit, Executor
+from snooze.operator.model.actions import Executor
 from snooze.operator.model.foresight import Foresight
 from snooze.operator.model.pickerwake import PickerWaker
 from snooze.operator.model.reporter import StatusReporter

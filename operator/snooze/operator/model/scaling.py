@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from snooze.api.models import EngineState, InferenceModelSpec, ScaleTargetRef
 from snooze.kube.api import MERGE_PATCH, KubeApi, NotFound
 from snooze.kube.writes import urgent
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import ModelMemory
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.model.actions import Emit
 from snooze.policy.scale import ScaleDecision, ScaleKind, ScaleView
 from snooze.policy.sleep import EngineView
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from snooze.api.models import InferenceModelSpec, LabelSelector
 from snooze.kube.pods import PodInfo
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import ModelMemory
-from snooze.operator.model.actions import Emit
 from snooze.operator.status import model as status
 from snooze.policy import claims
 from snooze.policy.claims import Claim

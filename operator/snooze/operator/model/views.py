@@ -13,10 +13,11 @@ from snooze.api.reasons import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
 from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.pods import PodInfo
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.model import sglangops
-from snooze.operator.model.actions import Emit, engine_url
+from snooze.operator.model.actions import engine_url
 from snooze.operator.model.knownbugs import conduct_of, facts_of, learn_versions
 from snooze.operator.model.observe import Probe, first_try, note_answer, note_reachability, probe
 from snooze.operator.pool.loop import PoolHub

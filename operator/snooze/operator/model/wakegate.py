@@ -12,6 +12,7 @@ from snooze.api.agreed import WAKE_PROGRESS_ANNOTATION
 from snooze.api.models import EngineState, InferenceModelSpec
 from snooze.api.reasons import OUTPUT_MISMATCH
 from snooze.kube.pods import PodInfo
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import EngineMemory, ModelMemory, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.model.stepwords import AFTER_WAKE, with_weights
@@ -20,8 +21,6 @@ from snooze.policy.integrity import Check, Verdict
 
 log = logging.getLogger(__name__)
 
-# (event type, reason, message) -> posted as a Kubernetes Event on the InferenceModel.
-Emit = Callable[[str, str, str], None]
 # Publishes a pod's state label (and annotations): the Executor's own label().
 Label = Callable[..., Awaitable[None]]
 

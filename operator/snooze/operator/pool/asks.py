@@ -9,7 +9,8 @@ from typing import Any
 from snooze.api.models import InferenceModelSpec
 from snooze.api.quantities import format_gib
 from snooze.kube.pods import PodInfo
-from snooze.operator.pool.loop import Emit, PoolHub
+from snooze.operator.events.emit import Emit
+from snooze.operator.pool.loop import PoolHub
 from snooze.policy import sleep as sleep_policy
 
 
