@@ -34,7 +34,7 @@ ADMIN_ROUTES = (
 )
 
 
-RELEASES = release_modes("sglang_contract.py", oldest=OLDEST_SGLANG)
+RELEASES = release_modes("sglang/contract.py", oldest=OLDEST_SGLANG)
 
 
 def server(sim: SimulatorHost, **options: Any) -> SGLangEngine:
