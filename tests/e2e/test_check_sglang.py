@@ -23,8 +23,8 @@ from waits import wait_for
 
 from snooze.api.agreed import RELEASED_ANNOTATION
 from snooze.sim import EngineConfig, SimulatorHost
-from snooze.sim.sglang_contract import OLDEST_SGLANG
-from snooze.sim.sglang_engine import SGLangConfig, SGLangEngine
+from snooze.sim.sglang.contract import OLDEST_SGLANG
+from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
 
 ADMIN_ROUTES = (
     "POST /pause_generation",
