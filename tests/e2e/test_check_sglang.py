@@ -22,8 +22,8 @@ from waits import wait_for
 
 from snooze.api.agreed import RELEASED_ANNOTATION
 from snooze.sim import EngineConfig, SimulatorHost
-from snooze.sim.sglang_contract import OLDEST_SGLANG
-from snooze.sim.sglang_engine import SGLangConfig, SGLangEngine
+from snooze.sim.sglang.contract import OLDEST_SGLANG
+from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
 
 from .conftest import Cluster, next_address
 
@@ -35,7 +35,7 @@ ADMIN_ROUTES = (
 )
 
 
-RELEASES = release_modes("sglang_contract.py", oldest=OLDEST_SGLANG)
+RELEASES = release_modes("sglang/contract.py", oldest=OLDEST_SGLANG)
 
 
 def server(sim: SimulatorHost, **options: Any) -> SGLangEngine:

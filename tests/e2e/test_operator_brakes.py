@@ -18,7 +18,7 @@ import pytest
 from waits import wait_for
 
 from snooze.kube.api import KubeApi
-from snooze.operator.wakerequest import Clearer
+from snooze.operator.model.wakerequest import Clearer
 
 from .conftest import Cluster, OperatorThread, next_address
 from .test_hostile_engines import Hostiles, Operator

@@ -11,7 +11,7 @@ import pytest
 from gateway_fixtures import GatewayThread
 from waits import wait_for
 
-from snooze.sim.sglang_engine import SGLangConfig, SGLangEngine
+from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
 
 from .conftest import Cluster, OperatorThread
 from .test_pools import Kubelet, Watcher, ask, device_and_pool, start_refusals, wake_ooms

@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from waits import wait_for
 
 from snooze.operator.metrics import OperatorMetrics
-from snooze.sim.sglang_engine import SGLangConfig
+from snooze.sim.sglang.engine import SGLangConfig
 
 from .conftest import Cluster, OperatorThread, next_address
 from .test_pools import Kubelet

@@ -11,7 +11,7 @@ import httpx
 from waits import wait_for
 
 from snooze.api.agreed import RELEASED_ANNOTATION
-from snooze.sim.sglang_engine import SGLangConfig, SGLangEngine
+from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
 
 from .conftest import Cluster, OperatorThread, next_address
 from .test_keepawake import daily_from_now

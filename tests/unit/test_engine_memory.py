@@ -6,7 +6,7 @@ from builders import pod_info
 
 from snooze.api.modelstatus import parse_status
 from snooze.operator.memory import EngineMemory, ModelMemory, rebuild
-from snooze.policy.pool import RECENT_WINDOW_SECONDS
+from snooze.policy.pool.decision import RECENT_WINDOW_SECONDS
 
 
 def test_a_pod_recreated_under_its_name_starts_with_no_failures() -> None:

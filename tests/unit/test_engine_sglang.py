@@ -23,7 +23,7 @@ from snooze.engine.sglangfacts import PAUSED, parse_server_info, parse_sglang_ac
 from snooze.sim import serve_engines
 from snooze.sim.device import GIB
 from snooze.sim.engine import GARBAGE_MARKER
-from snooze.sim.sglang_engine import SGLangEngine
+from snooze.sim.sglang.engine import SGLangEngine
 
 from .test_sim_sglang import FAST
 

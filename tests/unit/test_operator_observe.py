@@ -5,7 +5,7 @@ from __future__ import annotations
 from snooze.api.models import parse_spec
 from snooze.kube.pods import pod_info
 from snooze.operator.memory import EngineMemory, ModelMemory
-from snooze.operator.observe import Probe, note_answer
+from snooze.operator.model.observe import Probe, note_answer
 from snooze.policy.brakes import Pace
 
 SPEC = parse_spec({"selector": {"matchLabels": {"app": "m"}}})

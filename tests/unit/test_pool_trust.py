@@ -12,9 +12,9 @@ from typing import Any
 from snooze.api.models import parse_spec
 from snooze.api.reasons import MEMORY_NOT_FREED
 from snooze.operator.memory import EngineMemory
-from snooze.operator.pools import PoolLoop
-from snooze.policy.pool import BOOKS, Member, MemberState
-from snooze.policy.pooltrust import Trust
+from snooze.operator.pool.loop import PoolLoop
+from snooze.policy.pool.decision import BOOKS, Member, MemberState
+from snooze.policy.pool.trust import Trust
 from snooze.policy.sleep import ActionKind, EngineView, ModelView, decide
 
 from .test_pool_members import FOR_C, Source, three_member_pool

@@ -48,7 +48,7 @@ NO_PODS_REASON = "NoPods"
 wake can scale its workload up (scaleTargetRef), nothing serves it until someone starts its
 pods, and the gateway answers its requests at once rather than hold them."""
 
-# -- The gateway's metrics that the operator reads (operator/gateways.py) --------------------
+# -- The gateway's metrics that the operator reads (operator/traffic/gateways.py) ------------
 # As its page names the samples: a counter's carry `_total`.
 
 POD_REQUESTS = "snooze_gateway_pod_requests_total"

@@ -22,7 +22,7 @@ RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 60.0
 # OUT_OF_MEMORY: a restart of this engine frees no one else's memory, so it is never this
 # failure's remedy (a pool makes room; the wake is tried again). MEMORY_NOT_FREED: a GPU pool
-# member whose sleep did not give its device memory back (policy/pooltrust.py).
+# member whose sleep did not give its device memory back (policy/pool/trust.py).
 NOT_RETRIED = (HYBRID_KV_CACHE_REINIT, OUTPUT_MISMATCH, WEIGHTS_MISMATCH)
 """Failed wakes no retry mends: the hybrid KV-cache crash leaves the engine unable to wake,
 and an engine that woke answering differently is awake already. Only a restart recovers them."""
