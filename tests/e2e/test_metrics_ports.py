@@ -200,8 +200,13 @@ def test_idle_connections_are_closed_and_their_threads_end(
         assert not closed_by_the_server(idle[-1])
 
         # The scraper, the operator and the kubelet still get their answers: each new
-        # connection takes the place of the idle one that has waited longest.
-        assert served.unanswered() == []
+        # connection takes the place of the idle one that has waited longest. Waited for,
+        # not asked once: by design a new connection is refused while MOST_CLOSING shed
+        # connections' threads have not ended yet (connections.py), and on a loaded machine
+        # those threads may wait for the process's GIL past the flood's last connection; a
+        # scraper's next try gets its answer. While the idle ones are held open, nothing
+        # else frees a place, so an answer here is still one made by shedding them.
+        wait_for("every endpoint answering", lambda: served.unanswered() == [], timeout=60)
 
         wait_for(
             "every idle connection closed by the server",
