@@ -12,7 +12,7 @@ from typing import Any
 from test_pool_members import FOR_C, Source, three_member_pool
 
 from snooze.api.models import parse_spec
-from snooze.api.reasons import MEMORY_NOT_FREED
+from snooze.api.reasons import FailureReason
 from snooze.operator.memory import EngineMemory
 from snooze.operator.pools import PoolLoop
 from snooze.policy.pool import BOOKS, Member, MemberState
@@ -126,7 +126,7 @@ def test_where_its_model_says_restart_the_member_s_pod_is_restarted() -> None:
     )  # fmt: skip
     model = ModelView(spec=sources[0].spec, wake_requested=time.time(), now=time.time())
     [action] = decide([view], model)
-    assert (action.kind, action.reason) == (ActionKind.RESTART, MEMORY_NOT_FREED)
+    assert (action.kind, action.reason) == (ActionKind.RESTART, FailureReason.MEMORY_NOT_FREED)
 
 
 def test_a_wake_out_of_memory_before_the_operator_started_is_not_judged() -> None:

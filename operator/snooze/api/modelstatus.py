@@ -5,6 +5,7 @@ never chokes on what an older one wrote, and the other way round."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -96,6 +97,16 @@ class PodVerification(Status):
     """How many weight tensors (over all ranks) that digest covers."""
     message: str = ""
     """Why a check does not apply, when it does not."""
+
+
+class PodState(StrEnum):
+    """A pod entry's `state` where it is no `snooze.dev/state` label's value (EngineState): why
+    the operator vouches for no state of its engine."""
+
+    SHARED = "shared"
+    UNREADY = "unready"
+    UNREACHABLE = "unreachable"
+    UNKNOWN = "unknown"
 
 
 class PodStatus(Status):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
+from snooze.api.conditions import ConditionReason, ConditionType
 from snooze.api.models import (
     DesiredState,
     EngineState,
@@ -158,10 +159,10 @@ def model_from(body: Mapping[str, Any]) -> Model:
     conditions = {
         str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, dict)
     }
-    conflict = conditions.get("Conflict", {})
-    failed = conditions.get("WakeFailed", {})
-    valid = conditions.get("SpecValid", {})
-    room = conditions.get("WaitingForRoom", {})
+    conflict = conditions.get(ConditionType.CONFLICT, {})
+    failed = conditions.get(ConditionType.WAKE_FAILED, {})
+    valid = conditions.get(ConditionType.SPEC_VALID, {})
+    room = conditions.get(ConditionType.WAITING_FOR_ROOM, {})
     claimed = status.get("modelName")
     return Model(
         namespace=str(meta.get("namespace", "")),
@@ -179,7 +180,7 @@ def model_from(body: Mapping[str, Any]) -> Model:
         else None,
         status_pods=_status_pods(status.get("pods")),
         wake_failure=WakeFailure(
-            reason=str(failed.get("reason") or "WakeFailed"),
+            reason=str(failed.get("reason") or ConditionReason.WAKE_FAILED),
             message=str(failed.get("message") or ""),
             since=parse_time(failed.get("lastTransitionTime")),
         )

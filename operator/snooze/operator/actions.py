@@ -20,8 +20,10 @@ from snooze.api.agreed import (
     STATE_LABEL,
     WAKE_PROGRESS_ANNOTATION,
 )
+from snooze.api.conditions import ConditionReason
+from snooze.api.eventreasons import EventReason
 from snooze.api.models import EngineState, InferenceModelSpec
-from snooze.api.reasons import MEMORY_NOT_FREED, WEIGHTS_MISMATCH
+from snooze.api.reasons import FailureReason
 from snooze.api.times import format_time
 from snooze.engine.client import RELOAD, WEIGHTS, EngineHttp
 from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
@@ -50,11 +52,11 @@ told = logging.getLogger("snooze.operator.events")
 UNMARKED: dict[str, str | None] = {SLEEP_STARTED_ANNOTATION: None, SLEEP_SENT_ANNOTATION: None}
 
 # (label left by a cut-off step, label the engine's answer calls for) -> (Event reason, state).
-RECOVERED: dict[tuple[EngineState | None, EngineState | None], tuple[str, str]] = {
-    (EngineState.DRAINING, EngineState.ASLEEP): ("Slept", "asleep"),
-    (EngineState.DRAINING, EngineState.AWAKE): ("SleepCancelled", "awake, not asleep"),
-    (EngineState.WAKING, EngineState.AWAKE): ("Woke", "awake"),
-    (EngineState.WAKING, EngineState.ASLEEP): ("WakeInterrupted", "still asleep"),
+RECOVERED: dict[tuple[EngineState | None, EngineState | None], tuple[EventReason, str]] = {
+    (EngineState.DRAINING, EngineState.ASLEEP): (EventReason.SLEPT, "asleep"),
+    (EngineState.DRAINING, EngineState.AWAKE): (EventReason.SLEEP_CANCELLED, "awake, not asleep"),
+    (EngineState.WAKING, EngineState.AWAKE): (EventReason.WOKE, "awake"),
+    (EngineState.WAKING, EngineState.ASLEEP): (EventReason.WAKE_INTERRUPTED, "still asleep"),
 }
 
 
@@ -141,7 +143,7 @@ class Executor:
                 await step(action, pod, spec, engine)
         except KubeError as exc:
             log.warning("%s on %s/%s: API error: %s", action.kind, self.namespace, pod.name, exc)
-            self._backoff(action, engine, "ApiError", str(exc))
+            self._backoff(action, engine, FailureReason.API_ERROR, str(exc))
         except Exception as exc:
             log.exception("%s on %s/%s failed", action.kind, self.namespace, pod.name)
             self._backoff(action, engine, type(exc).__name__, str(exc))
@@ -254,7 +256,7 @@ class Executor:
         await self.label(pod, EngineState.FAILED, engine)
         self.emit(
             "Warning",
-            "WakeGaveUp",
+            EventReason.WAKE_GAVE_UP,
             f"{pod.name}: gave up waking after {engine.wake_failures} failures "
             f"({engine.last_failure_reason}); wake.onFailure is Report. "
             f"{engine.last_failure_message}",
@@ -265,11 +267,11 @@ class Executor:
     ) -> None:
         await self.api.delete(pods_ref(self.namespace), pod.name)
         engine.deleted = True
-        if action.reason == MEMORY_NOT_FREED:
+        if action.reason == FailureReason.MEMORY_NOT_FREED:
             reason = action.reason
             why = "its sleep did not give its GPU pool's device its memory back"
         else:
-            reason = engine.last_failure_reason or "WakeFailed"
+            reason = engine.last_failure_reason or ConditionReason.WAKE_FAILED
             why = (
                 f"its engine failed to wake {engine.wake_failures} time(s) "
                 f"({engine.last_failure_reason})"
@@ -277,7 +279,7 @@ class Executor:
         self.metrics.restarts.labels(self.namespace, self.model, reason).inc()
         self.emit(
             "Warning",
-            "PodRestarted",
+            EventReason.POD_RESTARTED,
             f"deleted {pod.name} so that its controller recreates it: {why}",
         )
 
@@ -334,7 +336,9 @@ class Executor:
             log.info("%s/%s: a wake came before its drain began", self.namespace, pod.name)
             return
         engine.drain_started = started
-        self.emit("Normal", "Draining", f"{pod.name}: {why(action)}; draining before sleep")
+        self.emit(
+            "Normal", EventReason.DRAINING, f"{pod.name}: {why(action)}; draining before sleep"
+        )
         deadline = started + self.settings.drain_timeout
         drained = False
         while time.time() < deadline and not engine.cancel.is_set():
@@ -368,7 +372,9 @@ class Executor:
             with urgent():  # a wake is asked: published at once
                 await self.label(pod, EngineState.AWAKE, engine)
             self.emit(
-                "Normal", "SleepCancelled", f"{pod.name}: sleep cancelled, the model is wanted"
+                "Normal",
+                EventReason.SLEEP_CANCELLED,
+                f"{pod.name}: sleep cancelled, the model is wanted",
             )
             return
         level = action.level or spec.sleep.level
@@ -397,7 +403,7 @@ class Executor:
                 await self.label(pod, EngineState.AWAKE, engine, annotations=UNMARKED)
                 self.emit(
                     "Warning",
-                    "SleepFailed",
+                    EventReason.SLEEP_FAILED,
                     f"{pod.name}: cannot sleep, so it stays awake and keeps serving; Snooze "
                     f"tries again once the pod is replaced or the spec changes. {exc}",
                 )
@@ -413,7 +419,7 @@ class Executor:
             delay = retry_delay(engine.sleep_failures)
             self.emit(
                 "Warning",
-                "SleepFailed",
+                EventReason.SLEEP_FAILED,
                 f"{pod.name}: sleep failed ({exc.reason}), next try in {delay:.0f}s at the "
                 f"earliest: {exc}",
             )
@@ -436,7 +442,7 @@ class Executor:
         self.metrics.sleep_duration.labels(self.namespace, str(level)).observe(finished - started)
         self.emit(
             "Normal",
-            "Slept",
+            EventReason.SLEPT,
             f"{pod.name}: asleep at level {level} after {finished - started:.2f}s ({why(action)})",
         )
 
@@ -446,7 +452,9 @@ class Executor:
         client = self._client(spec, pod, engine)
         level = action.level or spec.sleep.level
         await self.label(pod, EngineState.WAKING, engine)
-        self.emit("Normal", "Waking", f"{pod.name}: waking from level {level} ({why(action)})")
+        self.emit(
+            "Normal", EventReason.WAKING, f"{pod.name}: waking from level {level} ({why(action)})"
+        )
         started = time.monotonic()
         done = set(pod.wake_steps)
         if done:
@@ -518,7 +526,9 @@ class Executor:
         # Its pool counts its footprint from now, not from a probe.
         engine.believe(False, AFTER_WAKE, process_of(pod, spec.engine.port), now)
         self.metrics.observe_wake(self.namespace, self.model, str(level), seconds)
-        self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({why(action)})")
+        self.emit(
+            "Normal", EventReason.WOKE, f"{pod.name}: awake after {seconds:.2f}s ({why(action)})"
+        )
         if level == 2 and spec.wake.verify:
             # A level-2 wake reloaded the weights: their digests are compared once the engine
             # serves (the check takes seconds; no request waits for it).
@@ -526,7 +536,9 @@ class Executor:
                 client.base_url, engine, process_of(pod, spec.engine.port)
             )
             if weights is not None and weights.failed:
-                await self.gate.failed_check(pod, spec, engine, WEIGHTS_MISMATCH, weights.message)
+                await self.gate.failed_check(
+                    pod, spec, engine, FailureReason.WEIGHTS_MISMATCH, weights.message
+                )
 
     async def _give_up_drain(self, pod: PodInfo, engine: EngineMemory, kind: str) -> None:
         """A drain that timed out on an engine that a /sleep with requests in flight would
@@ -535,7 +547,7 @@ class Executor:
         engine.busy = False
         engine.sleep_failures += 1
         engine.last_sleep_failure = time.time()
-        engine.sleep_failure_reason = "KnownBug"
+        engine.sleep_failure_reason = FailureReason.KNOWN_BUG
         crash = (
             "an SGLang server dies of a release with a request running: not released"
             if kind == "sglang"
@@ -546,13 +558,15 @@ class Executor:
             f"requests were still in flight after {self.settings.drain_timeout:g}s of "
             f"draining, and {crash}"
         )
-        self.metrics.sleep_failures.labels(self.namespace, self.model, "KnownBug").inc()
+        self.metrics.sleep_failures.labels(
+            self.namespace, self.model, FailureReason.KNOWN_BUG
+        ).inc()
         engine.drain_started = None
         await self.label(pod, EngineState.AWAKE, engine, annotations=UNMARKED)
         delay = retry_delay(engine.sleep_failures)
         self.emit(
             "Warning",
-            "SleepFailed",
+            EventReason.SLEEP_FAILED,
             f"{pod.name}: {engine.sleep_failure_message}; it stays awake and serves, next try "
             f"in {delay:.0f}s at the earliest",
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from snooze.api.eventreasons import EventReason
 from snooze.api.keepawake import PrewakeStatus, WindowStatus
 from snooze.api.models import AUTO, InferenceModelSpec
 from snooze.api.modelstatus import InferenceModelStatus
@@ -104,7 +105,7 @@ class Foresight:
             if fire and learnt.pending is not None:
                 self.emit(
                     "Normal",
-                    "Prewake",
+                    EventReason.PREWAKE,
                     f"woken ahead of the requests expected from {format_time(learnt.pending.slot)} "
                     f"(prewake.lead {spec.prewake.lead})",
                 )
@@ -169,11 +170,11 @@ class Foresight:
         if current == told or (current is not None and told is not None and _same(current, told)):
             return
         if told is not None and (current is None or current[0] != told[0]):
-            self.emit("Normal", "WindowEnded", f"keep-awake window {told[0]} ended")
+            self.emit("Normal", EventReason.WINDOW_ENDED, f"keep-awake window {told[0]} ended")
         if window is not None:
             self.emit(
                 "Normal",
-                "WindowStarted",
+                EventReason.WINDOW_STARTED,
                 f"keep-awake window {window.name} began: {window.min_awake} engine(s) kept "
                 f"awake until {format_time(window.end)}",
             )

@@ -20,6 +20,7 @@ from kopf._cogs.structs.references import (  # kopf is pinned (pyproject.toml)
 )
 
 from snooze.api import models
+from snooze.api.conditions import ConditionType
 from snooze.api.modelstatus import parse_status
 from snooze.kube.api import KubeApi, NotFound, models_ref, pods_ref
 from snooze.kube.index import Index, LabelKey, PodIndex
@@ -44,7 +45,9 @@ def claim_of(
     meta = body.get("metadata") or {}
     model_name = spec.model_name or str(meta.get("name", ""))
     status = parse_status(body.get("status"))
-    conflicted = any(c.type == "Conflict" and c.status == "True" for c in status.conditions)
+    conflicted = any(
+        c.type == ConditionType.CONFLICT and c.status == "True" for c in status.conditions
+    )
     claim = Claim(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),

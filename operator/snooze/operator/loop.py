@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from snooze.api.eventreasons import RESOLVED, EventReason
 from snooze.api.models import (
     EngineState,
     InferenceModelSpec,
@@ -20,7 +21,7 @@ from snooze.api.models import (
 )
 from snooze.api.modelstatus import parse_status
 from snooze.api.quantities import format_gib
-from snooze.api.reasons import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
+from snooze.api.reasons import FailureReason
 from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
@@ -489,7 +490,7 @@ class ModelLoop:
                 self._mismatched.add(pod.name)
                 self.emit(
                     "Warning",
-                    "PoolMismatch",
+                    EventReason.POOL_MISMATCH,
                     f"{pod.name} is a member of GPUPool {name} (its snooze.dev/pool label or "
                     f"ResourceClaim says so), not of {declared} as spec.pool.name says: "
                     "make them agree",
@@ -538,10 +539,14 @@ class ModelLoop:
         at_zero = self.memory.scaled_from is not None or self.memory.scale_up_time is not None
         if not selected and not self._no_pods and not at_zero:
             selector = spec.selector.to_label_selector()
-            self.emit("Warning", "NoPods", status.no_pods_message(selector, self.namespace))
+            self.emit(
+                "Warning", EventReason.NO_PODS, status.no_pods_message(selector, self.namespace)
+            )
             self._no_pods = True
         elif selected and self._no_pods:
-            self.emit("Normal", "PodsFound", f"{len(selected)} pod(s) match the selector now")
+            self.emit(
+                "Normal", EventReason.PODS_FOUND, f"{len(selected)} pod(s) match the selector now"
+            )
             self._no_pods = False
 
     def _conflicts_of(self, spec: InferenceModelSpec, pods: list[PodInfo]) -> status.Conflicts:
@@ -564,15 +569,15 @@ class ModelLoop:
             shared=claims.shared_pods({p.name: p.labels for p in pods}, others),
         )
         for kind, message in (
-            ("ModelNameTaken", found.name_message),
-            ("PodsShared", found.shared_message),
+            (EventReason.MODEL_NAME_TAKEN, found.name_message),
+            (EventReason.PODS_SHARED, found.shared_message),
         ):
             told = self._conflicts.get(kind)
             if message and message != told:
                 self.emit("Warning", kind, message)
                 self._conflicts[kind] = message
             elif not message and told:
-                self.emit("Normal", f"{kind}Resolved", f"resolved: {told}")
+                self.emit("Normal", RESOLVED[kind], f"resolved: {told}")
                 del self._conflicts[kind]
         return found
 
@@ -652,7 +657,7 @@ class ModelLoop:
                 pace=self.pace,
             )
             if told is not None:
-                self.emit("Warning", "EngineContradicts", f"{pod.name}: {told}")
+                self.emit("Warning", EventReason.ENGINE_CONTRADICTS, f"{pod.name}: {told}")
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
             if spec.engine.kind == SGLANG:
@@ -752,7 +757,10 @@ def _new_run(memory: ModelMemory, pod: str, engine: EngineMemory, process: Proce
     if engine.integrity.process is None or engine.integrity.of(process):
         return
     engine.integrity = Integrity(process=process)
-    if engine.last_failure_reason in (OUTPUT_MISMATCH, WEIGHTS_MISMATCH):
+    if engine.last_failure_reason in (
+        FailureReason.OUTPUT_MISMATCH,
+        FailureReason.WEIGHTS_MISMATCH,
+    ):
         engine.wake_failures, engine.last_failure = 0, None
         engine.last_failure_reason = engine.last_failure_message = ""
         if memory.failure is not None and memory.failure[0] == pod:

@@ -8,14 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from snooze.api.conditions import ConditionReason
 from snooze.api.models import DesiredState, EngineState, InferenceModelSpec, Phase
-from snooze.api.reasons import (
-    HYBRID_KV_CACHE_REINIT,
-    MEMORY_NOT_FREED,
-    OUT_OF_MEMORY,
-    OUTPUT_MISMATCH,
-    WEIGHTS_MISMATCH,
-)
+from snooze.api.reasons import FailureReason
 
 # Wake retries back off exponentially from this, up to the cap; failureThreshold bounds them.
 RETRY_BASE_SECONDS = 1.0
@@ -23,7 +18,11 @@ RETRY_CAP_SECONDS = 60.0
 # OUT_OF_MEMORY: a restart of this engine frees no one else's memory, so it is never this
 # failure's remedy (a pool makes room; the wake is tried again). MEMORY_NOT_FREED: a GPU pool
 # member whose sleep did not give its device memory back (policy/pooltrust.py).
-NOT_RETRIED = (HYBRID_KV_CACHE_REINIT, OUTPUT_MISMATCH, WEIGHTS_MISMATCH)
+NOT_RETRIED = (
+    FailureReason.HYBRID_KV_CACHE_REINIT,
+    FailureReason.OUTPUT_MISMATCH,
+    FailureReason.WEIGHTS_MISMATCH,
+)
 """Failed wakes no retry mends: the hybrid KV-cache crash leaves the engine unable to wake,
 and an engine that woke answering differently is awake already. Only a restart recovers them."""
 REQUEST_RESOLUTION_SECONDS = 1.0
@@ -279,7 +278,11 @@ def _through_pool(
         # Its pool found its sleep keeps its memory: restarted, whatever else was decided.
         if engine.pool_restart and engine.ready and not engine.action_running:
             out = [a for a in out if a.pod != engine.pod]
-            out.append(Action(kind=ActionKind.RESTART, pod=engine.pod, reason=MEMORY_NOT_FREED))
+            out.append(
+                Action(
+                    kind=ActionKind.RESTART, pod=engine.pod, reason=FailureReason.MEMORY_NOT_FREED
+                )
+            )
             decided.add(engine.pod)
     if model.spec.desired_state is DesiredState.AWAKE:
         return out
@@ -352,7 +355,7 @@ def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
         gate = _failure_gate(engine, model)
         if gate is not None:
             if gate is not ActionKind.WAKE:
-                act(gate, engine, engine.last_failure_reason or "WakeFailed")
+                act(gate, engine, engine.last_failure_reason or ConditionReason.WAKE_FAILED)
             continue
         act(ActionKind.WAKE, engine, reason)
     woken = sum(1 for a in actions if a.kind in (ActionKind.WAKE, ActionKind.CANCEL_SLEEP))
@@ -367,7 +370,7 @@ def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
             if gate is ActionKind.WAKE:
                 continue
             if gate is not None:
-                act(gate, engine, engine.last_failure_reason or "WakeFailed")
+                act(gate, engine, engine.last_failure_reason or ConditionReason.WAKE_FAILED)
                 continue
             act(ActionKind.WAKE, engine, "MinAwake")
             missing -= 1
@@ -410,7 +413,7 @@ def _quarantine(engines: Sequence[EngineView], model: ModelView) -> list[Action]
     for engine in engines:
         if not engine.quarantined or not engine.ready or engine.action_running:
             continue
-        reason = engine.last_failure_reason or OUTPUT_MISMATCH
+        reason = engine.last_failure_reason or FailureReason.OUTPUT_MISMATCH
         if model.spec.wake.on_failure == "Restart":
             actions.append(Action(kind=ActionKind.RESTART, pod=engine.pod, reason=reason))
         elif engine.label is not EngineState.FAILED:
@@ -444,7 +447,10 @@ def _failure_gate(engine: EngineView, model: ModelView) -> ActionKind | None:
     # The hybrid KV-cache crash leaves the engine unable to wake until it restarts: retrying
     # it only holds requests longer.
     if hybrid or engine.wake_failures >= wake.failure_threshold:
-        if wake.on_failure == "Restart" and engine.last_failure_reason != OUT_OF_MEMORY:
+        if (
+            wake.on_failure == "Restart"
+            and engine.last_failure_reason != FailureReason.OUT_OF_MEMORY
+        ):
             return ActionKind.RESTART
         if engine.label is EngineState.FAILED:
             # Reported already: only a wake request newer than the failure tries again.
