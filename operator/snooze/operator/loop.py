@@ -142,7 +142,7 @@ class ModelLoop:
         self._mismatched: set[str] = set()
         """Pods told (once) to be in another pool than spec.pool.name says."""
         self._pool_seen: tuple[Any, ...] = ()
-        self._conflicts: dict[str, str] = {}
+        self._conflicts: dict[EventReason, str] = {}
         """The conflicts (kind -> message) last reported by Event, so each is told once."""
         self.metrics = metrics
         self.name = name

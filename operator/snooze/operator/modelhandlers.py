@@ -17,6 +17,7 @@ from snooze.operator.indexes import Indexes, candidates
 from snooze.operator.loop import ModelLoop, Neighbours
 from snooze.operator.release import release
 from snooze.operator.runtime import Runtime, until_stopped
+from snooze.operator.sightings import ModelSighting
 
 Key = tuple[str, str]
 """A model's (namespace, name)."""
@@ -27,8 +28,8 @@ class ModelSightings:
     """What the models' last events showed, kept by one registry's handlers (several operators
     run in one process in the tests, each with its own)."""
 
-    seen: dict[Key, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
-    """What of each model last poked its loop: generation, annotations, deletion, claim."""
+    seen: dict[Key, ModelSighting] = dataclasses.field(default_factory=dict)
+    """What of each model last poked its loop."""
     pods: dict[Key, dict[str, Mapping[str, str]]] = dataclasses.field(default_factory=dict)
     """The pods each model selected at its last such event: its old neighbours, after a
     change."""
@@ -81,13 +82,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         # probes (a third more probes at 1,000 models under traffic).
         key = (namespace or "", name)
         claim, selector = runtime.indexes.model(body, deleted=kwargs.get("type") == "DELETED")
-        meta = body.get("metadata", {})
-        seen = (
-            meta.get("generation"),
-            tuple(sorted((meta.get("annotations") or {}).items())),
-            meta.get("deletionTimestamp"),
-            claim,
-        )
+        seen = ModelSighting.of(body, claim)
         before = sightings.seen.get(key)
         if kwargs.get("type") == "DELETED":
             sightings.seen.pop(key, None)
@@ -105,10 +100,10 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         if (
             before is None
             or kwargs.get("type") == "DELETED"
-            or before[:1] != seen[:1]
-            or (before[3] != claim)
+            or before.generation != seen.generation
+            or before.claim != claim
         ):
-            names = {c[0] for c in (claim, before[3] if before else None) if c is not None}
+            names = {n for n in (seen.claimed_name(), before and before.claimed_name()) if n}
             for neighbour in sightings.neighbours(runtime.indexes, key, names, selector):
                 other_loop = runtime.loops.get(neighbour)
                 if other_loop is not None:

@@ -6,9 +6,9 @@ from typing import Any
 
 import kopf
 
-from snooze.api.agreed import STATE_LABEL
 from snooze.operator.indexes import candidates
 from snooze.operator.runtime import Runtime
+from snooze.operator.sightings import PodSighting
 
 
 def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
@@ -26,16 +26,15 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         # patches, which would only echo).
         info = runtime.indexes.pod(body, deleted=event.get("type") == "DELETED")
         key = (namespace or "", info.name)
-        labels = tuple(sorted((k, v) for k, v in info.labels.items() if k != STATE_LABEL))
-        fingerprint = (info.ready, info.ip, info.uid, event.get("type") == "DELETED", labels)
+        seen = PodSighting.of(info, deleted=event.get("type") == "DELETED")
         before = runtime.routing.get(key)
-        if before == fingerprint:
+        if before == seen:
             return
-        runtime.routing[key] = fingerprint
+        runtime.routing[key] = seen
         if event.get("type") == "DELETED":
             runtime.routing.pop(key, None)
         selectors = runtime.indexes.selectors
-        for pod_labels in [info.labels, dict(before[4])] if before else [info.labels]:
+        for pod_labels in [info.labels, dict(before.labels)] if before else [info.labels]:
             for name, _selector in candidates(selectors, namespace or "", pod_labels):
                 loop = runtime.loops.get((namespace or "", name))
                 if loop is not None and loop.selects(pod_labels):

@@ -21,6 +21,7 @@ from snooze.operator.pickers import PickerQueues
 from snooze.operator.pools import PoolHub
 from snooze.operator.recorder import EventRecorder
 from snooze.operator.settings import Settings
+from snooze.operator.sightings import PodSighting
 
 
 @dataclasses.dataclass
@@ -51,7 +52,7 @@ class Runtime:
     pools: PoolHub = dataclasses.field(default_factory=PoolHub)
     """The pool loops, and what they read of the gateways: built again by each start-up, with
     that run's gateways (lifecycle.py), before any loop starts."""
-    routing: dict[tuple[str, str], tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+    routing: dict[tuple[str, str], PodSighting] = dataclasses.field(default_factory=dict)
     namespaces: tuple[str, ...] = ()
     """The namespaces (or patterns) kopf watches; none: all."""
     indexes: Indexes = dataclasses.field(default_factory=Indexes)
