@@ -111,7 +111,6 @@ class ConditionReason(StrEnum):
     INVALID_POOL = "InvalidPool"
     UNAUTHORIZED = "Unauthorized"
     FORBIDDEN = "Forbidden"
-    HTTP_ERROR = "HTTPError"
     # A GPUPool's ClaimConflict, MemoryNotFreed and Overcommitted.
     CLAIM_NAMED_TWICE = "ClaimNamedTwice"
     NO_CONFLICT = "NoConflict"
@@ -119,3 +118,18 @@ class ConditionReason(StrEnum):
     TRUSTED = "Trusted"
     FOOTPRINTS_EXCEED_MEMORY = "FootprintsExceedMemory"
     FITS = "Fits"
+
+
+class GateReason(StrEnum):
+    """The reason of a pod's snooze.dev/awake condition, its readiness gate
+    (policy/readiness.py): why its engine does or does not serve now."""
+
+    AWAKE = "Awake"
+    DRAINING = "Draining"
+    ASLEEP = "Asleep"
+    WAKING = "Waking"
+    WAKE_FAILED = "WakeFailed"
+    UNREACHABLE = "Unreachable"
+    NOT_PROBED = "NotProbed"
+    CONTAINERS_NOT_READY = "ContainersNotReady"
+    RELEASED = "Released"

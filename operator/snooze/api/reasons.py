@@ -24,6 +24,8 @@ class FailureReason(StrEnum):
     """A woken engine's weight checksums differ from those recorded before its first sleep."""
     MEMORY_NOT_FREED = "MemoryNotFreed"
     """A GPU pool member whose sleep did not give its device memory back."""
+    HTTP_ERROR = "HTTPError"
+    """A page answered with an HTTP error, not what was asked."""
     API_ERROR = "ApiError"
     """The Kubernetes API refused a step's write (its label, its pod)."""
     KNOWN_BUG = "KnownBug"

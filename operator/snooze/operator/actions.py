@@ -40,7 +40,7 @@ from snooze.operator.stepwords import AFTER_SLEEP, AFTER_WAKE, why
 from snooze.operator.verification import Verifier
 from snooze.operator.wakegate import Emit, WakeGate, engine_url
 from snooze.policy.readiness import gate_for
-from snooze.policy.sleep import Action, ActionKind, retry_delay
+from snooze.policy.sleep import Action, ActionKind, ActionReason, retry_delay
 
 __all__ = ["Emit", "Executor", "engine_url"]
 log = logging.getLogger(__name__)
@@ -307,7 +307,7 @@ class Executor:
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
         client = self._client(spec, pod, engine)
-        if action.reason == "MakeRoom" and await _busy(client):
+        if action.reason == ActionReason.MAKE_ROOM and await _busy(client):
             # The pool chose it on a probe older than this: a member serving requests is not
             # put to sleep for another; the pool sees it busy now and chooses again.
             now = time.time()
@@ -315,7 +315,7 @@ class Executor:
             self.memory.last_activity = now
             log.info("%s/%s: busy, so not put to sleep to make room", self.namespace, pod.name)
             return
-        if action.reason == "MakeRoom":
+        if action.reason == ActionReason.MAKE_ROOM:
             self.made_room(pod)
         started = time.time()
         # Label first, so that the gateway stops routing here before the drain begins. Any
@@ -364,7 +364,7 @@ class Executor:
                 spec.model_name or self.model,
                 engine,
                 process_of(pod, spec.engine.port),
-                weights=action.reason != "MakeRoom",
+                weights=action.reason != ActionReason.MAKE_ROOM,
                 timeout=self.settings.record_timeout,
                 where=f"{self.namespace}/{pod.name}",
             )

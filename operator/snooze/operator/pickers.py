@@ -497,4 +497,4 @@ def _refused(url: str, status: int, *, sent_token: bool) -> Problem:
             "ClusterRole with nonResourceURLs [/metrics] and verb get (the chart's "
             "inferenceGateway.enabled does)",
         )
-    return Problem(ConditionReason.HTTP_ERROR, f"{url} answered {status}, not its metrics page")
+    return Problem(FailureReason.HTTP_ERROR, f"{url} answered {status}, not its metrics page")

@@ -111,6 +111,24 @@ class ActionKind(StrEnum):
     """A pool member that should wake: ask its pool for room (the pool grants it in turn)."""
 
 
+class ActionReason(StrEnum):
+    """Why the policy acts (an Event's message says it, operator/stepwords.py); a restart or
+    a give-up names the failure (api/reasons.py) instead."""
+
+    IDLE = "Idle"
+    DESIRED_ASLEEP = "DesiredAsleep"
+    DESIRED_AWAKE = "DesiredAwake"
+    WAKE_REQUESTED = "WakeRequested"
+    MIN_AWAKE = "MinAwake"
+    PRIMED = "Primed"
+    """Woken back after a sleep that only pinned its host copy (a GPU pool's prime)."""
+    MAKE_ROOM = "MakeRoom"
+    """Put to sleep so that its GPU pool has room for another member's wake."""
+    SCALED_BY_HAND = "ScaledByHand"
+    """Someone scaled the workload: noted, not acted on."""
+    SCALE_TO_ZERO_DISABLED = "ScaleToZeroDisabled"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Action:
     kind: ActionKind
@@ -297,7 +315,7 @@ def _through_pool(
             and engine.sleeping is False
             and engine.label is EngineState.AWAKE
         ):
-            out.append(Action(kind=ActionKind.SLEEP, pod=engine.pod, reason="MakeRoom"))
+            out.append(Action(kind=ActionKind.SLEEP, pod=engine.pod, reason=ActionReason.MAKE_ROOM))
     return out
 
 
@@ -346,7 +364,11 @@ def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
         if desired is not DesiredState.ASLEEP and (
             desired is DesiredState.AWAKE or wants_wake(engine, model)
         ):
-            why = "DesiredAwake" if desired is DesiredState.AWAKE else "WakeRequested"
+            why = (
+                ActionReason.DESIRED_AWAKE
+                if desired is DesiredState.AWAKE
+                else ActionReason.WAKE_REQUESTED
+            )
             act(ActionKind.CANCEL_SLEEP, engine, why)
     for engine in asleep:
         reason = _wake_reason(engine, model)
@@ -372,14 +394,14 @@ def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
             if gate is not None:
                 act(gate, engine, engine.last_failure_reason or ConditionReason.WAKE_FAILED)
                 continue
-            act(ActionKind.WAKE, engine, "MinAwake")
+            act(ActionKind.WAKE, engine, ActionReason.MIN_AWAKE)
             missing -= 1
 
     # 3. Sleep what may sleep: never a busy engine in Auto, never below minAwake.
     if desired is DesiredState.ASLEEP:
         for engine in awake:
             if may_try_sleep(engine, model.now):
-                act(ActionKind.SLEEP, engine, "DesiredAsleep")
+                act(ActionKind.SLEEP, engine, ActionReason.DESIRED_ASLEEP)
     elif desired is DesiredState.AUTO:
         idle_after = spec.idle_after_seconds
         quiet = max(idle_after, REQUEST_RESOLUTION_SECONDS)
@@ -402,7 +424,7 @@ def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
         waking = sum(1 for e in engines if e.action_running and e.label is EngineState.WAKING)
         may_sleep = len(awake) - max(spec.min_awake - waking, 0)
         for engine in idle[: max(may_sleep, 0)]:
-            act(ActionKind.SLEEP, engine, "Idle")
+            act(ActionKind.SLEEP, engine, ActionReason.IDLE)
     return actions
 
 
@@ -430,11 +452,11 @@ def _wake_reason(engine: EngineView, model: ModelView) -> str | None:
     if desired is DesiredState.ASLEEP:
         return None
     if desired is DesiredState.AWAKE:
-        return "DesiredAwake"
+        return ActionReason.DESIRED_AWAKE
     if wants_wake(engine, model):
-        return "WakeRequested"
+        return ActionReason.WAKE_REQUESTED
     if engine.pool_rewake and engine.pool_grant:
-        return "Primed"
+        return ActionReason.PRIMED
     return None
 
 
