@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from snooze.api.models import Phase
 from snooze.demo import dashboard, picture, pool_summary, replayed, summary, traffic, view
 from snooze.demo import scenario as scenarios
 from snooze.demo.controller import ReplicaSetStandIn, deployment
@@ -127,7 +128,7 @@ async def _awake_models(
     return {
         i["metadata"]["name"]
         for i in items
-        if (i.get("status") or {}).get("phase") == "Awake"
+        if (i.get("status") or {}).get("phase") == Phase.AWAKE
         and (i.get("status") or {}).get("awake") == scenario.model(i["metadata"]["name"]).replicas
         and i["metadata"]["name"] in listed
     }
