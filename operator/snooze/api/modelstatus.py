@@ -47,9 +47,10 @@ class Condition(Status):
     engine is awake now), Asleep (every ready engine sleeps), WakeFailed, SleepFailed,
     SpecValid, Conflict (another model holds this one's model name), SharedPods (another model
     selects some of its pods), WaitingForRoom (a wake waits for its GPU pool to make room),
-    WakeVerified (woken engines are checked before they serve) or KnownBug (an engine's vLLM
-    release and arguments are known to break sleep or wake); on a GPUPool, SpecValid,
-    Overcommitted and ClaimConflict."""
+    WakeVerified (woken engines are checked before they serve), KnownBug (an engine's vLLM
+    release and arguments are known to break sleep or wake) or PickerReadable (the endpoint
+    picker of an InferencePool serving it can be read); on a GPUPool, SpecValid,
+    Overcommitted, ClaimConflict and MemoryNotFreed."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
     observed_generation: int | None = Field(

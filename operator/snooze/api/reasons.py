@@ -26,6 +26,8 @@ class FailureReason(StrEnum):
     """A GPU pool member whose sleep did not give its device memory back."""
     HTTP_ERROR = "HTTPError"
     """A page answered with an HTTP error, not what was asked."""
+    COLD_START_TIMEOUT = "ColdStartTimeout"
+    """A workload scaled back up from zero whose pods did not answer in wake.coldStartTimeout."""
     API_ERROR = "ApiError"
     """The Kubernetes API refused a step's write (its label, its pod)."""
     KNOWN_BUG = "KnownBug"

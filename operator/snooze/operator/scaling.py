@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from snooze.api.eventreasons import EventReason
 from snooze.api.models import EngineState, InferenceModelSpec, ScaleTargetRef
+from snooze.api.reasons import FailureReason
 from snooze.kube.api import MERGE_PATCH, KubeApi, NotFound
 from snooze.kube.writes import urgent
 from snooze.operator.actions import Emit
@@ -178,6 +179,8 @@ class Scaler:
                 f"no engine answered within wake.coldStartTimeout ({spec.wake.cold_start_timeout}) "
                 "after scale-up: check the pods' events (scheduling, image pull, model load)"
             )
-            self.memory.failure = ("", "ColdStartTimeout", message)
-            self.metrics.wake_failures.labels(self.namespace, self.model, "ColdStartTimeout").inc()
+            self.memory.failure = ("", FailureReason.COLD_START_TIMEOUT, message)
+            self.metrics.wake_failures.labels(
+                self.namespace, self.model, FailureReason.COLD_START_TIMEOUT
+            ).inc()
             self.emit("Warning", EventReason.WAKE_FAILED, message)
