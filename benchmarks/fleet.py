@@ -39,7 +39,7 @@ import yaml
 from fleet_load import PodStates, Traffic, cpu_seconds, memory_mb, percentiles
 from harness import CRD, NS, Bench, free_port, wait_until
 
-from snooze.operator.gateways import read_page
+from snooze.operator.traffic.gateways import read_page
 from snooze.sandbox import Sandbox
 from snooze.sandbox.emulator import SandboxEmulator
 

@@ -38,7 +38,7 @@ from pool_trace import Request
 
 from snooze.api.durations import parse_duration
 from snooze.api.gpupool import Eviction
-from snooze.policy.pool import (
+from snooze.policy.pool.decision import (
     PRIME,
     RECENT_WINDOW_SECONDS,
     Headroom,

@@ -20,7 +20,7 @@ from test_hostile_engines import Hostiles, Operator
 from waits import wait_for
 
 from snooze.kube.api import KubeApi
-from snooze.operator.wakerequest import Clearer
+from snooze.operator.model.wakerequest import Clearer
 
 INTERVAL = 0.2
 WRITES = ("POST", "PATCH", "PUT", "DELETE")

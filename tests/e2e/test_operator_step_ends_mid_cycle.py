@@ -24,8 +24,8 @@ from snooze.engine.http import Answer, EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi, Ref
 from snooze.kube.pods import PodInfo
-from snooze.operator.loop import ModelLoop
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.model.loop import ModelLoop
 from snooze.operator.settings import Settings
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 

@@ -18,11 +18,11 @@ from conftest import _addresses
 from snooze.api.models import InferenceModelSpec, parse_spec
 from snooze.engine.client import EngineHttp, new_http_client
 from snooze.kube.pods import PodInfo
-from snooze.operator.actions import Executor
 from snooze.operator.memory import EngineMemory, ModelMemory
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.pools import PoolHub, PoolLoop
-from snooze.operator.poolsnapshot import ModelSnapshot, take_snapshot
+from snooze.operator.model.actions import Executor
+from snooze.operator.pool.loop import PoolHub, PoolLoop
+from snooze.operator.pool.snapshot import ModelSnapshot, take_snapshot
 from snooze.operator.settings import Settings
 from snooze.policy.sleep import Action, ActionKind
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost

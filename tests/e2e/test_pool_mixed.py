@@ -13,7 +13,7 @@ from gateway_fixtures import GatewayThread
 from test_pools import Kubelet, Watcher, ask, device_and_pool, start_refusals, wake_ooms
 from waits import wait_for
 
-from snooze.sim.sglang_engine import SGLangConfig, SGLangEngine
+from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
 
 ENGINES = {"a": "vllm", "b": "sglang", "c": "vllm", "d": "sglang"}
 SGLANG_TIMES = {"level2_sleep_seconds": 0.05, "reload_seconds": 0.2}

@@ -29,7 +29,7 @@ from test_pools import Kubelet
 from waits import wait_for
 
 from snooze.operator.metrics import OperatorMetrics
-from snooze.sim.sglang_engine import SGLangConfig
+from snooze.sim.sglang.engine import SGLangConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "charts" / "snooze" / "dashboards" / "snooze.json"

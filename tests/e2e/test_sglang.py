@@ -13,7 +13,7 @@ from test_keepawake import daily_from_now
 from waits import wait_for
 
 from snooze.api.agreed import RELEASED_ANNOTATION
-from snooze.sim.sglang_engine import SGLangConfig, SGLangEngine
+from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
 
 LABELS = {"app": "sg"}
 SPEC = {

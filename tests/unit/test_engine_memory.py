@@ -5,7 +5,7 @@ from __future__ import annotations
 from snooze.api.modelstatus import parse_status
 from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory, ModelMemory, rebuild
-from snooze.policy.pool import RECENT_WINDOW_SECONDS
+from snooze.policy.pool.decision import RECENT_WINDOW_SECONDS
 
 
 def pod(name: str, uid: str) -> PodInfo:

@@ -23,7 +23,7 @@ from snooze.engine.sglangfacts import PAUSED, parse_server_info, parse_sglang_ac
 from snooze.sim import serve_engines
 from snooze.sim.device import GIB
 from snooze.sim.engine import GARBAGE_MARKER
-from snooze.sim.sglang_engine import SGLangEngine
+from snooze.sim.sglang.engine import SGLangEngine
 
 _hosts = (f"127.80.{i // 250}.{i % 250 + 1}" for i in itertools.count())
 ALL = {"kv_cache", "weights", "cuda_graph"}

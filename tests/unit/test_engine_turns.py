@@ -12,7 +12,7 @@ from snooze.engine.http import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.engine.turns import Turns
 from snooze.operator.memory import EngineMemory
-from snooze.operator.observe import first_try
+from snooze.operator.model.observe import first_try
 
 
 async def test_urgent_waiters_go_first_and_each_kind_keeps_its_order() -> None:

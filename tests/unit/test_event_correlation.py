@@ -1,10 +1,10 @@
-"""Events told as client-go's EventCorrelator tells them (operator/eventcorrelation.py): a repeat
+"""Events told as client-go's EventCorrelator tells them (operator/events/correlation.py): a repeat
 is a patch of the Event written before, similar ones are combined, and each object's writes
-have a budget; and the Event bodies the recorder writes (operator/recorder.py)."""
+have a budget; and the Event bodies the recorder writes (operator/events/recorder.py)."""
 
 from __future__ import annotations
 
-from snooze.operator.eventcorrelation import (
+from snooze.operator.events.correlation import (
     AGGREGATE_AFTER,
     AGGREGATE_SECONDS,
     BURST,
@@ -16,7 +16,7 @@ from snooze.operator.eventcorrelation import (
     Write,
     event_name,
 )
-from snooze.operator.recorder import event_body
+from snooze.operator.events.recorder import event_body
 
 MODEL = Regarding(namespace="llm", kind="InferenceModel", name="chat", uid="u-1", api_version="v")
 OTHER = Regarding(namespace="llm", kind="InferenceModel", name="code", uid="u-2", api_version="v")

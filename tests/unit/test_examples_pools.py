@@ -23,8 +23,15 @@ from snooze.api.gpupool import GPUPoolSpec
 from snooze.api.models import InferenceModelSpec
 from snooze.api.quantities import GIB, format_gib, parse_quantity
 from snooze.kube.pods import pod_info
-from snooze.operator.poolsnapshot import pool_name_of
-from snooze.policy.pool import Member, MemberState, PoolView, WakeAsk, decide_pool, overcommitted
+from snooze.operator.pool.snapshot import pool_name_of
+from snooze.policy.pool.decision import (
+    Member,
+    MemberState,
+    PoolView,
+    WakeAsk,
+    decide_pool,
+    overcommitted,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 POOLS = ROOT / "examples" / "pools"

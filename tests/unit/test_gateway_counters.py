@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
 from snooze.gateway.metrics import GatewayMetrics
-from snooze.operator.gateways import GatewayTraffic, merge, read_held, read_page
+from snooze.operator.traffic.gateways import GatewayTraffic, merge, read_held, read_page
 from snooze.policy.probing import Traffic
 
 

@@ -19,7 +19,7 @@ from snooze.api.agreed import POD_IN_FLIGHT, PODS_WENT_IDLE
 from snooze.gateway import metrics_port
 from snooze.gateway.metrics import GatewayMetrics
 from snooze.gateway.metrics_port import MOST_WAITERS, IdleSignal
-from snooze.operator.gateways import SOONEST, GatewayTraffic, went_idle
+from snooze.operator.traffic.gateways import SOONEST, GatewayTraffic, went_idle
 
 
 @contextmanager

@@ -23,8 +23,8 @@ from snooze.engine.exposition import LINE_LIMIT, Labels, Page, samples
 from snooze.engine.http import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.engine.turns import Turns
-from snooze.operator.gateways import GatewayTraffic
 from snooze.operator.metrics import OperatorMetrics
+from snooze.operator.traffic.gateways import GatewayTraffic
 
 GAUGES = "vllm:num_requests_running 1\nvllm:num_requests_waiting 2\n"
 AWAKE = 'vllm:engine_sleep_state{sleep_state="awake"} 1\n'
@@ -471,7 +471,7 @@ async def test_a_replica_that_answers_again_is_used_again(
     async def reply(writer: asyncio.StreamWriter) -> None:
         await behaviour[0](writer)
 
-    caplog.set_level(logging.INFO, logger="snooze.operator.gateways")
+    caplog.set_level(logging.INFO, logger="snooze.operator.traffic.gateways")
     traffic = GatewayTraffic(api=None, urls=[], interval=1)
     async with engine(reply) as url, aiohttp.ClientSession() as session:
         traffic.urls = (url + "/metrics",)

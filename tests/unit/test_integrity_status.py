@@ -14,9 +14,9 @@ from snooze.api.modelstatus import (
     parse_status,
 )
 from snooze.kube.pods import PodInfo
-from snooze.operator import status
-from snooze.operator.integritystatus import known_bug, verification_entry, wake_verified
 from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, integrity_of, rebuild
+from snooze.operator.status import model as status
+from snooze.operator.status.integrity import known_bug, verification_entry, wake_verified
 from snooze.policy.integrity import Answer, Check
 from snooze.policy.knownbugs import ServeFacts, conduct
 from snooze.policy.runs import Process

@@ -90,9 +90,10 @@ def imports_of(path: Path) -> set[str]:
     return found
 
 
+POLICY_ROOT = Path(importlib.import_module("snooze.policy").__path__[0])
 POLICY_MODULES = sorted(
-    f"snooze.policy.{path.stem}"
-    for path in Path(importlib.import_module("snooze.policy").__path__[0]).glob("*.py")
+    "snooze.policy." + ".".join(path.relative_to(POLICY_ROOT).with_suffix("").parts)
+    for path in POLICY_ROOT.rglob("*.py")
     if path.stem != "__init__"
 )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from snooze.operator.handlers import build_registry
+from snooze.operator.handlers.registry import build_registry
 from snooze.operator.runtime import Runtime
 from snooze.operator.settings import Settings
 

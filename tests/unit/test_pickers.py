@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from snooze.kube.inferencepools import InferencePool, read_pool, ready_addresses
-from snooze.operator.pickerpage import QUEUE_SIZE, read_queue, unescaped
+from snooze.operator.traffic.pickerpage import QUEUE_SIZE, read_queue, unescaped
 from snooze.policy.pickers import pools_serving, selects
 from snooze.policy.wakes import queue_wakes, wake_pending
 

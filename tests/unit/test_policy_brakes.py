@@ -237,7 +237,7 @@ class Pod:
 
 
 class Loop:
-    """One model's loop as the operator runs it (operator/loop.py), with actions that end at
+    """One model's loop as the operator runs it (operator/model/loop.py), with actions that end at
     once: probes when policy/probing.py says, claims heard through the brake, the policy's
     actions (one per pod and cycle, as the executor starts them), each write counted."""
 

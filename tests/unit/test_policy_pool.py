@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snooze.api.gpupool import Eviction
-from snooze.policy.pool import (
+from snooze.policy.pool.decision import (
     HEADROOM,
     PRIME,
     Headroom,

@@ -1,4 +1,4 @@
-"""A GPU pool's books (policy/poolbooks.py): tables of what they remember and forget between two
+"""A GPU pool's books (policy/pool/books.py): tables of what they remember and forget between two
 decisions, and properties over random runs of a small pool whose members ask, sleep, wake and
 start while the books follow them, as the operator's pool loop and whatif's replay both do."""
 
@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from snooze.api.gpupool import Eviction
 from snooze.api.reasons import FailureReason
-from snooze.policy.pool import (
+from snooze.policy.pool.books import Blame, PoolBooks
+from snooze.policy.pool.decision import (
     BOOKS,
     HEADROOM,
     PRIME,
@@ -26,7 +27,6 @@ from snooze.policy.pool import (
     WakeAsk,
     decide_pool,
 )
-from snooze.policy.poolbooks import Blame, PoolBooks
 from snooze.policy.runs import Process
 
 GIB = 2**30

@@ -17,14 +17,14 @@ from snooze.api.models import InferenceModelSpec, parse_spec
 from snooze.api.modelstatus import merge_patch
 from snooze.gateway.metrics import GatewayMetrics
 from snooze.kube.pods import PodInfo, pod_info
-from snooze.operator.gateways import GatewayTraffic
-from snooze.operator.lifecycle import pools_reading
+from snooze.operator.handlers.lifecycle import pools_reading
 from snooze.operator.memory import EngineMemory, process_of
 from snooze.operator.metrics import POOL_EVICTION_REASONS, OperatorMetrics
-from snooze.operator.poolmembers import Gathered, gather
-from snooze.operator.pools import PoolHub, PoolLoop
-from snooze.operator.poolsnapshot import ModelSnapshot, take_snapshot
-from snooze.policy.pool import (
+from snooze.operator.pool.loop import PoolHub, PoolLoop
+from snooze.operator.pool.members import Gathered, gather
+from snooze.operator.pool.snapshot import ModelSnapshot, take_snapshot
+from snooze.operator.traffic.gateways import GatewayTraffic
+from snooze.policy.pool.decision import (
     HEADROOM,
     PRIME,
     Member,

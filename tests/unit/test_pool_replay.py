@@ -20,7 +20,7 @@ from pool_replay import GIB, Replay, Settings, start  # noqa: E402
 from pool_trace import Request  # noqa: E402
 
 from snooze.api.gpupool import Eviction  # noqa: E402
-from snooze.policy.pool import Prime  # noqa: E402
+from snooze.policy.pool.decision import Prime  # noqa: E402
 
 FIRST_SLEEP, LATER_SLEEP, WAKE = 5.7, 5.7 * (1 - 0.86), 0.3
 

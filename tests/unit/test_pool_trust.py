@@ -14,9 +14,9 @@ from test_pool_members import FOR_C, Source, three_member_pool
 from snooze.api.models import parse_spec
 from snooze.api.reasons import FailureReason
 from snooze.operator.memory import EngineMemory
-from snooze.operator.pools import PoolLoop
-from snooze.policy.pool import BOOKS, Member, MemberState
-from snooze.policy.pooltrust import Trust
+from snooze.operator.pool.loop import PoolLoop
+from snooze.policy.pool.decision import BOOKS, Member, MemberState
+from snooze.policy.pool.trust import Trust
 from snooze.policy.sleep import ActionKind, EngineView, ModelView, decide
 
 GIB = 2**30

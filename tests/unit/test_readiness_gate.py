@@ -1,6 +1,6 @@
 """The snooze.dev/awake readiness gate as data: what a pod's manifest says of it (kube/pods.py),
 which condition each engine state calls for and when it is written (policy/readiness.py), and
-the patch that writes it (operator/readiness.py)."""
+the patch that writes it (operator/model/readiness.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from snooze.kube.pods import pod_info
-from snooze.operator.readiness import gate_patch
+from snooze.operator.model.readiness import gate_patch
 from snooze.policy.readiness import AWAKE, GATES, NOT_PROBED, UNREADY, gate_for, gate_write
 
 GATE = "snooze.dev/awake"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from snooze.api.agreed import STATE_LABEL
 from snooze.api.models import EngineState
 from snooze.kube.pods import PodInfo
-from snooze.operator.foresight import ToldWindow
+from snooze.operator.model.foresight import ToldWindow
 from snooze.operator.sightings import ModelSighting, PodSighting
 from snooze.policy.claims import Claim
 

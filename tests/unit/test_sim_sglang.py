@@ -19,8 +19,8 @@ from snooze.sim import EngineConfig, SimulatedDevice, SimulatedEngine, serve_eng
 from snooze.sim.cli import add_arguments, configs_from
 from snooze.sim.device import GIB
 from snooze.sim.engine import GARBAGE_MARKER
-from snooze.sim.sglang_contract import parse_sglang_release
-from snooze.sim.sglang_engine import BUSY_RELEASE, UNMAPPED, SGLangConfig, SGLangEngine
+from snooze.sim.sglang.contract import parse_sglang_release
+from snooze.sim.sglang.engine import BUSY_RELEASE, UNMAPPED, SGLangConfig, SGLangEngine
 
 _hosts = (f"127.79.{i // 250}.{i % 250 + 1}" for i in itertools.count())
 FAST = SGLangConfig(

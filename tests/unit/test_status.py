@@ -12,8 +12,8 @@ from snooze.api.modelstatus import (
     parse_status,
 )
 from snooze.kube.pods import PodInfo
-from snooze.operator import status
 from snooze.operator.memory import EngineMemory, ModelMemory
+from snooze.operator.status import model as status
 
 NOW = 1_800_000_000.0
 

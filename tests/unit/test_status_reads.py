@@ -90,10 +90,10 @@ def _reads_status_key(node: ast.AST) -> bool:
 
 
 def operator_modules() -> list[Path]:
-    return sorted(OPERATOR.glob("*.py"))
+    return sorted(OPERATOR.rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", operator_modules(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", operator_modules(), ids=lambda p: str(p.relative_to(OPERATOR)))
 def test_the_operator_reads_status_only_through_its_models(path: Path) -> None:
     found = raw_reads(path.read_text())
     assert not found, (

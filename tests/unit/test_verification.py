@@ -1,5 +1,5 @@
-"""The operator's records before an engine's sleeps (operator/verification.py), against engines
-that answer over real HTTP: a check that failed for a reason the same run will give again is
+"""The operator's records before an engine's sleeps (operator/model/verification.py), against
+engines that answer over real HTTP: a check that failed for a reason the same run will give again is
 not asked at every sleep, one that may pass is."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from test_engine_verify import Route, stub
 from snooze.engine.http import EngineHttp
 from snooze.operator.memory import EngineMemory
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.verification import Verifier
+from snooze.operator.model.verification import Verifier
 from snooze.policy.integrity import Check
 from snooze.policy.runs import Process
 
@@ -99,7 +99,7 @@ async def test_an_output_check_refused_lastingly_is_not_asked_again(
 
 
 async def test_every_engines_release_is_asked_once_and_a_failure_backs_off() -> None:
-    from snooze.operator.knownbugs import learn_versions
+    from snooze.operator.model.knownbugs import learn_versions
     from snooze.policy.knownbugs import ServeFacts
 
     async with (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from snooze.policy.pool import Prime
+from snooze.policy.pool.decision import Prime
 from snooze.whatif import layout, policies, report, trace
 from snooze.whatif.latency import Latencies
 from snooze.whatif.pooling import Footprint, PoolSettings

@@ -40,7 +40,7 @@ SLEEP_LEVEL_ANNOTATION = f"{GROUP}/sleep-level"
 """The level the engine went to sleep at (a pool may choose 2 where the model asks for 1);
 its wake follows it (for engines that do not publish vllm:engine_sleep_state)."""
 
-# -- The gateway's metrics that the operator reads (operator/gateways.py) --------------------
+# -- The gateway's metrics that the operator reads (operator/traffic/gateways.py) ------------
 # As its page names the samples: a counter's carry `_total`.
 
 POD_REQUESTS = "snooze_gateway_pod_requests_total"

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
-from snooze.sim.sglang_engine import SGLangConfig
+from snooze.sim.sglang.engine import SGLangConfig
 
 log = logging.getLogger(__name__)
 OWNER = "snooze-demo/deployment"

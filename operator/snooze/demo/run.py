@@ -310,7 +310,7 @@ class Demo:
         self.elapsed = time.monotonic() - t0
         await self.sampler.sample(self.elapsed)
         items = (await self.sampler.api.get(f"/api/v1/namespaces/{NS}/events")).json()
-        # An Event said again is one object with a count (operator/eventcorrelation.py):
+        # An Event said again is one object with a count (operator/events/correlation.py):
         # listed once per time it was said.
         self.events = [
             {

@@ -14,7 +14,7 @@ from snooze.api.eventreasons import EventReason
 from snooze.demo import timeline
 from snooze.demo.controller import ReplicaSetStandIn
 from snooze.gateway.embedded import GatewayThread
-from snooze.operator.eventcorrelation import COMBINED
+from snooze.operator.events.correlation import COMBINED
 from snooze.operator.metrics import OperatorMetrics
 
 NS = "default"
@@ -22,7 +22,7 @@ MODELS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels"
 POOLS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/gpupools"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 EVENTS = f"/api/v1/namespaces/{NS}/events"
-# The pool's Event for each member it puts to sleep (operator/pools.py words it).
+# The pool's Event for each member it puts to sleep (operator/pool/loop.py words it).
 MAKING_ROOM = re.compile(r"^(?P<pod>\S+) \((?P<model>[^)]*)\) sleeps to make room for (?P<for>.+)$")
 # Operator counters whose every increment is an incident, and what it is called then.
 INCIDENTS = {

@@ -2,7 +2,7 @@
 checksums (`/weight_checker`, 0.32+) and the engine's release (`/version`).
 
 Every function raises only EngineError subclasses; what an answer means is decided elsewhere
-(operator/verification.py).
+(operator/model/verification.py).
 """
 
 from __future__ import annotations

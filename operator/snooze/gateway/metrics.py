@@ -139,8 +139,8 @@ class GatewayMetrics:
             ["namespace", "model", "reason"],
             registry=r,
         )
-        # Per pod, for the operator (operator/gateways.py): which engines served requests and
-        # when, so that it need not probe an engine whose traffic all comes through here.
+        # Per pod, for the operator (operator/traffic/gateways.py): which engines served requests
+        # and when, so that it need not probe an engine whose traffic all comes through here.
         self.pod_requests = Counter(
             POD_REQUESTS,
             "Requests sent to each engine (pod) and answered, or failed after being sent.",
@@ -148,8 +148,8 @@ class GatewayMetrics:
             registry=r,
         )
         # Before the in-flight gauge, so that a page is collected in that order: a page that
-        # counts an engine gone idle also shows it with nothing in flight (operator/gateways.py
-        # waits on /idle for a count other than the page's).
+        # counts an engine gone idle also shows it with nothing in flight
+        # (operator/traffic/gateways.py waits on /idle for a count other than the page's).
         self.went_idle = Counter(
             PODS_WENT_IDLE,
             "Times an engine's (pod's) last request in flight through this replica ended.",

@@ -1,7 +1,7 @@
 """The gateway's metrics port: the Prometheus page, and `/idle`, where the operator waits for
 the next moment an engine's last request ends instead of scraping the page over and over
-while a GPU pool waits for a busy member (operator/gateways.py). Served by the bounded server
-of snooze/metricsport."""
+while a GPU pool waits for a busy member (operator/traffic/gateways.py). Served by the bounded
+server of snooze/metricsport."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from snooze.kube.pods import PodInfo
 from snooze.policy.brakes import Brake, Claim, acted
 from snooze.policy.integrity import Answer, Check
 from snooze.policy.knownbugs import Conduct
-from snooze.policy.pool import RECENT_WINDOW_SECONDS
+from snooze.policy.pool.decision import RECENT_WINDOW_SECONDS
 from snooze.policy.probing import Ledger
 from snooze.policy.runs import Process
 
@@ -50,7 +50,7 @@ def outstanding_of(pod: PodInfo, process: Process) -> frozenset[str]:
 @dataclass(kw_only=True)
 class Integrity:
     """What one engine process was recorded as before its first sleep, and where its checks
-    stand (operator/verification.py). Kept on the model's status, which only the operator
+    stand (operator/model/verification.py). Kept on the model's status, which only the operator
     writes, so that a restarted operator still checks the next wake."""
 
     process: Process | None = None
@@ -169,7 +169,7 @@ class EngineMemory:
     seconds: how often it is asked for, which a GPU pool's Cheapest order weighs."""
     integrity: Integrity = field(default_factory=Integrity)
     recording: asyncio.Task[None] | None = None
-    """Its weights' digests under way, which a wake no longer waited for (firstrecord.py)."""
+    """Its weights' digests under way, which a wake no longer waited for (model/firstrecord.py)."""
     conduct: Conduct | None = None
     """How it sleeps given the known vLLM bugs its release and arguments are in (its last
     cycle's reading: the KnownBug condition says it)."""
@@ -177,7 +177,7 @@ class EngineMemory:
     """(engine run, its vLLM version from /version), asked once per run."""
     failed_wake_run: Process | None = None
     """The run of the engine whose last wake failed: while it runs, it is published again only
-    once its answer was checked and matched (operator/wakegate.py)."""
+    once its answer was checked and matched (operator/model/wakegate.py)."""
     version_failures: int = 0
     version_retry_at: float = 0.0
     """Asks of /version that failed in a row, and when it may be asked again (backing off)."""

@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from snooze import __version__
 from snooze.api.models import EngineState, Phase
-from snooze.policy.pooltypes import RoomKind
+from snooze.policy.pool.types import RoomKind
 
 # From one short greedy request (tens of milliseconds) to the weights of a large model hashed
 # on the host (minutes).

@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from snooze.operator.handlers import build_registry
+from snooze.operator.handlers.registry import build_registry
 from snooze.operator.runtime import Runtime
 
 

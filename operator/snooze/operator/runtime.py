@@ -13,15 +13,15 @@ import kopf
 
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
-from snooze.operator.gateways import GatewayTraffic
+from snooze.operator.events.recorder import EventRecorder
 from snooze.operator.indexes import Indexes
-from snooze.operator.loop import ModelLoop
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.pickers import PickerQueues
-from snooze.operator.pools import PoolHub
-from snooze.operator.recorder import EventRecorder
+from snooze.operator.model.loop import ModelLoop
+from snooze.operator.pool.loop import PoolHub
 from snooze.operator.settings import Settings
 from snooze.operator.sightings import PodSighting
+from snooze.operator.traffic.gateways import GatewayTraffic
+from snooze.operator.traffic.pickers import PickerQueues
 
 
 @dataclasses.dataclass
@@ -51,7 +51,7 @@ class Runtime:
     loops: dict[tuple[str, str], ModelLoop] = dataclasses.field(default_factory=dict)
     pools: PoolHub = dataclasses.field(default_factory=PoolHub)
     """The pool loops, and what they read of the gateways: built again by each start-up, with
-    that run's gateways (lifecycle.py), before any loop starts."""
+    that run's gateways (handlers/lifecycle.py), before any loop starts."""
     routing: dict[tuple[str, str], PodSighting] = dataclasses.field(default_factory=dict)
     namespaces: tuple[str, ...] = ()
     """The namespaces (or patterns) kopf watches; none: all."""
@@ -60,7 +60,7 @@ class Runtime:
     models: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     """The model loops running, per namespace: the weight of its write budget."""
     recorder: EventRecorder | None = None
-    """Writes the Events (recorder.py): made at start-up, with the API client."""
+    """Writes the Events (events/recorder.py): made at start-up, with the API client."""
 
     def add_loop(self, key: tuple[str, str], loop: ModelLoop) -> None:
         self.loops[key] = loop

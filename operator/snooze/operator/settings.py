@@ -48,7 +48,7 @@ class Settings:
     a count or a condition that changes is written at once)."""
     inference_gateway: bool = False
     """Read the endpoint pickers of the Inference Extension's InferencePools that select models'
-    pods: requests queued there wake their model (operator/pickers.py)."""
+    pods: requests queued there wake their model (operator/traffic/pickers.py)."""
     picker_interval: float = 2.0
     """How often those pickers are read: a queued request waits up to this long for its wake
     to be asked for."""

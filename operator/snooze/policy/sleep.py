@@ -17,7 +17,7 @@ RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 60.0
 # OUT_OF_MEMORY: a restart of this engine frees no one else's memory, so it is never this
 # failure's remedy (a pool makes room; the wake is tried again). MEMORY_NOT_FREED: a GPU pool
-# member whose sleep did not give its device memory back (policy/pooltrust.py).
+# member whose sleep did not give its device memory back (policy/pool/trust.py).
 NOT_RETRIED = (
     FailureReason.HYBRID_KV_CACHE_REINIT,
     FailureReason.OUTPUT_MISMATCH,

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from snooze.api.durations import duration_flag
-from snooze.sim import sglang_cli
 from snooze.sim.device import SimulatedDevice
 from snooze.sim.devicefile import DeviceFile, DeviceFileError
 from snooze.sim.engine import EngineConfig
+from snooze.sim.sglang import cli as sglang_cli
 
 # Argparse defaults come from EngineConfig, so the CLI and the Python API cannot disagree.
 _DEFAULTS = EngineConfig()

@@ -8,8 +8,8 @@ from aiohttp import web
 from snooze.sim.device import SimulatedDevice
 from snooze.sim.engine import EngineConfig, SimulatedEngine
 from snooze.sim.server import build_app
-from snooze.sim.sglang_engine import SGLangConfig, SGLangEngine
-from snooze.sim.sglang_server import build_sglang_app
+from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
+from snooze.sim.sglang.server import build_sglang_app
 
 
 def new_engine(config: EngineConfig, device: SimulatedDevice | None) -> SimulatedEngine:

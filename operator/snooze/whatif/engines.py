@@ -8,7 +8,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from snooze.api.models import EngineState
-from snooze.policy.pool import RECENT_WINDOW_SECONDS
+from snooze.policy.pool.decision import RECENT_WINDOW_SECONDS
 from snooze.policy.sleep import ActionKind
 
 

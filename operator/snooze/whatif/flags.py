@@ -12,7 +12,7 @@ from typing import Any
 from snooze.api.durations import DurationError, duration_flag, parse_duration
 from snooze.api.gpupool import Eviction
 from snooze.api.quantities import QuantityError, parse_quantity
-from snooze.policy.pool import Headroom, Prime
+from snooze.policy.pool.decision import Headroom, Prime
 from snooze.whatif.latency import Latencies
 from snooze.whatif.layout import Layout, LayoutError, PoolFlags, from_flags, from_manifests
 

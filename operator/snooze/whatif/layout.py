@@ -23,7 +23,7 @@ from snooze.api.models import (
     describe_validation_error,
 )
 from snooze.api.quantities import QuantityError, format_gib, parse_quantity
-from snooze.policy.pool import Headroom, Prime
+from snooze.policy.pool.decision import Headroom, Prime
 from snooze.whatif.pooling import Footprint, PoolSettings
 
 ASLEEP_DEFAULT = "1Gi"

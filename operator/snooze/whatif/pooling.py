@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from snooze.api.gpupool import Eviction
 from snooze.api.models import DesiredState, EngineState
-from snooze.policy.pool import (
+from snooze.policy.pool.books import Directive, PoolBooks
+from snooze.policy.pool.decision import (
     PRIME,
     Headroom,
     Member,
@@ -23,7 +24,6 @@ from snooze.policy.pool import (
     Prime,
     decide_pool,
 )
-from snooze.policy.poolbooks import Directive, PoolBooks
 from snooze.policy.sleep import EngineView
 from snooze.whatif.engines import Engine
 from snooze.whatif.model import EPSILON, ModelSim

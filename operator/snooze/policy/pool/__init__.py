@@ -1,0 +1,2 @@
+"""The GPU pool decisions, pure: who wakes and who sleeps to make room on a shared device, and the
+books a pool keeps between decisions."""

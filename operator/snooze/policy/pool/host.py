@@ -1,0 +1,42 @@
+"""Host RAM in a GPU pool: the pinned copies of weights that level-1 sleeps make and keep, and
+the level each member sleeps at so that they fit in the pool's hostMemory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from snooze.policy.pool.order import eviction_order
+from snooze.policy.pool.types import Member, MemberState, PoolView
+
+
+def holds_host_memory(member: Member) -> bool:
+    """It holds its weights' size of host RAM now: a copy kept from an earlier level-1 sleep,
+    or one it is making or keeps asleep."""
+    return member.host_copy or (
+        member.level == 1 and member.state in (MemberState.ASLEEP, MemberState.DRAINING)
+    )
+
+
+def host_memory_used(members: Iterable[Member]) -> int:
+    return sum(m.weights for m in members if holds_host_memory(m))
+
+
+def sleep_levels(view: PoolView) -> dict[str, int]:
+    """The level each awake member would sleep at: 1 while the pool's host memory holds its
+    weights besides what the members hold there already (their copies, kept after a wake),
+    else 2. A member whose process keeps a copy sleeps at level 1 at no further cost."""
+    if view.host_memory is None:
+        return {m.pod: m.level for m in view.members if m.state is MemberState.AWAKE}
+    host_used = host_memory_used(view.members)
+    levels: dict[str, int] = {}
+    for member in eviction_order(
+        (m for m in view.members if m.state is MemberState.AWAKE), view.eviction, view.now
+    ):
+        if member.level == 1 and member.host_copy:
+            levels[member.pod] = 1
+        elif member.level == 1 and host_used + member.weights <= view.host_memory:
+            levels[member.pod] = 1
+            host_used += member.weights
+        else:
+            levels[member.pod] = 2
+    return levels
