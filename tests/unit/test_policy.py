@@ -17,6 +17,7 @@ from snooze.api.reasons import FailureReason
 from snooze.policy.sleep import (
     Action,
     ActionKind,
+    ActionReason,
     EngineView,
     ModelView,
     decide,
@@ -727,8 +728,8 @@ def test_phase(
 PROPERTY = settings(max_examples=200, deadline=None)
 REASONS = [
     "",
-    "Timeout",
-    "Unreachable",
+    FailureReason.TIMEOUT,
+    FailureReason.UNREACHABLE,
     FailureReason.OUT_OF_MEMORY,
     FailureReason.HYBRID_KV_CACHE_REINIT,
 ]
@@ -1146,7 +1147,7 @@ def test_next_idle_deadline(case: Case) -> None:
 
 
 def idle_sleeps(engines: Sequence[EngineView], view: ModelView) -> list[str]:
-    return sorted(a.pod for a in decide(engines, view) if a.reason == "Idle")
+    return sorted(a.pod for a in decide(engines, view) if a.reason == ActionReason.IDLE)
 
 
 @PROPERTY
