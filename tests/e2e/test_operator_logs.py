@@ -60,7 +60,7 @@ def test_each_action_is_one_info_line(cluster: Cluster, tmp_path: Path) -> None:
         return found[0]
 
     for reason in ("Draining", "Slept", "Waking", "Woke", "Released"):
-        assert " INFO snooze.operator.events.teller: " in line(reason), line(reason)
+        assert " INFO snooze.operator.events: " in line(reason), line(reason)
     for reason in ("Draining", "Slept", "Waking", "Woke"):
         assert "chat-0" in line(reason)
     invalid = next(entry for entry in lines if "default/broken InvalidSpec:" in entry)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from snooze.api.models import InferenceModelSpec, parse_spec
 from snooze.api.modelstatus import merge_patch
 from snooze.gateway.metrics import GatewayMetrics
 from snooze.kube.pods import PodInfo, pod_info
+from snooze.operator.events.emit import Emit
 from snooze.operator.handlers.lifecycle import pools_reading
 from snooze.operator.memory import EngineMemory, process_of
 from snooze.operator.metrics import POOL_EVICTION_REASONS, OperatorMetrics
@@ -467,7 +468,7 @@ def three_member_pool(
     status: dict[str, Any] | None = None,
     *,
     hub: PoolHub | None = None,
-    emit: Callable[[str, str, str], None] = lambda *_: None,
+    emit: Emit = lambda *_: None,
 ) -> tuple[PoolLoop, list[Source]]:
     """Models a, b and c with one member each (a-0, b-0, c-0), their engines as given; the
     pool's status as the API server has it, if any; its Events to `emit`."""

@@ -11,6 +11,7 @@ by the watch events kopf hands to the event handlers.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from snooze.api.modelstatus import parse_status
 from snooze.kube.api import KubeApi, NotFound, models_ref, pods_ref
 from snooze.kube.index import Index, LabelKey, PodIndex
 from snooze.kube.pods import PodInfo, pod_info
+from snooze.operator.sightings import ModelSighting
 from snooze.policy.claims import Claim
 
 
@@ -159,3 +161,48 @@ def candidates(
         for name, selector in index.get((namespace, key, value), []):
             found.setdefault(name, (name, selector))
     return list(found.values())
+
+
+ModelKey = tuple[str, str]
+"""A model's (namespace, name)."""
+
+
+@dataclasses.dataclass
+class ModelSightings:
+    """What the models' last events showed, kept by one run's handlers (several operators run
+    in one process in the tests, each with its own)."""
+
+    seen: dict[ModelKey, ModelSighting] = dataclasses.field(default_factory=dict)
+    """What of each model last poked its loop."""
+    pods: dict[ModelKey, dict[str, Mapping[str, str]]] = dataclasses.field(default_factory=dict)
+    """The pods each model selected at its last such event: its old neighbours, after a
+    change."""
+
+    def neighbours(
+        self,
+        indexes: Indexes,
+        key: ModelKey,
+        names: set[str],
+        selector: models.LabelSelector | None,
+    ) -> set[ModelKey]:
+        """The models that claim one of `names`, and those that select a pod this model
+        selects now or selected at its last change (which it then forgets for the pods it
+        selects now)."""
+        selected = (
+            {}
+            if selector is None
+            else {
+                p.name: p.labels
+                for p in indexes.pods_for(key[0], selector)
+                if selector.matches(p.labels)
+            }
+        )
+        pods_before = self.pods.pop(key, {})
+        if selected:
+            self.pods[key] = selected
+        neighbours = {(c.namespace, c.name) for name in names for c in indexes.claims.get(name)}
+        for labels in [*pods_before.values(), *selected.values()]:
+            for other, _ in candidates(indexes.selectors, key[0], labels):
+                neighbours.add((key[0], other))
+        neighbours.discard(key)
+        return neighbours

@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 
 from snooze.operator.handlers.registry import build_registry
-from snooze.operator.runtime import Runtime
+from snooze.operator.runtime import Memo, Runtime
 
 
 async def serve(
@@ -35,7 +35,11 @@ async def serve(
         restart = asyncio.Event()
         runtime.restart = restart.set
         await kopf.operator(
-            registry=build_registry(runtime), stop_flag=restart, ready_flag=ready, **options
+            registry=build_registry(),
+            memo=Memo(runtime),
+            stop_flag=restart,
+            ready_flag=ready,
+            **options,
         )
         if not restart.is_set():
             return  # a signal, or a failure kopf has logged

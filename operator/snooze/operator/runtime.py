@@ -1,5 +1,6 @@
-"""What every handler of one operator shares (kept in kopf's memo), and how a daemon runs its
-loop until kopf stops it."""
+"""What every handler of one operator shares, through kopf's memo: what the process starts
+with (Runtime), what each start-up of kopf makes (Started), and how a daemon runs its loop
+until kopf stops it."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import asyncio
 import collections
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import kopf
 
+from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
 from snooze.operator.events.recorder import EventRecorder
-from snooze.operator.indexes import Indexes
+from snooze.operator.indexes import Indexes, ModelSightings
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.model.loop import ModelLoop
 from snooze.operator.pool.loop import PoolHub
@@ -23,64 +24,87 @@ from snooze.operator.sightings import PodSighting
 from snooze.operator.traffic.gateways import GatewayTraffic
 from snooze.operator.traffic.pickers import PickerQueues
 
+Key = tuple[str, str]
+"""An object's (namespace, name)."""
+
 
 @dataclasses.dataclass
 class Runtime:
-    """What every handler shares, kept in kopf's memo."""
+    """What the operator's process starts with, before kopf runs: its settings and metrics,
+    the namespaces it watches, and how to make kopf start again."""
 
     settings: Settings
     metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
-    api: KubeApi | None = None
-    gateways: GatewayTraffic | None = None
-    """The gateway's per-engine counters, scraped every probe interval (if it is given)."""
-    gateway_task: asyncio.Task[None] | None = None
-    pickers: PickerQueues | None = None
-    """The Inference Extension's endpoint pickers, read when --inference-gateway is given."""
-    picker_task: asyncio.Task[None] | None = None
-    prober: Prober | None = None
-    """Every model's probes, over one aiohttp session with one bound for the operator."""
-    action_http: Any = None
-    """For sleeps and wakes, which take seconds to minutes: kept apart so that a wave of
-    them never holds up the probes' slots."""
-    restart: Callable[[], None] = lambda: None
-    """Stop kopf so that it starts again and sees resources installed since (runner.py)."""
-    crd_watch: asyncio.Task[None] | None = None
-    """Polls discovery while a CRD (InferenceModel, GPUPool) is not installed."""
-    closing: bool = False
-    """kopf is stopping: a daemon that it still spawns from a late event ends at once."""
-    loops: dict[tuple[str, str], ModelLoop] = dataclasses.field(default_factory=dict)
-    pools: PoolHub = dataclasses.field(default_factory=PoolHub)
-    """The pool loops, and what they read of the gateways: built again by each start-up, with
-    that run's gateways (handlers/lifecycle.py), before any loop starts."""
-    routing: dict[tuple[str, str], PodSighting] = dataclasses.field(default_factory=dict)
     namespaces: tuple[str, ...] = ()
     """The namespaces (or patterns) kopf watches; none: all."""
-    indexes: Indexes = dataclasses.field(default_factory=Indexes)
-    """Pods and models as the last watch events showed them (indexes.py)."""
-    models: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
-    """The model loops running, per namespace: the weight of its write budget."""
-    recorder: EventRecorder | None = None
-    """Writes the Events (events/recorder.py): made at start-up, with the API client."""
+    restart: Callable[[], None] = lambda: None
+    """Stop kopf so that it starts again and sees resources installed since (runner.py sets
+    it before each run)."""
 
-    def add_loop(self, key: tuple[str, str], loop: ModelLoop) -> None:
+
+@dataclasses.dataclass(kw_only=True)
+class Started:
+    """What one start-up of kopf makes (handlers/lifecycle.py), for every handler of that run:
+    the clients, the Events' recorder, the first reads, and the loops that run."""
+
+    api: KubeApi
+    recorder: EventRecorder
+    """Writes the Events (events/recorder.py), with the API client."""
+    prober: Prober
+    """Every model's probes, over one aiohttp session with one bound for the operator."""
+    action_http: EngineHttp
+    """For sleeps and wakes, which take seconds to minutes: kept apart so that a wave of
+    them never holds up the probes' slots."""
+    gateways: GatewayTraffic
+    """The gateway's per-engine counters, scraped every probe interval (if it is given)."""
+    pickers: PickerQueues | None
+    """The Inference Extension's endpoint pickers, read when --inference-gateway is given."""
+    pools: PoolHub
+    """The pool loops, and what they read of the gateways: made with this run's gateways,
+    before any loop starts."""
+    indexes: Indexes
+    """Pods and models as the first reads, then the watch events, showed them (indexes.py)."""
+    models: collections.Counter[str]
+    """The model loops running, per namespace: the weight of its write budget."""
+    tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
+    """What start-up started beside kopf (the scrapes of the gateways and pickers, the watch
+    of a CRD not installed yet): cancelled at cleanup."""
+    loops: dict[Key, ModelLoop] = dataclasses.field(default_factory=dict)
+    routing: dict[Key, PodSighting] = dataclasses.field(default_factory=dict)
+    """What of each pod last poked its models' loops (handlers/pod.py)."""
+    sightings: ModelSightings = dataclasses.field(default_factory=ModelSightings)
+    """What of each model last poked its loop and its neighbours (handlers/model.py)."""
+    closing: bool = False
+    """kopf is stopping: a daemon that it still spawns from a late event ends at once."""
+
+    def add_loop(self, key: Key, loop: ModelLoop) -> None:
         self.loops[key] = loop
         self.models[key[0]] += 1
 
-    def remove_loop(self, key: tuple[str, str]) -> None:
+    def remove_loop(self, key: Key) -> None:
         if self.loops.pop(key, None) is not None:
             self.models[key[0]] -= 1
 
-    def events(self) -> EventRecorder:
-        """The Events' recorder (a handler runs only once start-up made it)."""
-        assert self.recorder is not None
-        return self.recorder
+
+class Memo:
+    """kopf's memo for one run of kopf (runner.py makes it). kopf hands this memo itself to the
+    start-up and cleanup handlers, and to each object's handlers a shallow copy, made when it
+    first sees the object: after start-up, since it watches nothing before. So every handler
+    of the run reads the same Runtime and the same Started."""
+
+    started: Started
+    """Set by the start-up handler, before kopf runs any other (kopf's reactor runs the
+    start-up first, and cleanup only after a start-up that succeeded)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
 
 
 async def until_stopped(
     run: Callable[[Callable[[], bool]], Awaitable[None]],
     poke: Callable[[], None],
     stopped: kopf.DaemonStopped,
-    runtime: Runtime,
+    started: Started,
     name: str,
 ) -> None:
     """Run a daemon's loop until kopf stops it (or the operator closes). The loop waits for a
@@ -93,6 +117,6 @@ async def until_stopped(
 
     waker = asyncio.create_task(wake_on_stop(), name=f"stop-waker:{name}")
     try:
-        await run(lambda: bool(stopped) or runtime.closing)
+        await run(lambda: bool(stopped) or started.closing)
     finally:
         waker.cancel()

@@ -9,11 +9,11 @@ from typing import Any
 
 import kopf
 
+from snooze.operator.events.emit import Emit, EventType
 from snooze.operator.events.recorder import EventRecorder, regarding
-from snooze.operator.model.actions import Emit
 
 # One logger for every action, so that `--log-level` and log routing can single them out.
-log = logging.getLogger("snooze.operator.events.teller")
+log = logging.getLogger("snooze.operator.events")
 
 
 def teller(body: kopf.Body, *, recorder: EventRecorder, what: str = "model") -> Emit:
@@ -32,7 +32,7 @@ def teller(body: kopf.Body, *, recorder: EventRecorder, what: str = "model") -> 
 
     about = regarding(body)
 
-    def emit(kind: str, reason: str, message: str) -> None:
+    def emit(kind: EventType, reason: str, message: str) -> None:
         recorder.tell(about, kind, reason, message)
         level = logging.WARNING if kind == "Warning" else logging.INFO
         extra = {what: name, "namespace": namespace, "reason": reason}

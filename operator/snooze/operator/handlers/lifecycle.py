@@ -4,6 +4,7 @@ first reads) and its cleanup."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -19,11 +20,10 @@ from snooze.kube.writes import FairWrites
 from snooze.operator.discovery import restart_when_served
 from snooze.operator.events.recorder import EventRecorder
 from snooze.operator.pool.loop import PoolHub
-from snooze.operator.runtime import Runtime
+from snooze.operator.runtime import Memo, Started
 from snooze.operator.settings import WRITE_BURST_INTERVALS, Settings, budget_per_minute
 from snooze.operator.startup import first_reads
 from snooze.operator.traffic.gateways import GatewayTraffic
-from snooze.operator.traffic.gateways import stop as stop_task
 from snooze.operator.traffic.pickers import PickerQueues
 
 PREFIX = models.GROUP
@@ -93,93 +93,91 @@ def pools_reading(gateways: GatewayTraffic, pickers: PickerQueues | None = None)
     return hub
 
 
-def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
-    """The login, start-up and cleanup handlers, into `registry`."""
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf and Snooze's own client use the same credentials, found the same way."""
+    return kube_api.login()
 
-    @kopf.on.login(id="login", registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        # kopf and Snooze's own client use the same credentials, found the same way.
-        return kube_api.login()
 
-    @kopf.on.startup(id="startup", registry=registry)
-    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure(settings, runtime.settings)
-        ours = runtime.settings
-        writes = FairWrites(
-            per_model_per_minute=budget_per_minute(ours),
-            burst_per_model=ours.write_budget * WRITE_BURST_INTERVALS,
-            models=lambda namespace: runtime.models[namespace],
+async def startup(settings: kopf.OperatorSettings, memo: Memo, **_: Any) -> None:
+    """kopf's settings, the clients, the first reads of the API, then what runs beside kopf:
+    all of it in `memo.started`, for every other handler of this run."""
+    runtime = memo.runtime
+    ours = runtime.settings
+    configure(settings, ours)
+    models: collections.Counter[str] = collections.Counter()
+    writes = FairWrites(
+        per_model_per_minute=budget_per_minute(ours),
+        burst_per_model=ours.write_budget * WRITE_BURST_INTERVALS,
+        models=lambda namespace: models[namespace],
+    )
+    api = KubeApi.from_environment(writes=writes)
+    recorder = EventRecorder(api)
+    recorder.start()
+    prober = Prober(limit=64, timeout=ours.probe_timeout, ssl_context=ssl.create_default_context())
+    action_http = new_http_client(max_connections=256, lease=ACTION_LEASE_SECONDS)
+    gateways = GatewayTraffic(
+        api=api,
+        urls=ours.gateway_metrics,
+        service=ours.gateway_service,
+        interval=ours.probe_interval,
+        timeout=ours.probe_timeout,
+        metrics=runtime.metrics,
+    )
+    # Before kopf watches anything: no model's loop starts on a partial view of the pods
+    # and of the other models' claims. kopf's events keep them from here on.
+    indexes, missing = await first_reads(api, runtime.namespaces)
+    pickers = (
+        PickerQueues(
+            api=api,
+            interval=ours.picker_interval,
+            refresh=ours.probe_interval,
+            timeout=ours.probe_timeout,
+            pod_addresses=lambda namespace: {
+                pod.ip
+                for pod in indexes.pods.by_namespace.get(namespace)
+                if pod.ip and not pod.deleting
+            },
+            token_file=ours.picker_token_file,
         )
-        runtime.api = KubeApi.from_environment(writes=writes)
-        runtime.recorder = EventRecorder(runtime.api)
-        runtime.recorder.start()
-        runtime.prober = Prober(
-            limit=64,
-            timeout=runtime.settings.probe_timeout,
-            ssl_context=ssl.create_default_context(),
-        )
-        runtime.action_http = new_http_client(max_connections=256, lease=ACTION_LEASE_SECONDS)
-        runtime.gateways = GatewayTraffic(
-            api=runtime.api,
-            urls=runtime.settings.gateway_metrics,
-            service=runtime.settings.gateway_service,
-            interval=runtime.settings.probe_interval,
-            timeout=runtime.settings.probe_timeout,
-            metrics=runtime.metrics,
-        )
-        ours = runtime.settings
-        runtime.pickers = (
-            PickerQueues(
-                api=runtime.api,
-                interval=ours.picker_interval,
-                refresh=ours.probe_interval,
-                timeout=ours.probe_timeout,
-                pod_addresses=lambda namespace: {
-                    pod.ip
-                    for pod in runtime.indexes.pods.by_namespace.get(namespace)
-                    if pod.ip and not pod.deleting
-                },
-                token_file=ours.picker_token_file,
-            )
-            if ours.inference_gateway
-            else None
-        )
+        if ours.inference_gateway
+        else None
+    )
+    started = memo.started = Started(
+        api=api,
+        recorder=recorder,
+        prober=prober,
+        action_http=action_http,
+        gateways=gateways,
+        pickers=pickers,
         # Before kopf starts a daemon: every model and pool loop of this run shares this hub.
-        runtime.pools = pools_reading(runtime.gateways, runtime.pickers)
-        runtime.closing = False
-        # Before kopf watches anything: no model's loop starts on a partial view of the pods
-        # and of the other models' claims. kopf's events keep them from here on.
-        runtime.indexes, missing = await first_reads(runtime.api, runtime.namespaces)
-        # Once the API answers: until then, its reads of the gateway's endpoints would only
-        # add failures to the start-up's one line per attempt.
-        runtime.gateway_task = asyncio.create_task(runtime.gateways.run(), name="gateway-traffic")
-        if runtime.pickers is not None:
-            runtime.picker_task = asyncio.create_task(runtime.pickers.run(), name="pickers")
-        if missing:
-            runtime.crd_watch = asyncio.create_task(
-                restart_when_served(
-                    runtime.api,
-                    runtime.restart,
-                    missing=missing,
-                    interval=runtime.settings.crd_poll_interval,
-                )
-            )
+        pools=pools_reading(gateways, pickers),
+        indexes=indexes,
+        models=models,
+    )
+    # Once the API answers: until then, its reads of the gateway's endpoints would only
+    # add failures to the start-up's one line per attempt.
+    started.tasks.append(asyncio.create_task(gateways.run(), name="gateway-traffic"))
+    if pickers is not None:
+        started.tasks.append(asyncio.create_task(pickers.run(), name="pickers"))
+    if missing:
+        watch = restart_when_served(
+            api, runtime.restart, missing=missing, interval=ours.crd_poll_interval
+        )
+        started.tasks.append(asyncio.create_task(watch, name="crd-watch"))
 
-    @kopf.on.cleanup(id="cleanup", registry=registry)
-    async def cleanup(**_: Any) -> None:
-        runtime.closing = True
-        for loop in list(runtime.loops.values()):
-            loop.memory.poke.set()
-        if runtime.crd_watch is not None:
-            runtime.crd_watch.cancel()
-            runtime.crd_watch = None
-        if runtime.recorder is not None:
-            await runtime.recorder.stop()  # before its client closes
-        if runtime.api is not None:
-            await runtime.api.aclose()
-        if runtime.action_http is not None:
-            await runtime.action_http.aclose()
-        if runtime.prober is not None:
-            await runtime.prober.aclose()
-        await stop_task(runtime.gateway_task)
-        await stop_task(runtime.picker_task)
+
+async def cleanup(memo: Memo, **_: Any) -> None:
+    """End what start-up made: the loops at their next wait, the tasks beside kopf, the
+    Events' recorder (before its client closes), and the clients."""
+    started = memo.started
+    started.closing = True
+    for loop in list(started.loops.values()):
+        loop.memory.poke.set()
+    for task in started.tasks:
+        task.cancel()
+    # An error a task ended with is no reason to leave the clients below open.
+    await asyncio.gather(*started.tasks, return_exceptions=True)
+    await started.recorder.stop()
+    await started.api.aclose()
+    await started.action_http.aclose()
+    await started.prober.aclose()

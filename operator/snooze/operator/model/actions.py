@@ -31,21 +31,22 @@ from snooze.engine.interface import SleepingEngine, engine_client
 from snooze.kube.api import KubeApi, KubeError, pods_ref
 from snooze.kube.pods import PodInfo, released_text
 from snooze.kube.writes import WriteYielded, urgent
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import EngineMemory, ModelMemory, outstanding_of, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.model.firstrecord import record_unless_woken
 from snooze.operator.model.readiness import ReadinessGates
 from snooze.operator.model.stepwords import AFTER_SLEEP, AFTER_WAKE, why
 from snooze.operator.model.verification import Verifier
-from snooze.operator.model.wakegate import Emit, WakeGate, engine_url
+from snooze.operator.model.wakegate import WakeGate, engine_url
 from snooze.operator.settings import Settings, sleep_timeout
 from snooze.policy.readiness import gate_for
 from snooze.policy.sleep import Action, ActionKind, ActionReason, retry_delay
 
-__all__ = ["Emit", "Executor", "engine_url"]
+__all__ = ["Executor", "engine_url"]
 log = logging.getLogger(__name__)
 # What the operator did, one line each (events.teller logs the actions that post an Event).
-told = logging.getLogger("snooze.operator.events.teller")
+told = logging.getLogger("snooze.operator.events")
 
 
 # The marks of a drain, removed when it ends without a sleep.

@@ -12,9 +12,9 @@ from snooze.api.keepawake import PrewakeStatus, WindowStatus
 from snooze.api.models import AUTO, InferenceModelSpec
 from snooze.api.modelstatus import InferenceModelStatus
 from snooze.api.times import format_time, moment, seconds_of
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import ModelMemory
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.model.actions import Emit
 from snooze.policy import prewake as prewake_policy
 from snooze.policy import schedule as schedule_policy
 from snooze.policy.prewake import GapHistogram, Learnt, Prewake, Profile, ProfileError

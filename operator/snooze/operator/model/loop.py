@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from snooze.api.eventreasons import RESOLVED, EventReason
 from snooze.api.models import (
     EngineState,
     InferenceModelSpec,
@@ -20,22 +19,22 @@ from snooze.api.models import (
     SpecMemo,
 )
 from snooze.api.modelstatus import parse_status
-from snooze.api.quantities import format_gib
-from snooze.api.reasons import FailureReason
 from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.api import KubeApi
 from snooze.kube.pods import PodInfo
-from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, process_of, rebuild
+from snooze.operator.events.emit import Emit
+from snooze.operator.memory import ModelMemory, rebuild
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.model import sglangops, wakerequest
-from snooze.operator.model.actions import Emit, Executor, engine_url
+from snooze.operator.model import wakerequest
+from snooze.operator.model.actions import Executor
 from snooze.operator.model.foresight import Foresight
-from snooze.operator.model.knownbugs import conduct_of, facts_of, learn_versions
-from snooze.operator.model.observe import Probe, first_try, note_answer, note_reachability, probe
 from snooze.operator.model.pickerwake import PickerWaker
 from snooze.operator.model.reporter import StatusReporter
 from snooze.operator.model.scaling import Scaler, Workload
+from snooze.operator.model.selection import NO_NEIGHBOURS, Neighbours, PodChooser, Selection
+from snooze.operator.model.views import EngineViews
+from snooze.operator.pool.asks import PoolAsks
 from snooze.operator.pool.loop import PoolHub
 from snooze.operator.pool.snapshot import ModelSnapshot, take_snapshot
 from snooze.operator.settings import Settings, sleep_timeout
@@ -45,36 +44,8 @@ from snooze.policy import claims, probing
 from snooze.policy import scale as scale_policy
 from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
-from snooze.policy.brakes import Pace
-from snooze.policy.claims import Claim
-from snooze.policy.knownbugs import SGLANG
-from snooze.policy.pool.books import Directive
-from snooze.policy.releases import awake_gauge_believed, sleep_running
-from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Neighbours:
-    """What a model's loop may know of the other models (from kopf indices, no API calls)."""
-
-    claims: Callable[[str], Iterable[Claim]]
-    """Every valid model's claim on a model name, in any namespace."""
-    selectors: Callable[[str, Mapping[str, str]], Iterable[tuple[str, LabelSelector]]]
-    """(name, selector) of the valid models in a namespace that may select a pod with these
-    labels (at least every one that does)."""
-
-
-@dataclass(frozen=True)
-class Selection:
-    """The pods a cycle works on."""
-
-    selected: list[PodInfo]
-    """Every pod the selector matches."""
-    pods: list[PodInfo]
-    """Those this model acts on: not shared with another model."""
-    conflicts: status.Conflicts
 
 
 @dataclass(frozen=True)
@@ -94,7 +65,6 @@ class Plan:
 # A cycle meant for an idle deadline comes this long after it: the clock read in the cycle
 # must be past the deadline for the sleep decision to see it.
 DEADLINE_SLACK = 0.05
-NO_NEIGHBOURS = Neighbours(claims=lambda _: (), selectors=lambda _, __: ())
 
 
 class ModelLoop:
@@ -122,17 +92,11 @@ class ModelLoop:
         self.namespace = namespace
         self.spec_memo = spec_memo or SpecMemo()
         """The spec validated once per change (shared with the operator's model index)."""
-        self.neighbours = neighbours
         self.pools = pools or PoolHub()
-        self.traffic = traffic
-        """An engine's requests through the gateway (operator/traffic/gateways.py), None if
-        unknown."""
         self.spec: InferenceModelSpec | None = None
         """The last valid spec (for the GPU pool this model's engines are members of)."""
         self.selected: list[PodInfo] = []
         """The pods this loop acts on, as of its last cycle."""
-        self._asked: set[str] = set()
-        """The pools this model asked room of at its last cycle."""
         self.cycled = False
         """Its first cycle has run: its pods are known (a GPU pool waits for every model's)."""
         self.min_awake_now = 0
@@ -141,20 +105,11 @@ class ModelLoop:
         self._idle_deadline: float | None = None
         """When an awake engine's idle.after ends, if before the next regular cycle could see
         it (policy/sleep.py next_idle_deadline): the loop's next cycle comes then."""
-        self._mismatched: set[str] = set()
-        """Pods told (once) to be in another pool than spec.pool.name says."""
-        self._pool_seen: tuple[Any, ...] = ()
-        self._conflicts: dict[EventReason, str] = {}
-        """The conflicts (kind -> message) last reported by Event, so each is told once."""
         self.metrics = metrics
         self.name = name
         self.body = body  # kopf's live view: it follows the resource as it changes
-        self.pods = pods
         self.api = api
-        self.prober = prober
         self.settings = settings
-        self.pace = Pace.of(settings.probe_interval)
-        """How fast the claims of an engine that contradicts itself are believed."""
         self.emit = emit
         written = parse_status(body.get("status"))
         self.memory: ModelMemory = rebuild(
@@ -202,11 +157,28 @@ class ModelLoop:
             written=written,
         )
         self.clearer = wakerequest.Clearer(api=api, namespace=namespace, name=name)
-        self._no_pods = False
-        """A NoPods Event was posted and no pod has matched since."""
+        self.chooser = PodChooser(
+            namespace=namespace,
+            name=name,
+            pods=pods,
+            neighbours=neighbours,
+            memory=self.memory,
+            emit=emit,
+        )
+        self.views = EngineViews(
+            namespace=namespace,
+            name=name,
+            memory=self.memory,
+            prober=prober,
+            http=action_http,
+            settings=settings,
+            traffic=traffic,
+            pools=self.pools,
+            emit=emit,
+            metrics=metrics,
+        )
+        self.asks = PoolAsks(namespace=namespace, name=name, pools=self.pools, emit=emit)
         self.selector: LabelSelector | None = None
-        self.model_name = ""
-        """The model name of the last valid spec, for neighbours to find this loop by."""
 
     async def run(self, stopped: Callable[[], bool]) -> None:
         """Cycle until `stopped()`: checked after each cycle, so poke the memory to stop."""
@@ -283,7 +255,7 @@ class ModelLoop:
             return
         spec, workload = valid
         chosen = self._select(spec)
-        views = await self._observe(spec, chosen.pods, now)
+        views = await self.views.see(spec, chosen.pods, now)
         await self._picked(spec, workload, chosen.pods, views, now)
         plan = self._decide(spec, workload, chosen.pods, views, now)
         replicas, waiting = await self._act(spec, plan, chosen.pods, views, now)
@@ -319,14 +291,10 @@ class ModelLoop:
     def _select(self, spec: InferenceModelSpec) -> Selection:
         """The pods the selector matches, and of those the ones this loop acts on."""
         self.selector = spec.selector
-        selected = [p for p in self.pods(spec.selector) if spec.selector.matches(p.labels)]
-        self._tell_no_pods(spec, selected)
-        self.memory.forget_missing(selected)
-        conflicts = self._conflicts_of(spec, selected)
-        # A pod two models select is acted on by neither: each would undo what the other did.
-        pods = [p for p in selected if p.name not in conflicts.shared]
-        self.spec, self.selected = spec, pods
-        return Selection(selected=selected, pods=pods, conflicts=conflicts)
+        chosen = self.chooser.choose(spec)
+        self.memory.forget_missing(chosen.selected)
+        self.spec, self.selected = spec, chosen.pods
+        return chosen
 
     def _decide(
         self,
@@ -396,7 +364,7 @@ class ModelLoop:
                 task = self.executor.start(action, by_name[action.pod], spec)
                 if task is not None and action.kind is sleep_policy.ActionKind.LABEL:
                     labelling.append(task)
-        waiting = self._ask_pools(pods, plan.actions, views, now)
+        waiting = self.asks.ask(spec, pods, plan.actions, views, now)
         replicas = plan.replicas
         # Scaling is decided once the actions have started: it reads what they began.
         scale = self.scaler.view(
@@ -469,301 +437,6 @@ class ModelLoop:
             now=now,
         )
 
-    def _ask_pools(
-        self,
-        pods: list[PodInfo],
-        actions: list[sleep_policy.Action],
-        views: list[sleep_policy.EngineView],
-        now: float,
-    ) -> str | None:
-        """Tell each GPU pool which of this model's members ask for room (withdrawing the
-        rest), poke it when its members changed, and say why a wake (or a start) waits, if
-        one does."""
-        asking = {a.pod for a in actions if a.kind is sleep_policy.ActionKind.ASK_ROOM}
-        by_pool: dict[str, set[str]] = {}
-        members: dict[str, set[str]] = {}  # a member that starts waits for room too
-        missing: set[str] = set()
-        for pod in pods:
-            name, loop = self.pools.pool_of(self.namespace, pod, self.spec)
-            if name is None:
-                continue
-            declared = self.spec.pool.name if self.spec and self.spec.pool else None
-            if declared is not None and name != declared and pod.name not in self._mismatched:
-                self._mismatched.add(pod.name)
-                self.emit(
-                    "Warning",
-                    EventReason.POOL_MISMATCH,
-                    f"{pod.name} is a member of GPUPool {name} (its snooze.dev/pool label or "
-                    f"ResourceClaim says so), not of {declared} as spec.pool.name says: "
-                    "make them agree",
-                )
-            if loop is None:
-                if pod.name in asking:
-                    missing.add(name)
-                continue
-            by_pool.setdefault(name, set())
-            members.setdefault(name, set()).add(pod.name)
-            if pod.name in asking:
-                by_pool[name].add(pod.name)
-        for name in self._asked - set(by_pool):
-            gone = self.pools.loops.get((self.namespace, name))
-            if gone is not None:
-                gone.ask(self.name, (), now)
-        self._asked = set(by_pool)
-        # What the pools read of these members: a change must poke them, which otherwise look
-        # again only once per interval. A pod scheduled onto its node is one: Pending, it
-        # holds nothing on the device and the pool leaves it out; once there, it starts.
-        scheduled = {p.name: p.scheduled for p in pods}
-        seen = tuple(
-            (v.pod, scheduled.get(v.pod), v.ready, v.label, v.sleeping, v.busy, v.action_running)
-            for v in views
-            if v.pooled
-        )
-        for name, asks in by_pool.items():
-            loop = self.pools.loops[(self.namespace, name)]
-            loop.ask(self.name, asks, now)
-            if seen != self._pool_seen:
-                loop.poke()
-        self._pool_seen = seen
-        if missing:
-            return (
-                f"GPUPool {', '.join(sorted(missing))} not found in namespace "
-                f"{self.namespace}: its members wake only once it exists"
-            )
-        for name, pods_in_pool in members.items():
-            wait = self.pools.loops[(self.namespace, name)].waiting_for(pods_in_pool)
-            if wait is not None:
-                return f"waiting for {format_gib(wait.need)} on GPUPool {name}: {wait.reason}"
-        return None
-
-    def _tell_no_pods(self, spec: InferenceModelSpec, selected: list[PodInfo]) -> None:
-        """A selector that matches no pod is said once (and its end), not at every probe."""
-        at_zero = self.memory.scaled_from is not None or self.memory.scale_up_time is not None
-        if not selected and not self._no_pods and not at_zero:
-            selector = spec.selector.to_label_selector()
-            self.emit(
-                "Warning", EventReason.NO_PODS, status.no_pods_message(selector, self.namespace)
-            )
-            self._no_pods = True
-        elif selected and self._no_pods:
-            self.emit(
-                "Normal", EventReason.PODS_FOUND, f"{len(selected)} pod(s) match the selector now"
-            )
-            self._no_pods = False
-
-    def _conflicts_of(self, spec: InferenceModelSpec, pods: list[PodInfo]) -> status.Conflicts:
-        """Whether another model holds this one's model name, and which pods others select too;
-        each new conflict (and each one resolved) is told once by an Event."""
-        model_name = self.model_name = spec.model_name or self.name
-        held_by = claims.holder(self.neighbours.claims(model_name))
-        name_taken = held_by is not None and held_by.key != (self.namespace, self.name)
-        others = list(
-            {
-                n: (n, sel)
-                for pod in pods
-                for n, sel in self.neighbours.selectors(self.namespace, pod.labels)
-                if n != self.name
-            }.values()
-        )
-        found = status.Conflicts(
-            model_name=model_name,
-            name_taken=name_taken,
-            shared=claims.shared_pods({p.name: p.labels for p in pods}, others),
-        )
-        for kind, message in (
-            (EventReason.MODEL_NAME_TAKEN, found.name_message),
-            (EventReason.PODS_SHARED, found.shared_message),
-        ):
-            told = self._conflicts.get(kind)
-            if message and message != told:
-                self.emit("Warning", kind, message)
-                self._conflicts[kind] = message
-            elif not message and told:
-                self.emit("Normal", RESOLVED[kind], f"resolved: {told}")
-                del self._conflicts[kind]
-        return found
-
-    async def _observe(
-        self, spec: InferenceModelSpec, pods: list[PodInfo], now: float
-    ) -> list[sleep_policy.EngineView]:
-        # Who is acting, once: a step that ends while the probes below are out must not make
-        # its engine look idle with the answer it gave before that step (a finished sleep
-        # would look like a drain cut off, and be sent again).
-        acting = {p.name for p in pods if self.memory.engine(p.name, now=now).acting}
-        targets = [
-            p
-            for p in pods
-            if p.ready
-            and p.name not in acting
-            and (engine := self.memory.engine(p.name, now=now)) is not None
-            and probing.probe_due(
-                probing.ProbeFacts(
-                    last_probe=engine.last_probe,
-                    answered=engine.probe_failures == 0,
-                    sleeping=engine.sleeping,
-                    label=engine.label_of(p),
-                    direct_activity=engine.direct_activity,
-                    last_activity=engine.last_activity,
-                    followed=spec.pool is not None and self.traffic(self.namespace, p.name) is None,
-                ),
-                idle_after=spec.idle_after_seconds,
-                now=now,
-                interval=self.settings.probe_interval,
-                drift=self.settings.drift_interval,
-            )
-        ]
-        probes = await asyncio.gather(
-            *(self._probe(spec, p, self.memory.engine(p.name, now=now)) for p in targets)
-        )
-        results = {p.pod: p for p in probes}
-        probed_at = time.time()  # the answers are no older than this
-        port = spec.engine.port
-        learning = [
-            (p, engine, process)
-            for p in pods
-            if p.ready
-            and p.name not in acting
-            and (engine := self.memory.engine(p.name, now=now)).answered
-            and (process := process_of(p, port)) is not None
-        ]
-        if spec.engine.kind == SGLANG:
-            urls = [(engine_url(spec, p), e, process) for p, e, process in learning]
-            await sglangops.learn_server_info(self.executor.http, urls)
-        else:
-            await learn_versions(
-                self.executor.http,
-                [(engine_url(spec, p), e, r, facts_of(p, e, r)) for p, e, r in learning],
-            )
-        views = []
-        for pod in pods:
-            engine = self.memory.engine(pod.name, now=now)
-            process = process_of(pod, port)
-            _new_run(self.memory, pod.name, engine, process)
-            if engine.sleep_blocked and engine.sleep_blocked != (pod.uid, self.memory.generation):
-                # A new pod under this name, or a new spec: worth one more try.
-                engine.sleep_blocked, engine.sleep_failures = None, 0
-                engine.last_sleep_failure = None
-                engine.sleep_failure_reason = engine.sleep_failure_message = ""
-            result = results.get(pod.name)
-            if result is not None:
-                note_reachability(pod.name, engine, result, self.emit)
-            told = note_answer(
-                self.memory,
-                engine,
-                pod,
-                spec,
-                result,
-                traffic=self.traffic(self.namespace, pod.name),
-                probed_at=probed_at,
-                now=now,
-                pace=self.pace,
-            )
-            if told is not None:
-                self.emit("Warning", EventReason.ENGINE_CONTRADICTS, f"{pod.name}: {told}")
-            pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
-            directive = pool.directive(pod.name) if pool is not None else Directive()
-            if spec.engine.kind == SGLANG:
-                sglangops.note_refusal(pod, engine, process, self.memory.generation, self.emit)
-                facts = sglangops.serve_facts(engine, process)
-            else:
-                facts = facts_of(pod, engine, process)
-            conduct = conduct_of(spec, facts, directive.level)
-            engine.conduct = conduct
-            views.append(
-                sleep_policy.EngineView(
-                    pod=pod.name,
-                    ready=pod.ready and not engine.deleted,
-                    label=engine.label_of(pod),
-                    # Not probed this cycle: what it last said (nothing it needs to say has
-                    # changed since; see policy/probing.py).
-                    sleeping=engine.sleeping if pod.ready else None,
-                    busy=engine.busy,
-                    last_activity=engine.last_activity,
-                    action_running=pod.name in acting,
-                    sleep_started=engine.sleep_started_of(pod),
-                    woke_at=engine.woke_at,
-                    sleep_sent=pod.sleep_sent,
-                    sleep_running=sleep_running(engine.sleeps_in_flight, facts.release),
-                    wake_failures=engine.wake_failures,
-                    last_failure=engine.last_failure,
-                    last_failure_reason=engine.last_failure_reason,
-                    pooled=pool_name is not None,
-                    pool_grant=directive.grant,
-                    pool_evict=directive.evict,
-                    pool_headroom=directive.headroom,
-                    pool_rewake=directive.rewake,
-                    pool_promised=directive.promised,
-                    pool_level=directive.level,
-                    pool_restart=directive.restart,
-                    sleep_level=(engine.sleep_level or pod.sleep_level) or None,
-                    sleep_failures=engine.sleep_failures,
-                    last_sleep_failure=engine.last_sleep_failure,
-                    sleep_blocked=engine.sleep_blocked is not None or conduct.level is None,
-                    fallback_level=conduct.level,
-                    drained_only=conduct.drained_only,
-                    quarantined=engine.integrity.quarantined and engine.integrity.of(process),
-                )
-            )
-        return views
-
-    async def _probe(self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory) -> Probe:
-        if spec.engine.kind == SGLANG:
-            return await self._probe_sglang(spec, pod, engine)
-        port = spec.engine.port
-        result = await probe(
-            self.prober,
-            engine_url(spec, pod),
-            pod.name,
-            share_known=engine.gpu_share is not None,
-            # An engine that never answered is unlabelled, so unroutable: its first probe goes
-            # before the routine probes of engines already published.
-            urgent=first_try(engine),
-            # Models take turns: one with many slow engines delays this one by a turn at most.
-            owner=(self.namespace, self.name),
-            confirm_awake=engine.label_of(pod) in DOUBTED
-            and not awake_gauge_believed(facts_of(pod, engine, process_of(pod, port)).release),
-        )
-        if result.reason:
-            self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
-        return result
-
-    async def _probe_sglang(
-        self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory
-    ) -> Probe:
-        """As _probe, for an SGLang server: asleep is what its pod says was released."""
-        result = await sglangops.probe(
-            self.prober,
-            engine_url(spec, pod),
-            pod.name,
-            outstanding=sglangops.outstanding_of(pod, process_of(pod, spec.engine.port)),
-            urgent=first_try(engine),
-            owner=(self.namespace, self.name),
-        )
-        if result.reason:
-            self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()
-        return result
-
 
 def _latest(*times: float | None) -> float | None:
     return max((t for t in times if t is not None), default=None)
-
-
-# Labels under which an engine's gauge saying awake is asked again of /is_sleeping, on the
-# releases where a partial wake reads awake there (policy/releases.py).
-DOUBTED = (EngineState.ASLEEP, EngineState.WAKING, EngineState.FAILED)
-
-
-def _new_run(memory: ModelMemory, pod: str, engine: EngineMemory, process: Process) -> None:
-    """A new run of an engine (its container restarted) is checked afresh: its records were
-    of the run before, and so was a quarantine for answering differently."""
-    if engine.integrity.process is None or engine.integrity.of(process):
-        return
-    engine.integrity = Integrity(process=process)
-    if engine.last_failure_reason in (
-        FailureReason.OUTPUT_MISMATCH,
-        FailureReason.WEIGHTS_MISMATCH,
-    ):
-        engine.wake_failures, engine.last_failure = 0, None
-        engine.last_failure_reason = engine.last_failure_message = ""
-        if memory.failure is not None and memory.failure[0] == pod:
-            memory.failure = None

@@ -14,8 +14,8 @@ from snooze.engine.client import SleepState
 from snooze.engine.errors import EngineError
 from snooze.engine.probe import Prober
 from snooze.kube.pods import PodInfo
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import UNREACHABLE_AFTER, EngineMemory, ModelMemory, process_of
-from snooze.operator.model.actions import Emit
 from snooze.policy import probing
 from snooze.policy.brakes import Claim, Pace, hear, telling
 

@@ -17,8 +17,8 @@ from snooze.api.models import DesiredState, EngineState, InferenceModelSpec
 from snooze.api.times import format_time
 from snooze.kube.api import KubeApi, KubeError, models_ref
 from snooze.kube.pods import PodInfo
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import ModelMemory
-from snooze.operator.model.actions import Emit
 from snooze.operator.status.conditions import ConditionValue
 from snooze.operator.traffic.pickers import PickerQueues
 from snooze.policy.sleep import EngineView

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from snooze.api.agreed import (
@@ -28,6 +28,7 @@ from snooze.kube.api import (
     pods_ref,
 )
 from snooze.kube.pods import PodInfo
+from snooze.operator.events.emit import Emit
 from snooze.operator.model.actions import engine_url
 from snooze.operator.model.readiness import gate_patch
 from snooze.operator.model.scaling import scale_path
@@ -44,7 +45,7 @@ async def release(
     raw_spec: dict[str, Any],
     status: InferenceModelStatus,
     pods: Sequence[PodInfo],
-    emit: Callable[[str, str, str], None],
+    emit: Emit,
 ) -> None:
     """Wake every sleeping engine, drop Snooze's marks from the pods, restore the replicas.
 

@@ -14,9 +14,9 @@ from snooze.api.times import moment
 from snooze.kube.api import KubeApi, models_ref
 from snooze.kube.pods import PodInfo
 from snooze.kube.writes import WriteYielded, urgent
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import ModelMemory
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.model.actions import Emit
 from snooze.operator.model.foresight import Foresight
 from snooze.operator.settings import Settings
 from snooze.operator.status import model as status

@@ -13,9 +13,9 @@ from snooze.api.models import EngineState, InferenceModelSpec, ScaleTargetRef
 from snooze.api.reasons import FailureReason
 from snooze.kube.api import MERGE_PATCH, KubeApi, NotFound
 from snooze.kube.writes import urgent
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import ModelMemory
 from snooze.operator.metrics import OperatorMetrics
-from snooze.operator.model.actions import Emit
 from snooze.policy.scale import ScaleDecision, ScaleKind, ScaleView
 from snooze.policy.sleep import EngineView
 

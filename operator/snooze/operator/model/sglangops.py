@@ -16,8 +16,8 @@ from snooze.engine.probe import Prober
 from snooze.engine.sglang import SGLangClient
 from snooze.engine.sglangfacts import SGLangFacts
 from snooze.kube.pods import PodInfo
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import EngineMemory, outstanding_of
-from snooze.operator.model.actions import Emit
 from snooze.operator.model.observe import Probe
 from snooze.policy.knownbugs import SGLANG, ServeFacts, sglang_refusal
 from snooze.policy.runs import Process

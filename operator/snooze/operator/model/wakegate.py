@@ -13,6 +13,7 @@ from snooze.api.eventreasons import EventReason
 from snooze.api.models import EngineState, InferenceModelSpec
 from snooze.api.reasons import FailureReason
 from snooze.kube.pods import PodInfo
+from snooze.operator.events.emit import Emit
 from snooze.operator.memory import EngineMemory, ModelMemory, process_of
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.model.stepwords import AFTER_WAKE, with_weights
@@ -21,8 +22,6 @@ from snooze.policy.integrity import Check, Verdict
 
 log = logging.getLogger(__name__)
 
-# (event type, reason, message) -> posted as a Kubernetes Event on the InferenceModel.
-Emit = Callable[[str, str, str], None]
 # Publishes a pod's state label (and annotations): the Executor's own label().
 Label = Callable[..., Awaitable[None]]
 

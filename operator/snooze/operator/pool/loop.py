@@ -19,6 +19,7 @@ from snooze.api.models import GROUP, VERSION, InferenceModelSpec, SpecError
 from snooze.api.modelstatus import merge_patch
 from snooze.kube.api import KubeApi, Ref
 from snooze.kube.pods import PodInfo
+from snooze.operator.events.emit import Emit
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pool.members import gather
 from snooze.operator.pool.snapshot import MemberSource, ModelSnapshot, pool_name_of
@@ -40,7 +41,6 @@ from snooze.policy.probing import Traffic
 from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
-Emit = Callable[[str, str, str], None]
 
 
 def pools_ref(namespace: str) -> Ref:
