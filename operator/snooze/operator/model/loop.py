@@ -29,7 +29,6 @@ from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.model import wakerequest
 from snooze.operator.model.actions import Executor
 from snooze.operator.model.foresight import Foresight
-from snooze.operator.model.pickerwake import PickerWaker
 from snooze.operator.model.reporter import StatusReporter
 from snooze.operator.model.scaling import Scaler, Workload
 from snooze.operator.model.selection import NO_NEIGHBOURS, Neighbours, PodChooser, Selection
@@ -40,6 +39,7 @@ from snooze.operator.pool.snapshot import ModelSnapshot, take_snapshot
 from snooze.operator.settings import Settings, sleep_timeout
 from snooze.operator.status import model as status
 from snooze.operator.traffic.pickers import PickerQueues
+from snooze.operator.traffic.pickerwake import PickerWaker
 from snooze.policy import claims, probing
 from snooze.policy import scale as scale_policy
 from snooze.policy import schedule as schedule_policy
@@ -421,7 +421,7 @@ class ModelLoop:
     ) -> None:
         """Follow the endpoint pickers of the pools that serve the model (those that select its
         pods, or at zero the pods its workload will make), and act on what they queue for it
-        (operator/model/pickerwake.py)."""
+        (operator/traffic/pickerwake.py)."""
         self.picker.follow(
             pods=pods,
             template=workload.template_labels if workload is not None else None,

@@ -115,7 +115,7 @@ def build(
     `selector` and `namespace` (the spec's, as a label selector string) explain a model that
     selects no pod; `can_wake` says whether a request may wake it (wake.onRequest, and no
     desiredState: Asleep); `verify` is spec.wake.verify; `picker`: whether the endpoint
-    pickers of a model behind InferencePools can be read (operator/model/pickerwake.py)."""
+    pickers of a model behind InferencePools can be read (operator/traffic/pickerwake.py)."""
     conflicts = conflicts or Conflicts()
     shared = conflicts.shared
     every = pods

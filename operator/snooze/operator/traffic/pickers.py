@@ -1,7 +1,7 @@
 """The endpoint pickers' queues: for each model, the Inference Extension's InferencePools that
 select its pods, and the requests their pickers hold for it (operator/traffic/pickerpage.py), so
 that a request queued there wakes the model as one held at Snooze's gateway does
-(model/pickerwake.py).
+(pickerwake.py).
 
 Every `refresh` seconds (the probe interval) the pools of the namespaces with models are listed
 and each picker's Service is resolved to its ready endpoints on its metrics port; every
