@@ -16,9 +16,11 @@ FENCE = re.compile(r"^( *)```(\S*)\s*$")
 
 
 def pages() -> list[Path]:
-    """Every page whose commands are run by tests: the README, docs/ and the chart's README."""
+    """Every page whose commands are run by tests: the README, CONTRIBUTING.md, docs/ and the
+    chart's README."""
     return [
         ROOT / "README.md",
+        ROOT / "CONTRIBUTING.md",
         *sorted((ROOT / "docs").rglob("*.md")),
         ROOT / "charts" / "snooze" / "README.md",
     ]

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from snooze import __version__
+from snooze.extras import missing
 
 # Subcommand -> (module, one-line help). Each module offers `add_arguments(parser)` and
 # `run(args) -> int`, and imports its heavy parts (kopf, aiohttp) inside `run`, so that
@@ -32,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "whatif": (
         "snooze.whatif.cli",
         "replay a request trace through the policy: what each policy costs and holds",
+    ),
+    "check": (
+        "snooze.check.cli",
+        "check a cluster, or engines, for what Snooze needs: one line per check, what to fix",
     ),
     "demo": ("snooze.demo.cli", "run the whole system on this machine with a traffic scenario"),
 }
@@ -100,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"snooze {__version__}")
     subcommands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
+        if missing(name):  # listed, not imported: main() says what to install
+            subcommands.add_parser(name, help=f"{help_text} (not installed here)")
+            continue
         sub = subcommands.add_parser(name, help=help_text, description=help_text)
         module = importlib.import_module(module_name)
         module.add_arguments(sub)
@@ -110,7 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # The first word that is not an option names the subcommand (the top level has no option
+    # that takes a value). A part this install lacks gets one line, before any import of it.
+    command = next((word for word in words if not word.startswith("-")), None)
+    if command is not None and (reason := missing(command)):
+        print(reason, file=sys.stderr)
+        return 2
+    args = build_parser().parse_args(words)
     if args.command in LOGGING:
         configure_logging(args.log_level, args.log_format)
     module = importlib.import_module(args._module)

@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import buildcontext
 import kubernetes
 import yaml
 from controlplane import ROOT, ClusterError, ControlPlane, Process, binaries, kubeconfig
@@ -32,9 +33,10 @@ chart's default image (values.yaml), which the examples name too."""
 KWOK_CONFIG = Path(__file__).with_name("kwok.yaml")
 
 
-def snooze_image() -> Image:
+def snooze_image(workdir: Path) -> Image:
     """The operator image (images/operator/Dockerfile) as the runtime runs it: its ENTRYPOINT
-    and ENV, with the tree under test in place of the image's installed package."""
+    and ENV, with the package as its build context holds it (no sandbox, no demo: what the
+    cluster runs must not need them) in place of the image's installed copy."""
     dockerfile = (ROOT / "images" / "operator" / "Dockerfile").read_text()
     entry = re.search(r'^ENTRYPOINT \["([^"]+)"\]', dockerfile, re.M)
     if entry is None:
@@ -42,8 +44,9 @@ def snooze_image() -> Image:
     # The image's `snooze` is `python -m snooze.cli` from /opt/snooze; here, from this tree.
     if entry.group(1) != "snooze":
         raise ClusterError(f"the image's entry point is {entry.group(1)!r}, not snooze")
+    context = buildcontext.image_context(workdir / "image")
     env = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONPATH": str(ROOT / "operator")}  # fmt: skip
+           "PYTHONPATH": str(context / "operator")}  # fmt: skip
     return Image(entrypoint=[sys.executable, "-m", "snooze.cli"], env=env, cmd=["--help"])
 
 
@@ -110,12 +113,13 @@ class LocalCluster:
             self.kwok.healthy = self._node_ready
             self.kwok.start()
             self.kwok.wait_healthy(60)
+            image = snooze_image(self.workdir)
             self.runtime = Runtime(
                 client=self.client,
                 node=NODE,
                 network=self.network,
                 workdir=self.workdir,
-                images={name: snooze_image() for name in (IMAGE, chart_image())},
+                images={name: image for name in (IMAGE, chart_image())},
                 api_host=self.network.gateway,
                 api_port=self.control.api_port,
                 ca=self.control.ca.cert,

@@ -71,6 +71,13 @@ class Namespace:
                 )
             )
 
+    def start_sandbox(self, log: Path) -> None:
+        """`snooze sandbox` on the namespace's port 6443, its kubeconfig at KUBECONFIG."""
+        snooze = (sys.executable, "-m", "snooze.cli")
+        self.start(*snooze, "sandbox", "--port", "6443", "--kubeconfig", "/tmp/kubeconfig",
+                   log=log)  # fmt: skip
+        wait_for("the sandbox's kubeconfig", lambda: "kubeconfig written" in log.read_text())
+
     def run(self, command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [*self.prefix, "bash", "-c", command], env=self.env, capture_output=True,
@@ -102,12 +109,7 @@ def test_the_clients_commands_list_the_models(namespace: Namespace, tmp_path: Pa
     [block] = docs_pages.command_blocks(docs_pages.section(PAGE, "## Clients"))
     assert f"http://{SERVICE}/v1" in block.body
     snooze = (sys.executable, "-m", "snooze.cli")
-    namespace.start(*snooze, "sandbox", "--port", "6443", "--kubeconfig", "/tmp/kubeconfig",
-                    log=tmp_path / "sandbox.log")  # fmt: skip
-    wait_for(
-        "the sandbox's kubeconfig",
-        lambda: "kubeconfig written" in (tmp_path / "sandbox.log").read_text(),
-    )
+    namespace.start_sandbox(tmp_path / "sandbox.log")
     for manifest in ("crds/", "examples/sandbox/chat.yaml"):
         done = namespace.run(f"kubectl apply -f {manifest}")
         assert done.returncode == 0, done.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import struct
 import subprocess
 import sys
@@ -159,16 +158,6 @@ def test_the_timeline_is_drawn(run: tuple[subprocess.CompletedProcess[str], Path
     assert 600 <= width <= 2000 and 400 <= height <= 2000
     assert "timeline: " in result.stdout
     assert "wake p50" in result.stdout  # the summary table
-
-
-def test_a_busy_port_is_refused(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        result = demo("--port", str(port), "--out", str(tmp_path), timeout=30)
-    assert result.returncode == 2
-    assert f"snooze demo: port {port} is in use; pick another with --port" in result.stdout
 
 
 def test_the_dashboard_is_plotted_from_prometheus(

@@ -35,6 +35,22 @@ def body(model: str, **extra: Any) -> dict[str, Any]:
     return {"model": model, "messages": MESSAGES, "max_tokens": 2, **extra}
 
 
+def run_as_printed(
+    cluster: Cluster, command: str, tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    """A kubectl command a 503 printed, run on the sandbox as a person would; it succeeds."""
+    kubeconfig = cluster.sandbox.write_kubeconfig(tmp_path / "kubeconfig")
+    shown = subprocess.run(
+        [*shlex.split(command), "--kubeconfig", str(kubeconfig)],
+        env={**os.environ, "KUBECACHEDIR": str(tmp_path / "cache")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    return shown
+
+
 @pytest.mark.needs("kubectl")
 def test_a_known_wake_failure_answers_held_requests_at_once(
     cluster: Cluster, operator: OperatorThread, gateway: GatewayThread, tmp_path: Path
@@ -66,15 +82,7 @@ def test_a_known_wake_failure_answers_held_requests_at_once(
     # The command it says shows more works as printed, and shows the failure.
     command = re.search(r"`(kubectl [^`]+)`", error["message"])
     assert command, error["message"]
-    kubeconfig = cluster.sandbox.write_kubeconfig(tmp_path / "kubeconfig")
-    shown = subprocess.run(
-        [*shlex.split(command.group(1)), "--kubeconfig", str(kubeconfig)],
-        env={**os.environ, "KUBECACHEDIR": str(tmp_path / "cache")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert shown.returncode == 0, shown.stderr
+    shown = run_as_printed(cluster, command.group(1), tmp_path)
     assert "HybridKVCacheReinit" in shown.stdout
     assert ".. " not in error["message"]
     final = json.loads(events[-1].removeprefix("data: "))

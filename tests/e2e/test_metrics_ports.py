@@ -239,24 +239,6 @@ def test_a_request_trickled_a_byte_at_a_time_is_cut_at_the_head_timeout(
     assert served.unanswered() == []
 
 
-@pytest.mark.parametrize(
-    ("flag", "what"), [("--metrics-port", "metrics"), ("--liveness-port", "the liveness probe")]
-)
-def test_a_port_taken_stops_the_operator_with_one_line(
-    cluster: Cluster, tmp_path: Path, flag: str, what: str
-) -> None:
-    with socket.socket() as taken:
-        taken.bind(("0.0.0.0", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        process = Process(tmp_path / "operator.log", "operator", flag, str(port))
-        assert process.wait() == 1
-    assert process.output() == (
-        f"snooze operator: cannot serve {what} on port {port} (Address already in use): "
-        f"stop what holds it, or give another {flag}\n"
-    )
-
-
 # A flood beyond the port's room, and its control: as many connections as fit without
 # replacing any.
 FLOOD = 300

@@ -72,7 +72,10 @@ def test_a_member_whose_sleep_keeps_its_memory_is_found_out_and_the_neighbour_se
     assert wait_for("the status", lambda: untrusted(cluster).get("a-0")) is True
     assert not untrusted(cluster)["b-0"] and not untrusted(cluster)["c-0"]
     # c's own failure says what happened, not that an engine outside the pool holds memory.
-    [failed] = [e["message"] for e in cluster.events("WakeFailed")]
+    # (The operator writes its Events from a queue, after every other write: waited for.)
+    [failed] = wait_for(
+        "c's WakeFailed Event", lambda: [e["message"] for e in cluster.events("WakeFailed")]
+    )
     assert "GPUPool gpu-0 had counted room for it" in failed, failed
     assert "put it in the same GPUPool" not in failed
     conditions = {c["type"]: c for c in pool_status(cluster)["conditions"]}

@@ -60,9 +60,17 @@ def test_asleep_then_zero_then_back(
         DEPLOYMENTS, json=deployment("chat", replicas=2, labels=LABELS)
     ).raise_for_status()
     wait_for("two pods", lambda: len(live_pods(cluster)) == 2)
-    cluster.create_model("chat", SPEC)
+    # Each tier is held while the test looks at it, then let go: with both tiers' clocks
+    # running from the model's creation, the Asleep phase lasts scaleToZeroAfter minus the
+    # pods' start and sleep, no time at all on a loaded machine.
+    cluster.create_model("chat", {**SPEC, "scaleToZeroAfter": "1h"})
 
-    wait_for("Asleep first", lambda: cluster.status("chat").get("phase") == "Asleep")
+    wait_for(
+        "Asleep first",
+        lambda: (s := cluster.status("chat")).get("phase") == "Asleep" and s.get("asleep") == 2,
+    )
+    assert replicas(cluster) == 2
+    cluster.patch_model("chat", {"spec": {"scaleToZeroAfter": SPEC["scaleToZeroAfter"]}})
     zero = wait_for(
         "ScaledToZero", lambda: (s := cluster.status("chat")).get("phase") == "ScaledToZero" and s
     )
@@ -71,6 +79,8 @@ def test_asleep_then_zero_then_back(
     wait_for("pods gone", lambda: live_pods(cluster) == [])
     wait_for("a ScaledToZero event", lambda: cluster.events("ScaledToZero"))
 
+    # Back, it stays awake while looked at (idle.after 1s would put it to sleep again).
+    cluster.patch_model("chat", {"spec": {"idle": {"after": "1h"}, "scaleToZeroAfter": "2h"}})
     cluster.request_wake("chat")
     wait_for("scaled back to 2", lambda: replicas(cluster) == 2)
     status = wait_for(

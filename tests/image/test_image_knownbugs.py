@@ -36,8 +36,11 @@ def test_the_rows_are_the_operators_own() -> None:
     ],
 )
 def test_the_arguments_are_read_as_the_operator_reads_them(line: str) -> None:
-    theirs = serve_args({"containers": [{"args": line.split()}]})
-    assert dataclasses.asdict(parse_serve_args(line)) == dataclasses.asdict(theirs)
+    theirs = dataclasses.asdict(serve_args({"containers": [{"args": line.split()}]}))
+    ours = dataclasses.asdict(parse_serve_args(line))
+    # The operator reads more of the arguments (sleep mode, a --config file) for other ends:
+    # what the known-bug rows read is read alike.
+    assert ours == {key: theirs[key] for key in ours}
 
 
 def check(python: Any, vllm: Path, entry_points: Path, *argv: str) -> Any:

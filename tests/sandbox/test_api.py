@@ -397,3 +397,28 @@ def test_merge_patch_of_spec_keeps_system_metadata(client: kubernetes.client.Api
     assert (after.name, after.namespace, after.uid) == (before.name, before.namespace, before.uid)
     assert after.creation_timestamp == before.creation_timestamp
     assert int(after.resource_version) > int(before.resource_version)
+
+
+def test_an_access_review_is_answered_as_an_authorizer_that_allows_everything(
+    client: kubernetes.client.ApiClient, sandbox: Sandbox
+) -> None:
+    """The sandbox has no RBAC: a SelfSubjectAccessReview (impersonating anyone, as everyone
+    may) is answered allowed, as kube-apiserver --authorization-mode=AlwaysAllow answers it,
+    and nothing is stored."""
+    authorization = kubernetes.client.AuthorizationV1Api(client)
+    review = kubernetes.client.V1SelfSubjectAccessReview(
+        spec=kubernetes.client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=kubernetes.client.V1ResourceAttributes(
+                verb="patch", group="snooze.dev", resource="inferencemodels", subresource="status"
+            )
+        )
+    )
+    client.default_headers["Impersonate-User"] = "system:serviceaccount:snooze:snooze-operator"
+    try:
+        answer = authorization.create_self_subject_access_review(review)
+    finally:
+        del client.default_headers["Impersonate-User"]
+    assert answer.status.allowed is True
+    assert answer.spec.resource_attributes.subresource == "status"
+    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    assert client.call_api("GET", sandbox.url + path).status == 405

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-COMMANDS = ["crd", "sim", "sandbox", "operator", "gateway", "demo"]
+COMMANDS = ["crd", "sim", "sandbox", "operator", "gateway", "check", "demo"]
 
 
 def test_every_subcommand_is_listed() -> None:

@@ -168,7 +168,14 @@ def test_each_counter_increment_is_an_incident() -> None:
 
 
 def test_a_pod_is_loading_until_ready_then_its_label() -> None:
-    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    # As the demo's ReplicaSet stand-in marks a pod once its engine has loaded.
+    ready = {
+        "status": {
+            "phase": "Running",
+            "podIP": "127.0.0.2",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+    }
     assert pod_state({"metadata": {"labels": {"snooze.dev/state": "waking"}}, **ready}) == "waking"
     assert pod_state({"metadata": {}, **ready}) == "awake"
     assert pod_state({"metadata": {"labels": {"snooze.dev/state": "awake"}}}) == "loading"

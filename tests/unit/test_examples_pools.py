@@ -22,8 +22,7 @@ from snooze.api import agreed, gpupool, models
 from snooze.api.gpupool import GPUPoolSpec
 from snooze.api.models import InferenceModelSpec
 from snooze.api.quantities import GIB, format_gib, parse_quantity
-from snooze.kube.pods import pod_info
-from snooze.operator.pool.snapshot import pool_name_of
+from snooze.kube.pods import pod_info, pool_name_of
 from snooze.policy.pool.decision import (
     Member,
     MemberState,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from snooze.gateway.headers import forward_headers
-from snooze.gateway.hold import known_failure
+from snooze.gateway.hold import known_failure, nothing_to_wake
 from snooze.gateway.model import Model, model_from
 from snooze.gateway.router import Router, pick
 from snooze.gateway.wake import wake_pending
@@ -211,3 +211,59 @@ def test_a_failed_wait_says_which_kubectl_command_shows_why(outcome: str) -> Non
     assert "`kubectl describe im` in the model's namespace" in anonymous
     assert "team-a" not in anonymous and "chat-im" not in anonymous
     assert "inferencemodel " not in named + anonymous
+
+
+def without_pods(
+    *, reason: str = "NoPods", observed: int | None = 3, generation: int = 3, **spec: object
+) -> Model:
+    """A model whose Ready condition is False with `reason`, computed from generation
+    `observed` of its spec."""
+    ready = {
+        "type": "Ready", "status": "False", "reason": reason, "message": "none",
+        "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": observed,
+    }  # fmt: skip
+    return model_from(
+        {
+            "metadata": {"namespace": "ns", "name": "m", "generation": generation},
+            "spec": {"selector": {"matchLabels": {"app": "m"}}, **spec},
+            "status": {"modelName": "m", "conditions": [ready]},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "pods", "answered"),
+    [
+        (without_pods(), [], True),
+        # A pod the status does not know yet (starting, or come since): waited for.
+        (without_pods(), [labelled("p0", "asleep", ready=False)], False),
+        # A workload that a wake scales up from zero: woken.
+        (without_pods(scaleTargetRef={"kind": "Deployment", "name": "m"}), [], False),
+        # Said of an older spec (its selector has changed since), or of no known spec.
+        (without_pods(observed=2), [], False),
+        (without_pods(observed=None), [], False),
+        # Pods selected, none Ready yet: they may yet serve.
+        (without_pods(reason="NoEngines"), [], False),
+    ],
+)
+def test_nothing_to_wake_only_when_nothing_will_come(
+    model: Model, pods: list[PodInfo], answered: bool
+) -> None:
+    assert nothing_to_wake(model, pods, coming_back=0.0) is answered
+    # A pod gone so lately that its controller may be recreating it: waited for.
+    assert not nothing_to_wake(model, pods, coming_back=0.5)
+
+
+def test_no_engines_says_what_shows_the_pods() -> None:
+    """The selector, quoted for a shell, and the namespace only with --expose-model-status."""
+    from snooze.gateway.inference import no_engines
+
+    model = without_pods(
+        selector={"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]}
+    )
+    named = no_engines(model, name_it=True)
+    assert "(NoPods)" in named and "scaleTargetRef" in named
+    assert "`kubectl get pods -l 'tier in (a,b)' -n ns`" in named
+    anonymous = no_engines(model, name_it=False)
+    assert "`kubectl describe im` in the model's namespace" in anonymous
+    assert "tier" not in anonymous and " ns" not in anonymous

@@ -11,8 +11,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from snooze.gateway.model import model_from
-from snooze.gateway.registry import MODELS, PODS, Registry, resolve
+from snooze.gateway.registry import (
+    MODELS,
+    POD_RETURN_SECONDS,
+    PODS,
+    Departures,
+    Registry,
+    resolve,
+)
 from snooze.gateway.watch import follow
+from snooze.kube.pods import pod_info
 
 
 def model(
@@ -30,10 +38,14 @@ def model(
 
 
 def claims(name: str, pods: dict[str, str], *, conflict: bool | None = None) -> dict[str, Any]:
-    """A status as the operator writes it: the name it routes by, pods, maybe a Conflict."""
+    """A status as the operator writes it: the name it routes by, pods, maybe a Conflict (with
+    every field the CRD requires of a condition)."""
     conditions = []
     if conflict is not None:
-        conditions.append({"type": "Conflict", "status": str(conflict), "message": "taken"})
+        conditions.append(
+            {"type": "Conflict", "status": str(conflict), "reason": "ModelNameTaken",
+             "message": "taken", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        )  # fmt: skip
     return {
         "modelName": name,
         "pods": [{"name": p, "state": s, "uid": f"uid-{p}"} for p, s in pods.items()],
@@ -128,6 +140,51 @@ def test_refusals_say_what_to_change() -> None:
     assert "onRequest" in (model_from(model("a", wake={"onRequest": False})).refusal() or "")
     invalid = model_from({"metadata": {"namespace": "ns", "name": "bad"}, "spec": {}})
     assert invalid.phase == "Invalid" and "selector" in (invalid.refusal() or "")
+
+
+def test_a_pod_gone_counts_as_coming_back_for_a_while() -> None:
+    """Its controller may be recreating it: for POD_RETURN_SECONDS after the last one of a
+    selector went, and only for that selector's namespace."""
+    now = [100.0]
+    departures = Departures(clock=lambda: now[0])
+    chat = model_from(model("chat"))
+    assert chat.spec is not None
+    selector = chat.spec.selector
+    assert departures.left("ns", selector) == 0.0
+    departures.add(pod_info(pod("p0", "chat")))
+    now[0] += 4
+    departures.add(pod_info(pod("p1", "chat")))
+    departures.add(pod_info(pod("other", "else")))
+    now[0] += 1
+    assert departures.left("ns", selector) == POD_RETURN_SECONDS - 1
+    assert departures.left("elsewhere", selector) == 0.0
+    now[0] += POD_RETURN_SECONDS
+    assert departures.left("ns", selector) == 0.0
+
+    # The registry counts a pod deleted, or missing from a fresh list, as gone; not one that
+    # a fresh list still holds.
+    registry = Registry(scopes=[None])
+    registry.replace(MODELS, None, [model("chat")])
+    registry.replace(PODS, None, [pod("p0", "chat"), pod("p1", "chat")])
+    registry.replace(PODS, None, [pod("p0", "chat"), pod("p1", "chat")])
+    assert registry.coming_back(chat) == 0.0
+    registry.replace(PODS, None, [pod("p0", "chat")])
+    assert registry.coming_back(chat) > POD_RETURN_SECONDS - 1
+    registry.apply(PODS, "DELETED", pod("p0", "chat"))
+    assert registry.pods_of(chat) == [] and registry.coming_back(chat) > 0
+
+
+def test_a_status_field_it_cannot_read_is_dropped_and_the_rest_kept() -> None:
+    """Read as the operator reads it (parse_status): a field of the wrong type, from an older
+    or newer release, costs that field alone, never the model's routing."""
+    status = claims("llm", {"p0": "awake"}, conflict=False)
+    status.update(lastWakeSeconds="soon", phase="Sleepy", scaledToZeroTime="2026-01-01T00:00:00Z")
+    status["pods"][0]["since"] = "yesterday"
+    read = model_from(model("chat", status=status))
+    assert read.holds("llm") and read.conflict is None
+    assert read.status_pods["p0"].state == "awake" and read.status_pods["p0"].uid == "uid-p0"
+    assert read.last_wake_seconds is None and read.phase == "Pending"
+    assert read.scaled_to_zero_at == 1767225600.0
 
 
 class FlakyApi:

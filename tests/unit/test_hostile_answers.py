@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
+from test_engine_client_sim import until
 
 from snooze.engine import http as http_module
 from snooze.engine.activity import ActivityReader, SleepState, parse_activity
@@ -280,33 +281,39 @@ def answering(page: bytes) -> Reply:
     return reply
 
 
+# The lease: long next to a loaded machine's pauses (an answer from the engine beside it must
+# come within it, or that engine too counts as slow), short next to the drips' deadlines.
+LEASE = 0.5
+NEVER_ENDS = 30.0  # a drip's deadline no test waits for: its task is cancelled
+
+
 async def test_a_slow_engine_holds_a_shared_slot_no_longer_than_its_lease() -> None:
     ok = (GAUGES + AWAKE).encode()
     async with (
         engine(dripping(ok, 0.05)) as slow,
         engine(answering(ok)) as quick,
-        EngineHttp(limit=1, lease=0.1) as http,
+        EngineHttp(limit=1, lease=LEASE) as http,
     ):
 
-        async def get(url: str) -> object:
-            return await http.request("GET", url + "/metrics", total=1.0, connect=1.0)
+        async def get(url: str, total: float = 5.0) -> object:
+            return await http.request("GET", url + "/metrics", total=total, connect=5.0)
 
-        dripping_one = asyncio.create_task(get(slow))
+        dripping_one = asyncio.create_task(get(slow, NEVER_ENDS))
         await asyncio.sleep(0)  # it holds the only slot
-        async with asyncio.timeout(0.8):  # long before the drip's deadline ends
+        async with asyncio.timeout(NEVER_ENDS / 2):  # long before the drip's deadline ends
             await get(quick)
-        assert not dripping_one.done()
-        with pytest.raises(TimeoutError):
-            await dripping_one
+        assert not dripping_one.done()  # it gave its slot back, and goes on without
         assert http.is_slow(slow) and not http.is_slow(quick)
         # From now on its requests wait for slots of their own: the shared one stays free.
-        again = asyncio.create_task(get(slow))
-        await asyncio.sleep(0.05)
-        async with asyncio.timeout(0.5):
+        again = asyncio.create_task(get(slow, NEVER_ENDS))
+        async with asyncio.timeout(NEVER_ENDS / 2):
             await get(quick)
-        again.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await again
+        assert not again.done()
+        for task in (dripping_one, again):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        assert http.overtime == 0
 
 
 async def test_requests_past_their_lease_go_on_without_a_slot_only_up_to_a_bound(
@@ -323,21 +330,21 @@ async def test_requests_past_their_lease_go_on_without_a_slot_only_up_to_a_bound
         EngineHttp(limit=1, lease=0.05) as http,
     ):
 
-        async def get(url: str, total: float) -> object:
-            return await http.request("GET", url + "/metrics", total=total, connect=1.0)
+        async def get(url: str, total: float = NEVER_ENDS) -> object:
+            return await http.request("GET", url + "/metrics", total=total, connect=5.0)
 
-        out = asyncio.create_task(get(first, 0.6))
-        await asyncio.sleep(0.15)
-        assert http.overtime == 1  # past its lease, out without its slot
-        held = asyncio.create_task(get(second, 5.0))
-        await asyncio.sleep(0.15)
-        assert http.overtime == 1  # past its lease too, but it keeps the slot
-        waiting = asyncio.create_task(get(quick, 1.0))
-        await asyncio.sleep(0.15)
-        assert not waiting.done()
-        with pytest.raises(TimeoutError):
+        out = asyncio.create_task(get(first))
+        await until(lambda: http.overtime == 1, within=10)  # past its lease, out without its slot
+        held = asyncio.create_task(get(second))
+        await until(lambda: http.is_slow(second), within=10)  # past its lease too
+        assert http.overtime == 1  # but it keeps the slot: the bound is reached
+        waiting = asyncio.create_task(get(quick, 5.0))
+        await asyncio.sleep(0.3)  # six leases: the held one asks again at each, and is refused
+        assert not waiting.done() and not out.done()
+        out.cancel()  # the bound is free again
+        with contextlib.suppress(asyncio.CancelledError):
             await out
-        async with asyncio.timeout(2):  # the held one goes out at its next lease
+        async with asyncio.timeout(NEVER_ENDS / 2):  # the held one goes out at its next lease
             await waiting
         assert http.overtime == 1
         held.cancel()
@@ -352,12 +359,13 @@ async def test_a_slow_engine_that_answers_within_its_lease_is_slow_no_more() -> 
     async def reply(writer: asyncio.StreamWriter) -> None:
         await behaviour[0](writer)
 
-    async with engine(reply) as url, EngineHttp(limit=4, lease=0.1) as http:
+    # Nothing here waits for the lease: it is only the time the answer must come within.
+    async with engine(reply) as url, EngineHttp(limit=4, lease=2 * LEASE) as http:
         with pytest.raises(TimeoutError):
-            await http.request("GET", url + "/metrics", total=0.3, connect=1.0)
+            await http.request("GET", url + "/metrics", total=0.3, connect=5.0)
         assert http.is_slow(url)
         behaviour[0] = answering((GAUGES + AWAKE).encode())
-        await http.request("GET", url + "/metrics", total=1.0, connect=1.0)
+        await http.request("GET", url + "/metrics", total=5.0, connect=5.0)
         assert not http.is_slow(url)
 
 

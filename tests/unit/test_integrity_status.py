@@ -150,6 +150,14 @@ def test_wake_verified_is_not_true_while_a_weights_check_could_not_be_asked() ->
     assert "answers checked after each wake on 2 of 2 engines" in found.message
 
 
+def test_wake_verified_is_unknown_where_there_is_no_engine() -> None:
+    """A model with no pods: nothing is checked, so nothing is claimed (not "True ... on 0
+    engine(s)")."""
+    found = wake_verified([], verify=True)
+    assert (found.status, found.reason) == (None, "NoEngine")
+    assert "0 engine" not in found.message
+
+
 @pytest.mark.parametrize("output", list(Check))
 @pytest.mark.parametrize("weights", list(Check))
 def test_wake_verified_never_claims_a_check_on_no_engine(output: Check, weights: Check) -> None:

@@ -274,3 +274,37 @@ async def test_calls_waiting_for_a_slot_are_not_timed_out_by_the_wait(
         await api.aclose()
     assert answers == [{"items": []}] * 8
     assert calls["quick"] == 8  # none retried
+
+
+# ---------------------------------------------------------------------------------------------
+# Headers of the caller's
+
+
+async def test_a_callers_headers_go_with_the_logins(tmp_path: Path) -> None:
+    """Impersonation, say: the caller's headers are sent beside the login's own, which they do
+    not replace."""
+    seen: list[dict[str, str]] = []
+
+    async def review(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.json_response({"status": {"allowed": True}}, status=201)
+
+    app = web.Application()
+    app.router.add_post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    api = plain_api(tmp_path, f"http://127.0.0.1:{runner.addresses[0][1]}")
+    try:
+        path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+        as_operator = {"Impersonate-User": "system:serviceaccount:snooze:snooze-operator"}
+        answer = await api.request("POST", path, body={}, headers=as_operator)
+        await api.request("POST", path, body={})
+    finally:
+        await api.aclose()
+        await runner.cleanup()
+    assert answer == {"status": {"allowed": True}}
+    assert seen[0]["Impersonate-User"] == "system:serviceaccount:snooze:snooze-operator"
+    assert seen[0]["Authorization"] == "Bearer t"
+    assert "Impersonate-User" not in seen[1]  # only the call that asked

@@ -327,6 +327,34 @@ def test_host_memory_sends_the_overflow_to_level_two() -> None:
     assert dict(decide_pool(view).levels) == {"a-0": 1, "b-0": 2}
 
 
+def test_a_member_that_cannot_discard_keeps_its_host_memory_and_the_others_go_to_two() -> None:
+    # b's release cannot wake from level 2: it sleeps at level 1 whatever it is told, so its
+    # 16 GiB are counted first and a, first in eviction order, is told level 2.
+    view = pool(
+        member("a-0", weights=16 * GIB, last_used=NOW - 900),
+        member("b-0", weights=16 * GIB, last_used=NOW - 100, discards=False),
+        host_memory=24 * GIB,
+    )
+    assert dict(decide_pool(view).levels) == {"a-0": 2, "b-0": 1}
+
+
+def test_a_member_that_cannot_discard_never_sleeps_past_the_host_memory() -> None:
+    # Only b could make room for c, but its level-1 sleep would pin 16 GiB in the 8 GiB
+    # left: it stays awake, and the wake says why.
+    view = pool(
+        member("b-0", footprint=50 * GIB, weights=16 * GIB, last_used=NOW - 900, discards=False),
+        member("c-0", ASLEEP, level=2, footprint=50 * GIB),
+        asks={"c-0": NOW - 5},
+        host_memory=8 * GIB,
+    )
+    decision = decide_pool(view)
+    assert not decision.evict and not decision.grant
+    assert "whose weights hostMemory cannot hold" in decision.waiting[0].reason
+    # With the room, it is put to sleep at level 1.
+    roomy = decide_pool(replace(view, host_memory=16 * GIB))
+    assert set(roomy.evict) == {"b-0"} and roomy.levels["b-0"] == 1
+
+
 def test_a_copy_kept_after_a_wake_holds_host_memory_and_costs_nothing_more() -> None:
     # a slept at level 1 before and woke: its process keeps the pinned copy (PyTorch caches
     # it). It sleeps at level 1 again for nothing more; b, with no copy, finds 40 - 16 = 24
@@ -654,7 +682,9 @@ class World:
                 assert m.level == 1 and not m.host_copy and len(decision.evict) == 1
                 assert decision.levels[pod] == 1
                 self.priming[pod] = self.now
-            self.members[pod] = replace(m, state=DRAINING, level=decision.levels.get(pod, m.level))
+            # An engine that cannot discard sleeps at level 1 whatever it is told.
+            level = decision.levels.get(pod, m.level) if m.discards else 1
+            self.members[pod] = replace(m, state=DRAINING, level=level)
         for pod in decision.grant:
             m = self.members[pod]
             assert m.state is ASLEEP
@@ -672,13 +702,17 @@ def worlds(draw: st.DrawFn) -> World:
     for i in range(count):
         pod = f"m{i}-0"
         footprint = draw(st.integers(5, 40)) * GIB
-        wants_level[pod] = draw(st.sampled_from([1, 1, 2]))
+        # Some run a release that cannot wake from level 2: whatever is asked, they sleep at
+        # level 1 (their loop reports that level to the pool).
+        discards = draw(st.sampled_from([True, True, False]))
+        wants_level[pod] = draw(st.sampled_from([1, 1, 2])) if discards else 1
         members[pod] = member(
             pod,
             ASLEEP,
             footprint=footprint,
             weights=footprint // 2,
             level=wants_level[pod],
+            discards=discards,
             # Asleep at level 1, it holds its copy; at level 2, it may keep one from before.
             host_copy=wants_level[pod] == 1 or draw(st.booleans()),
             priority=draw(st.integers(-1, 1)),

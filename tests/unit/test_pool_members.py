@@ -21,10 +21,12 @@ from snooze.operator.events.emit import Emit
 from snooze.operator.handlers.lifecycle import pools_reading
 from snooze.operator.memory import EngineMemory, process_of
 from snooze.operator.metrics import POOL_EVICTION_REASONS, OperatorMetrics
+from snooze.operator.model.knownbugs import sleeps_at
 from snooze.operator.pool.loop import PoolHub, PoolLoop
 from snooze.operator.pool.members import Gathered, gather
 from snooze.operator.pool.snapshot import ModelSnapshot, take_snapshot
 from snooze.operator.traffic.gateways import GatewayTraffic
+from snooze.policy.knownbugs import ServeFacts
 from snooze.policy.pool.decision import (
     HEADROOM,
     PRIME,
@@ -156,6 +158,27 @@ def test_the_footprint_falls_back_to_the_engine_then_the_pod_args() -> None:
     source.engines["said-0"] = EngineMemory(last_activity=0.0, sleeping=False, gpu_share=0.5)
     members, _, _ = gathered(loop_over(source), parse_pool_spec({"memory": "80Gi"}), now=1.0)
     assert {m.pod: m.footprint for m in members} == {"args-0": 20 * GIB, "said-0": 40 * GIB}
+
+
+def test_a_member_whose_release_cannot_wake_from_level_two_counts_at_level_one() -> None:
+    # Its model asks level 2; vLLM 0.8.2 cannot reload weights, so its loop sleeps it at
+    # level 1: the pool counts that level, and that it can never discard.
+    spec = parse_spec(
+        {
+            "selector": {"matchLabels": {"app": "m"}},
+            "sleep": {"level": 2},
+            "pool": {"name": "gpu", "memory": "30Gi"},
+        }
+    )
+    pods = [pod("old-0", **READY), pod("new-0", **READY)]
+    source = Source("m", spec, pods)
+    for name, release in (("old-0", "0.8.2"), ("new-0", "0.33.0")):
+        engine = EngineMemory(last_activity=0.0, sleeping=False)
+        engine.sleeps_at = sleeps_at(spec, ServeFacts(version=release))
+        source.engines[name] = engine
+    members, _, _ = gathered(loop_over(source), parse_pool_spec({"memory": "70Gi"}), now=1.0)
+    found = {m.pod: (m.level, m.discards) for m in members}
+    assert found == {"old-0": (1, False), "new-0": (2, True)}
 
 
 def test_an_eviction_counts_under_what_it_was_chosen_for() -> None:

@@ -1,5 +1,5 @@
 """A pod's `vllm serve` arguments as vLLM's parser reads them: LoRA, tensor and pipeline
-parallel, in every spelling vLLM accepts."""
+parallel, sleep mode, in every spelling vLLM accepts."""
 
 from __future__ import annotations
 
@@ -38,6 +38,11 @@ def spec(*containers: dict[str, Any]) -> dict[str, Any]:
             ServeArgs(lora=True, tensor_parallel=2),
         ),
         ({"command": ["sh", "-c", "vllm serve 'unclosed -tp 2"]}, ServeArgs(tensor_parallel=2)),
+        ({"args": ["serve", "m", "--enable-sleep-mode"]}, ServeArgs(sleep_mode=True)),
+        ({"args": ["--enable_sleep_mode"]}, ServeArgs(sleep_mode=True)),
+        ({"args": ["--enable-sleep-mode", "--no-enable-sleep-mode"]}, ServeArgs(sleep_mode=False)),
+        ({"args": ["--config", "/etc/vllm/serve.yaml"]}, ServeArgs(config_file=True)),
+        ({"args": ["--config=/etc/vllm/serve.yaml"]}, ServeArgs(config_file=True)),
     ],
 )
 def test_the_arguments_are_read_as_vllm_reads_them(

@@ -1,6 +1,7 @@
-"""No raw status dict is read in the operator: an InferenceModel's or a GPUPool's status is read
-only through the parse functions of the pydantic models that generate the CRDs, so that what a
-restarted operator reads back is typed, checked and read leniently, as it was written."""
+"""No raw status dict is read in the operator, the gateway or the demo: an InferenceModel's or a
+GPUPool's status is read only through the parse functions of the pydantic models that generate
+the CRDs, so that what each reads back is typed, checked and read leniently, as it was written,
+and the status's format lives in one place."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from snooze.api.gpupool import GPUPoolStatus
+from snooze.api.gpupool import GPUPoolSpec, GPUPoolStatus
+from snooze.api.models import InferenceModelSpec
 from snooze.api.modelstatus import InferenceModelStatus
 
-OPERATOR = Path(__file__).resolve().parents[2] / "operator" / "snooze" / "operator"
+PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "snooze"
+# Every part that reads what the operator wrote.
+READERS = ("operator", "gateway", "demo")
 PARSERS = {"parse_status", "parse_pool_status"}
 STATUSES: tuple[type[BaseModel], ...] = (InferenceModelStatus, GPUPoolStatus)
+SPECS: tuple[type[BaseModel], ...] = (InferenceModelSpec, GPUPoolSpec)
 
 
 def wire_names(model: type[BaseModel]) -> set[str]:
@@ -37,8 +42,12 @@ def _models_in(annotation: object) -> Iterator[type[BaseModel]]:
 
 
 # Only the names no other part of a Kubernetes object uses: camelCase ones (lastSleepTime,
-# hostCopy...). Words such as "phase" or "name" are everybody's.
-STATUS_WORDS = {n for model in STATUSES for n in wire_names(model) if n != n.lower()}
+# hostCopy...), and none a spec uses too (modelName: the gateway lists the name an invalid spec
+# asks for). Words such as "phase" or "name" are everybody's.
+SPEC_WORDS = {n for model in SPECS for n in wire_names(model)}
+STATUS_WORDS = {
+    n for model in STATUSES for n in wire_names(model) if n != n.lower() and n not in SPEC_WORDS
+}
 
 
 def raw_reads(source: str) -> list[str]:
@@ -89,16 +98,19 @@ def _reads_status_key(node: ast.AST) -> bool:
     return False
 
 
-def operator_modules() -> list[Path]:
-    return sorted(OPERATOR.rglob("*.py"))
+def reader_modules() -> list[Path]:
+    return sorted(path for part in READERS for path in (PACKAGE / part).rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", operator_modules(), ids=lambda p: str(p.relative_to(OPERATOR)))
-def test_the_operator_reads_status_only_through_its_models(path: Path) -> None:
+@pytest.mark.parametrize(
+    "path", reader_modules(), ids=lambda p: str(p.relative_to(PACKAGE).as_posix())
+)
+def test_status_is_read_only_through_the_api_types(path: Path) -> None:
     found = raw_reads(path.read_text())
     assert not found, (
-        f"{path.name} reads a status as a raw dict: {found}. Read it with parse_status or "
-        "parse_pool_status (snooze/api), and use the model's fields"
+        f"{path.relative_to(PACKAGE)} reads a status as a raw dict: {found}. Read it with "
+        "parse_status or parse_pool_status (snooze/api), and use the model's fields; a pod "
+        "with pod_info (snooze/kube/pods.py)"
     )
 
 
@@ -127,4 +139,7 @@ def test_the_check_knows_the_status_words() -> None:
     assert {"lastSleepTime", "hostCopy", "lastTransitionTime", "observedGeneration"} <= (
         STATUS_WORDS
     )
-    assert len(operator_modules()) > 20
+    assert {"lastWakeSeconds", "scaledToZeroTime", "usedBytes", "waitingModels"} <= STATUS_WORDS
+    parts = {path.relative_to(PACKAGE).parts[0] for path in reader_modules()}
+    assert parts == set(READERS)
+    assert len(reader_modules()) > 70

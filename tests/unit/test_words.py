@@ -209,6 +209,8 @@ SPEC_WORDS = {
 }
 OTHER_WORDS = {
     "BadRequestError",
+    "ClusterKopfPeering",
+    "KopfPeering",
     "ContainersReady",
     "InferenceModel",
     "InferencePool",

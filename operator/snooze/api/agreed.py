@@ -1,5 +1,6 @@
 """What the operator and the gateway must agree on, each said once: the label and annotation
-keys written and read on pods and InferenceModels, the names of the gateway's per-engine
+keys written and read on pods and InferenceModels, a reason of the status the gateway acts
+on, the names of the gateway's per-engine
 metrics that the operator scrapes, and the bounds of the gateway's /idle, where it waits."""
 
 from __future__ import annotations

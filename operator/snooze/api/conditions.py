@@ -64,6 +64,9 @@ class ConditionReason(StrEnum):
     SCALED_TO_ZERO = "ScaledToZero"
     SCALING_UP = "ScalingUp"
     NO_PODS = "NoPods"
+    """Ready False while the selector matches no pod: unless a wake can scale its workload up
+    (scaleTargetRef), nothing serves it until someone starts its pods, and the gateway
+    answers its requests at once rather than hold them."""
     NO_ENGINES = "NoEngines"
     WAKING = "Waking"
     ABLE_TO_WAKE = "AbleToWake"

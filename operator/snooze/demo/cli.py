@@ -52,14 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import importlib.util
-
     if args.duration <= 0 or args.time_scale <= 0:
         raise SystemExit("snooze demo: --duration and --time-scale must be greater than zero")
-    if importlib.util.find_spec("matplotlib") is None:
-        raise SystemExit("snooze demo: install the demo extra: pip install -e '.[demo]'")
+    from snooze.api.listening import CannotListen, exit_cannot_listen
     from snooze.demo.run import Options, main
-    from snooze.demo.services import PortInUse
 
     options = Options(
         duration=args.duration,
@@ -73,6 +69,5 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         return main(options)
-    except PortInUse as exc:
-        print(f"snooze demo: port {exc.port} is in use; pick another with --port")
-        return 2
+    except CannotListen as exc:  # its gateway's port (the others are free ones it picks)
+        return exit_cannot_listen("demo", exc, what="the gateway", port_flag="--port")

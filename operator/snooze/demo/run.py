@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from snooze.api.models import Phase
+from snooze.api.modelstatus import parse_status
 from snooze.demo import dashboard, picture, pool_summary, replayed, summary, traffic, view
 from snooze.demo import scenario as scenarios
 from snooze.demo.controller import ReplicaSetStandIn, deployment
@@ -25,6 +26,7 @@ from snooze.demo.sampler import Sampler, metric_total, pool_total
 from snooze.demo.services import Prometheus, check_port
 from snooze.demo.timeline import GIB
 from snooze.gateway.embedded import GatewayThread
+from snooze.kube.pods import pod_info
 from snooze.operator.embedded import OperatorThread
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.settings import Settings
@@ -110,10 +112,9 @@ async def _pods_ready(api: httpx.AsyncClient, scenario: scenarios.Scenario) -> b
     engines loaded)."""
     items = (await api.get(PODS)).json().get("items", [])
     ready: dict[str, int] = {}
-    for pod in items:
-        conditions = (pod.get("status") or {}).get("conditions") or []
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-            app = (pod["metadata"].get("labels") or {}).get("app", "")
+    for pod in map(pod_info, items):
+        if pod.ready:
+            app = pod.labels.get("app", "")
             ready[app] = ready.get(app, 0) + 1
     return all(ready.get(m.name, 0) >= m.replicas for m in scenario.first_models)
 
@@ -125,13 +126,12 @@ async def _awake_models(
     items = (await api.get(MODELS)).json().get("items", [])
     async with httpx.AsyncClient(base_url=gateway_url, timeout=5) as client:
         listed = {m["id"] for m in (await client.get("/v1/models")).json().get("data", [])}
-    return {
-        i["metadata"]["name"]
-        for i in items
-        if (i.get("status") or {}).get("phase") == Phase.AWAKE
-        and (i.get("status") or {}).get("awake") == scenario.model(i["metadata"]["name"]).replicas
-        and i["metadata"]["name"] in listed
-    }
+    awake = set()
+    for item in items:
+        name, status = item["metadata"]["name"], parse_status(item.get("status"))
+        if status.phase is Phase.AWAKE and status.awake == scenario.model(name).replicas:
+            awake.add(name)
+    return awake & listed
 
 
 class Demo:

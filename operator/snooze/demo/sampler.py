@@ -11,9 +11,12 @@ import httpx
 from snooze.api.agreed import STATE_LABEL
 from snooze.api.conditions import ConditionType
 from snooze.api.eventreasons import EventReason
+from snooze.api.gpupool import GPUPoolStatus, parse_pool_status
+from snooze.api.modelstatus import InferenceModelStatus, parse_status
 from snooze.demo import timeline
 from snooze.demo.controller import ReplicaSetStandIn
 from snooze.gateway.embedded import GatewayThread
+from snooze.kube.pods import pod_info
 from snooze.operator.events.correlation import COMBINED
 from snooze.operator.metrics import OperatorMetrics
 
@@ -134,14 +137,15 @@ class Sampler:
         models: dict[str, timeline.ModelSample] = {}
         for item in models_body.get("items", []):
             name = item["metadata"]["name"]
-            status = item.get("status") or {}
+            status = parse_status(item.get("status"))
             models[name] = timeline.ModelSample(
-                phase=str(status.get("phase") or ""),
-                awake=int(status.get("awake") or 0),
-                asleep=int(status.get("asleep") or 0),
+                # "" until the operator has written one: the view shows "-".
+                phase=status.phase.value if "phase" in status.model_fields_set else "",
+                awake=status.awake,
+                asleep=status.asleep,
                 held=held.get(name, 0),
-                last_wake_time=status.get("lastWakeTime"),
-                last_wake_seconds=status.get("lastWakeSeconds"),
+                last_wake_time=status.last_wake_time,
+                last_wake_seconds=status.last_wake_seconds,
                 waiting_for_room=waiting_for_room(status),
             )
         self._wakes(t)
@@ -171,7 +175,7 @@ class Sampler:
         if not self.pools:
             return {}
         statuses = {
-            item["metadata"]["name"]: item.get("status") or {}
+            item["metadata"]["name"]: parse_pool_status(item.get("status"))
             for item in (await self.api.get(POOLS)).json().get("items", [])
         }
         found = {}
@@ -179,12 +183,12 @@ class Sampler:
             device = self.controller.sim.devices.get(name)
             if device is None:
                 continue
-            status = statuses.get(name, {})
+            status = statuses.get(name) or GPUPoolStatus()
             found[name] = timeline.PoolSample(
                 memory_bytes=device.total_bytes,
                 held={m: sum(p.gpu_bytes for p in pods.values() if p.model == m) for m in members},
-                counted_bytes=int(status.get("usedBytes") or 0),
-                waiting=tuple(status.get("waitingModels") or ()),
+                counted_bytes=status.used_bytes,
+                waiting=tuple(status.waiting_models),
             )
         return found
 
@@ -247,22 +251,15 @@ class Sampler:
 
 def pod_state(pod: Mapping[str, Any]) -> str:
     """The pod's published state, or `loading` until it is Ready (pure)."""
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return str(labels.get(STATE_LABEL) or "awake") if ready else "loading"
+    info = pod_info(pod)
+    return str(info.labels.get(STATE_LABEL) or "awake") if info.ready else "loading"
 
 
-def waiting_for_room(status: Mapping[str, Any]) -> str | None:
+def waiting_for_room(status: InferenceModelStatus) -> str | None:
     """The message of a model's WaitingForRoom condition while it is True (pure)."""
-    for condition in status.get("conditions") or []:
-        if (
-            condition.get("type") == ConditionType.WAITING_FOR_ROOM
-            and condition.get("status") == "True"
-        ):
-            return str(condition.get("message") or "waiting for room on its GPU pool")
+    for condition in status.conditions:
+        if condition.type == ConditionType.WAITING_FOR_ROOM and condition.status == "True":
+            return condition.message or "waiting for room on its GPU pool"
     return None
 
 

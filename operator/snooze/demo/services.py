@@ -2,32 +2,23 @@
 
 from __future__ import annotations
 
-import errno
 import shutil
 import socket
 import subprocess
 from pathlib import Path
 
-
-class PortInUse(Exception):
-    """The gateway's port is taken by another process."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__(f"port {port} is in use")
-        self.port = port
+from snooze.api.listening import CannotListen
 
 
 def check_port(host: str, port: int) -> None:
-    """Raise PortInUse now, before anything starts, rather than after a minute of set-up."""
+    """Raise CannotListen now, before anything starts, rather than after a minute of set-up."""
     if port == 0:
         return
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                raise PortInUse(port) from None
-            raise
+            raise CannotListen(host, port, exc) from None
 
 
 def free_port() -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 GIB = 1024**3
 # Published routing states plus the two the demo adds: loading (not Ready yet) and absent.
@@ -38,7 +39,7 @@ class ModelSample:
     awake: int
     asleep: int
     held: int
-    last_wake_time: str | None
+    last_wake_time: datetime | None
     last_wake_seconds: float | None
     waiting_for_room: str | None = None
     """The message of its WaitingForRoom condition while True: its wake waits for its pool."""

@@ -78,7 +78,7 @@ def _n(m: ModelSample | None, what: str) -> str:
 def _wake(m: ModelSample | None) -> str:
     if m is None or m.last_wake_seconds is None:
         return "-"
-    at = (m.last_wake_time or "")[11:19]
+    at = m.last_wake_time.strftime("%H:%M:%S") if m.last_wake_time is not None else ""
     return f"{at} in {m.last_wake_seconds:.2f}s"
 
 

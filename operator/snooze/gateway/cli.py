@@ -8,6 +8,7 @@ import math
 
 from snooze.api.durations import duration_flag, format_duration
 from snooze.gateway.settings import GatewaySettings
+from snooze.kube.flags import add_credential_arguments
 
 _DEFAULTS = GatewaySettings()
 # Flags that take a positive number, or a duration where the metavar says so: (flag, settings
@@ -50,15 +51,7 @@ _BOUNDS = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="the kubeconfig to use (default: KUBECONFIG, else the pod's service account, "
-        "else ~/.kube/config)",
-    )
-    parser.add_argument(
-        "--context", metavar="NAME", help="the kubeconfig context to use (default: its current)"
-    )
+    add_credential_arguments(parser)
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
     parser.add_argument(
@@ -116,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import signal
 
+    from snooze.api.listening import CannotListen, exit_cannot_listen
     from snooze.gateway.metrics import GatewayMetrics
     from snooze.gateway.server import serve
     from snooze.kube import credentials
@@ -135,10 +129,8 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             metrics_port.serve(args.metrics_port, metrics.registry, metrics.idle)
-        except OSError as exc:
-            raise SystemExit(
-                f"snooze gateway: cannot serve metrics on port {args.metrics_port}: {exc}"
-            ) from None
+        except CannotListen as exc:
+            return exit_cannot_listen("gateway", exc, what="metrics", port_flag="--metrics-port")
 
     async def main() -> None:
         # SIGTERM (a rollout, a node drain) and Ctrl-C drain the gateway; a second one stops
@@ -169,4 +161,8 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(main())
     except KubeError as exc:  # no credentials, or an API that refuses the first list
         raise SystemExit(f"snooze gateway: {exc}") from None
+    except CannotListen as exc:
+        return exit_cannot_listen(
+            "gateway", exc, what="its API", port_flag="--port", host_flag="--host"
+        )
     return 0

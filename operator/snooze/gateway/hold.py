@@ -46,6 +46,22 @@ def known_failure(
     return None
 
 
+def nothing_to_wake(model: Model, pods: Sequence[PodInfo], *, coming_back: float) -> bool:
+    """Pure: whether nothing will serve a request for `model`, so that it is answered now
+    rather than held until its wake timeout: the operator says its selector matches no pod,
+    it has no workload that a wake scales up (a scaleTargetRef at zero replicas is woken by
+    scaling it up), and the gateway sees no pod of it either (one that is starting, or that
+    came after the operator wrote its status, is waited for), nor one that went so lately
+    that its controller may be recreating it (`coming_back`: seconds it still counts)."""
+    return (
+        model.no_pods
+        and model.spec is not None
+        and model.spec.scale_target_ref is None
+        and not pods
+        and coming_back <= 0
+    )
+
+
 class Outcome(enum.Enum):
     AWAKE = "awake"
     TIMEOUT = "timeout"
@@ -57,6 +73,8 @@ class Outcome(enum.Enum):
     """The gateway is shutting down and its grace period is over."""
     NOT_ASKED = "not_asked"
     """A wake had to be asked for again, and the API did not take the request."""
+    NO_ENGINES = "no_engines"
+    """The model's last pod went (see nothing_to_wake)."""
     UNCLAIMED = "unclaimed"
     """The model no longer holds the name the request asked for (the operator settled a
     clash, or its spec changed)."""
@@ -130,6 +148,9 @@ class Holds:
                 return Waited(outcome=Outcome.AWAKE)
             if current.refusal() is not None:
                 return Waited(outcome=Outcome.REFUSED)
+            coming_back = self.registry.coming_back(current)
+            if nothing_to_wake(current, self.registry.pods_of(current), coming_back=coming_back):
+                return Waited(outcome=Outcome.NO_ENGINES)
             due = self.wakes.due(current)
             if due == 0.0:
                 try:
@@ -149,4 +170,6 @@ class Holds:
             until = min(deadline, next_tick) if on_tick is not None else deadline
             if due is not None:
                 until = min(until, now + due)
+            if current.no_pods and coming_back > 0:
+                until = min(until, now + coming_back)  # then judged without that pod
             await self.registry.wait_change(max(0.0, until - now))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,13 +28,14 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from snooze.api.conditions import ConditionReason
 from snooze.gateway import paths, proxy
 from snooze.gateway import stalls as stalls_
 from snooze.gateway.body import BodyBudget, Parser, Reservation, read_body
 from snooze.gateway.clients import ClientStalled, ClientWatches, abandon, bounded_write
 from snooze.gateway.deadlines import Bounds
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
-from snooze.gateway.hold import Holds, Outcome, Waited
+from snooze.gateway.hold import Holds, Outcome, Waited, nothing_to_wake
 from snooze.gateway.metrics import GatewayMetrics
 from snooze.gateway.model import Model
 from snooze.gateway.registry import Claim, Registry
@@ -48,6 +50,10 @@ log = logging.getLogger(__name__)
 # beyond it, a 503 with Retry-After (the CRD may not be installed at all).
 LOADING_WAIT_SECONDS = 10.0
 HELD_HEADER = "x-snooze-held-seconds"
+# A model with no engine to wake: nothing comes until someone starts its pods, which then take
+# at least this long to be scheduled and load.
+NO_ENGINES_RETRY_SECONDS = 10
+NO_ENGINES = "model_has_no_engines"
 
 
 class Inference:
@@ -161,6 +167,14 @@ class Inference:
         refusal = model.refusal()
         if refusal is not None:
             return error_response(503, refusal, code="model_asleep")
+        pods, coming_back = self.registry.pods_of(model), self.registry.coming_back(model)
+        if nothing_to_wake(model, pods, coming_back=coming_back):
+            return error_response(
+                503,
+                no_engines(model, name_it=self.settings.expose_model_status),
+                code=NO_ENGINES,
+                headers={"Retry-After": str(NO_ENGINES_RETRY_SECONDS)},
+            )
         assert model.spec is not None  # refusal() said so
         if not self.holds.enter(model):
             retry = max(1, math.ceil(model.last_wake_seconds or 5.0))
@@ -235,6 +249,8 @@ class Inference:
             retry = self._retry_after(model, waited.asked_at)
         elif waited.not_asked is not None:
             retry = math.ceil(waited.not_asked.retry_after)
+        elif waited.outcome is Outcome.NO_ENGINES:
+            retry = NO_ENGINES_RETRY_SECONDS
         status, message, code = _failure(
             model, waited, retry, name_it=self.settings.expose_model_status
         )
@@ -434,6 +450,27 @@ def where_to_look(model: Model, *, name_it: bool) -> str:
     return "`kubectl describe im` in the model's namespace"
 
 
+def no_engines(model: Model, *, name_it: bool) -> str:
+    """Why a request for a model with no engine to wake is answered at once, and what shows
+    its pods: the selector and namespace only where the gateway may tell them
+    (--expose-model-status)."""
+    assert model.spec is not None  # nothing_to_wake() said so
+    if name_it:
+        selector = shlex.quote(model.spec.selector.to_label_selector())
+        look = (
+            f"`kubectl get pods -l {selector} -n {shlex.quote(model.namespace)}` lists the pods "
+            "it selects"
+        )
+    else:
+        look = "`kubectl describe im` in the model's namespace shows its selector"
+    return (
+        f"model {model.model_name!r} has no engine to wake ({ConditionReason.NO_PODS}): no pod "
+        "matches "
+        f"its selector, and it has no scaleTargetRef for Snooze to scale up. {look}; start "
+        f"its pods (or correct spec.selector), then retry in {NO_ENGINES_RETRY_SECONDS}s"
+    )
+
+
 def _failure(model: Model, waited: Waited, retry: int, *, name_it: bool) -> tuple[int, str, str]:
     """Status, message and code for a held request whose wait ended without an awake pod."""
     outcome = waited.outcome
@@ -457,6 +494,8 @@ def _failure(model: Model, waited: Waited, retry: int, *, name_it: bool) -> tupl
             f"{look} shows more. Retry in {retry}s",
             "wake_failed",
         )
+    if outcome is Outcome.NO_ENGINES:
+        return 503, no_engines(model, name_it=name_it), NO_ENGINES
     if outcome is Outcome.NOT_ASKED and waited.not_asked is not None:
         return 503, str(waited.not_asked), "wake_request_failed"
     if outcome is Outcome.SHUTDOWN:

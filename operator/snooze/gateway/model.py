@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
@@ -21,25 +22,17 @@ from snooze.api.models import (
     SpecError,
     parse_spec,
 )
-from snooze.api.times import parse_time
+from snooze.api.modelstatus import Condition, PodStatus, parse_status
+from snooze.api.times import parse_time, seconds_of
 from snooze.kube.pods import PodInfo
 
 Key = tuple[str, str]
 
 
-@dataclass(frozen=True, kw_only=True)
-class StatusPod:
-    """A pod as the operator last reported it in `status.pods`."""
-
-    state: str
-    uid: str | None = None
-    """The pod's metadata.uid, when the operator wrote it: a recreated pod of the same name
-    is then not mistaken for the one the operator saw."""
-    failure_reason: str = ""
-    last_failure: float | None = None
-
-    def vouches_for(self, pod: PodInfo) -> bool:
-        return self.uid is None or self.uid == pod.uid
+def vouches_for(entry: PodStatus, pod: PodInfo) -> bool:
+    """Whether a `status.pods` entry speaks of this very pod: the same uid, when the operator
+    wrote one (a pod recreated under the same name is not the one the operator saw)."""
+    return not entry.uid or entry.uid == pod.uid
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +64,8 @@ class Model:
     """status.modelName: the name the operator routes this model by, once it has written it."""
     conflict: str | None = None
     """The message of a `Conflict` condition that is True: another model holds the name."""
-    status_pods: Mapping[str, StatusPod] = field(default_factory=dict)
+    status_pods: Mapping[str, PodStatus] = field(default_factory=dict)
+    """`status.pods` by pod name."""
     wake_failure: WakeFailure | None = None
     operator_refusal: str | None = None
     """The message of a SpecValid condition the operator set False: something only it can
@@ -79,6 +73,9 @@ class Model:
     waiting_for_room: str | None = None
     """The message of a WaitingForRoom condition that is True: its wake waits for its GPU
     pool to make room."""
+    no_pods: bool = False
+    """The operator found that its selector matches no pod (Ready False, NoPods), for the spec
+    as it stands (the condition's observedGeneration is the model's generation)."""
 
     @property
     def key(self) -> Key:
@@ -96,19 +93,19 @@ class Model:
     def vouched_awake(self, pod: PodInfo) -> bool:
         """Whether the operator's status lists this very pod (same uid, when known) awake."""
         entry = self.status_pods.get(pod.name)
-        return entry is not None and entry.state == EngineState.AWAKE and entry.vouches_for(pod)
+        return entry is not None and entry.state == EngineState.AWAKE and vouches_for(entry, pod)
 
-    def failed_pod(self, pod: PodInfo) -> StatusPod | None:
+    def failed_pod(self, pod: PodInfo) -> PodStatus | None:
         """The status entry of a pod whose wake failed (label or status `failed`), else None."""
         entry = self.status_pods.get(pod.name)
-        if entry is not None and not entry.vouches_for(pod):
+        if entry is not None and not vouches_for(entry, pod):
             entry = None
         failed = pod.state is EngineState.FAILED or (
             entry is not None and entry.state == EngineState.FAILED
         )
         if not failed:
             return None
-        return entry or StatusPod(state=EngineState.FAILED)
+        return entry or PodStatus(name=pod.name, state=EngineState.FAILED)
 
     def hold_seconds(self) -> float:
         """How long a request may wait for this model: a wake, or a cold start from zero."""
@@ -143,9 +140,10 @@ class Model:
 
 
 def model_from(body: Mapping[str, Any]) -> Model:
-    """Read an InferenceModel manifest; an invalid spec is kept (listed, refused), never raised."""
+    """Read an InferenceModel manifest; an invalid spec is kept (listed, refused), never raised,
+    and its status is read as the operator reads it (parse_status: what cannot be read is
+    dropped, the rest kept)."""
     meta = body.get("metadata") or {}
-    status = body.get("status") or {}
     raw_spec = body.get("spec") or {}
     spec: InferenceModelSpec | None
     try:
@@ -155,15 +153,16 @@ def model_from(body: Mapping[str, Any]) -> Model:
     name = str(meta.get("name", ""))
     model_name = (spec.model_name if spec else raw_spec.get("modelName")) or name
     annotations = meta.get("annotations") or {}
-    last_wake = status.get("lastWakeSeconds")
-    conditions = {
-        str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, dict)
-    }
-    conflict = conditions.get(ConditionType.CONFLICT, {})
-    failed = conditions.get(ConditionType.WAKE_FAILED, {})
-    valid = conditions.get(ConditionType.SPEC_VALID, {})
-    room = conditions.get(ConditionType.WAITING_FOR_ROOM, {})
-    claimed = status.get("modelName")
+    status = parse_status(body.get("status"))
+    conditions = {c.type: c for c in status.conditions}
+    failed = _true(conditions, ConditionType.WAKE_FAILED)
+    valid = conditions.get(ConditionType.SPEC_VALID)
+    ready = conditions.get(ConditionType.READY)
+    generation = meta.get("generation")
+    if "phase" in status.model_fields_set:
+        phase = status.phase.value
+    else:
+        phase = Phase.PENDING.value if spec is not None else "Invalid"
     return Model(
         namespace=str(meta.get("namespace", "")),
         name=name,
@@ -171,41 +170,45 @@ def model_from(body: Mapping[str, Any]) -> Model:
         spec=spec,
         spec_error=error,
         wake_requested_at=parse_time(annotations.get(WAKE_REQUESTED_ANNOTATION)),
-        phase=str(status.get("phase") or ("Invalid" if spec is None else "Pending")),
-        last_wake_seconds=float(last_wake) if isinstance(last_wake, int | float) else None,
-        scaled_to_zero_at=parse_time(status.get("scaledToZeroTime")),
-        claimed_name=str(claimed) if isinstance(claimed, str) and claimed else None,
-        conflict=str(conflict.get("message") or "the model name is taken")
-        if conflict.get("status") == "True"
-        else None,
-        status_pods=_status_pods(status.get("pods")),
+        phase=phase,
+        last_wake_seconds=status.last_wake_seconds,
+        scaled_to_zero_at=_seconds(status.scaled_to_zero_time),
+        claimed_name=status.model_name or None,
+        conflict=_message(conditions, ConditionType.CONFLICT, "the model name is taken"),
+        status_pods={entry.name: entry for entry in status.pods},
         wake_failure=WakeFailure(
-            reason=str(failed.get("reason") or ConditionReason.WAKE_FAILED),
-            message=str(failed.get("message") or ""),
-            since=parse_time(failed.get("lastTransitionTime")),
+            reason=failed.reason,
+            message=failed.message,
+            since=seconds_of(failed.last_transition_time),
         )
-        if failed.get("status") == "True"
+        if failed is not None
         else None,
         # Only for a spec the gateway itself reads as valid: the operator's own reasons.
-        operator_refusal=str(valid.get("message") or "refused by the operator")
-        if spec is not None and valid.get("status") == "False"
+        operator_refusal=(valid.message or "refused by the operator")
+        if spec is not None and valid is not None and valid.status == "False"
         else None,
-        waiting_for_room=str(room.get("message") or "waiting for room on its GPU pool")
-        if room.get("status") == "True"
-        else None,
+        waiting_for_room=_message(
+            conditions, ConditionType.WAITING_FOR_ROOM, "waiting for room on its GPU pool"
+        ),
+        # Of the spec it was computed from: a selector changed since may match pods.
+        no_pods=ready is not None
+        and (ready.status, ready.reason) == ("False", ConditionReason.NO_PODS)
+        and isinstance(generation, int)
+        and ready.observed_generation == generation,
     )
 
 
-def _status_pods(entries: Any) -> dict[str, StatusPod]:
-    pods: dict[str, StatusPod] = {}
-    for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, dict) or not entry.get("name"):
-            continue
-        uid = entry.get("uid")
-        pods[str(entry["name"])] = StatusPod(
-            state=str(entry.get("state", "")),
-            uid=str(uid) if uid else None,
-            failure_reason=str(entry.get("failureReason") or ""),
-            last_failure=parse_time(entry.get("lastFailureTime")),
-        )
-    return pods
+def _true(conditions: Mapping[str, Condition], kind: str) -> Condition | None:
+    """The condition `kind` while it is True, else None."""
+    condition = conditions.get(kind)
+    return condition if condition is not None and condition.status == "True" else None
+
+
+def _message(conditions: Mapping[str, Condition], kind: str, otherwise: str) -> str | None:
+    """The message of the condition `kind` while it is True (`otherwise` if it has none)."""
+    condition = _true(conditions, kind)
+    return None if condition is None else (condition.message or otherwise)
+
+
+def _seconds(moment: datetime | None) -> float | None:
+    return None if moment is None else seconds_of(moment)

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snooze.api.models import EngineState
+from snooze.api.models import EngineState, LabelSelector
 from snooze.gateway.model import Key, Model, model_from
 from snooze.kube.index import Index, PodIndex
 from snooze.kube.pods import PodInfo, pod_info
 
 MODELS = "models"
 PODS = "pods"
+POD_RETURN_SECONDS = 10.0
+"""How long a pod that went counts as coming back: its controller recreates a deleted pod (a
+rollout, an eviction, the operator's restart of a pod whose wake failed) within a second or
+so, and meanwhile its model's selector may match no pod at all."""
 
 
 def routable(pod: PodInfo, model: Model) -> bool:
@@ -52,6 +57,41 @@ def resolve(name: str, models: Iterable[Model]) -> Claim:
     )
 
 
+class Departures:
+    """Pods gone within the last POD_RETURN_SECONDS, oldest first; older ones are forgotten at
+    each use, so that they cost at most what went in that time."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._gone: dict[Key, tuple[PodInfo, float]] = {}
+
+    def add(self, pod: PodInfo) -> None:
+        key = (pod.namespace, pod.name)
+        self._gone.pop(key, None)  # gone again: now the newest
+        self._gone[key] = (pod, self._clock())
+        self._forget_old()
+
+    def left(self, namespace: str, selector: LabelSelector) -> float:
+        """Seconds for which a pod of `namespace` that `selector` selects, gone lately, still
+        counts as coming back; 0 when none does."""
+        now = self._forget_old()
+        ages = [
+            now - at
+            for (ns, _), (pod, at) in self._gone.items()
+            if ns == namespace and selector.matches(pod.labels)
+        ]
+        return POD_RETURN_SECONDS - min(ages) if ages else 0.0
+
+    def _forget_old(self) -> float:
+        now = self._clock()
+        while self._gone:
+            key, (_, at) = next(iter(self._gone.items()))
+            if now - at < POD_RETURN_SECONDS:
+                break
+            del self._gone[key]
+        return now
+
+
 class Registry:
     """Models and pods by (namespace, name); every change wakes the coroutines that wait on it.
 
@@ -71,6 +111,7 @@ class Registry:
         self.models: dict[Key, Model] = {}
         self.pods: dict[Key, PodInfo] = {}
         self._pod_index = PodIndex()
+        self._departures = Departures()
         self._by_name: Index[str, Model] = Index()
         self._on_pod_gone = on_pod_gone
         """Told of each pod that is gone (deleted, or missing from a fresh list)."""
@@ -89,14 +130,14 @@ class Registry:
     def replace(self, kind: str, scope: str | None, items: Iterable[Mapping[str, Any]]) -> None:
         """A fresh list of `kind` in `scope` (None: all namespaces) replaces what was known."""
         store: dict[Key, Any] = self.models if kind == MODELS else self.pods
-        before = [k for k in store if scope is None or k[0] == scope]
+        before = {k: v for k, v in store.items() if scope is None or k[0] == scope}
         for key in before:
             self._drop(kind, key)
         for item in items:
             self._put(kind, item)
-        for key in before:
+        for key, known in before.items():
             if key not in store:
-                self._gone(kind, key)
+                self._gone(kind, key, known)
         self._unlisted.discard((kind, scope))
         self._notify()
 
@@ -105,14 +146,16 @@ class Registry:
         if event_type == "DELETED":
             meta = obj.get("metadata") or {}
             key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-            if self._drop(kind, key):
-                self._gone(kind, key)
+            known = self._drop(kind, key)
+            if known is not None:
+                self._gone(kind, key, known)
         elif event_type in ("ADDED", "MODIFIED"):
             self._put(kind, obj)
         self._notify()
 
-    def _gone(self, kind: str, key: Key) -> None:
-        if kind == PODS:
+    def _gone(self, kind: str, key: Key, known: Model | PodInfo) -> None:
+        if isinstance(known, PodInfo):
+            self._departures.add(known)
             self._on_pod_gone(*key)
         else:
             self._on_model_gone(key)
@@ -132,13 +175,13 @@ class Registry:
             self.pods[(pod.namespace, pod.name)] = pod
             self._pod_index.put(pod)
 
-    def _drop(self, kind: str, key: Key) -> bool:
-        """Forget one object; whether it was known."""
+    def _drop(self, kind: str, key: Key) -> Model | PodInfo | None:
+        """Forget one object; what was known of it."""
         if kind == MODELS:
             self._by_name.remove(key)
-            return self.models.pop(key, None) is not None
+            return self.models.pop(key, None)
         self._pod_index.remove(key)
-        return self.pods.pop(key, None) is not None
+        return self.pods.pop(key, None)
 
     def poke(self) -> None:
         """Wake every waiter, as a change would."""
@@ -171,6 +214,13 @@ class Registry:
         if model.spec is None:
             return []
         return self._pod_index.selected(model.namespace, model.spec.selector)
+
+    def coming_back(self, model: Model) -> float:
+        """Seconds for which a pod of the model that went lately still counts as coming back
+        (POD_RETURN_SECONDS); 0 when none does."""
+        if model.spec is None:
+            return 0.0
+        return self._departures.left(model.namespace, model.spec.selector)
 
     def awake_pods(self, model: Model) -> list[PodInfo]:
         return [pod for pod in self.pods_of(model) if routable(pod, model)]

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from snooze.api.listening import CannotListen
 from snooze.gateway import paths
 from snooze.gateway.body import BodyBudget, Parser
 from snooze.gateway.connection import GatewayConnection
@@ -140,9 +141,12 @@ class Gateway:
                 auto_decompress=False,  # body.py decodes, within the body limit
             )
 
-        self._listener = await loop.create_server(
-            connection, self.settings.host, self.settings.port, reuse_address=True, backlog=512
-        )
+        try:
+            self._listener = await loop.create_server(
+                connection, self.settings.host, self.settings.port, reuse_address=True, backlog=512
+            )
+        except OSError as exc:
+            raise CannotListen(self.settings.host, self.settings.port, exc) from exc
         self.port = int(self._listener.sockets[0].getsockname()[1])
         log.info("gateway listening on %s:%d", self.settings.host, self.port)
 
@@ -302,8 +306,8 @@ async def serve(
     """Run a gateway until `stop` is set (or forever), logged in as kopf would; then drain it
     for `settings.shutdown_grace_seconds` and stop."""
     gateway = Gateway(settings, KubeApi.from_environment(), metrics)
-    await gateway.start()
     try:
+        await gateway.start()
         await (stop or asyncio.Event()).wait()
         await gateway.drain(settings.shutdown_grace_seconds)
     finally:

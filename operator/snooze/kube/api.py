@@ -213,16 +213,18 @@ class KubeApi:
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         retry: bool = True,
+        headers: Mapping[str, str] | None = None,
         yield_to: asyncio.Event | None = None,
     ) -> JSON:
         """One call, retried on transient failures (unless not `retry`); the decoded answer.
-        A write waits for its turn first, when this client shares its writes (writes.py), and
-        gives way (WriteYielded) if `yield_to` is set before its turn comes."""
+        `headers` are sent besides the login's (impersonation, say). A write waits for its turn
+        first, when this client shares its writes (writes.py), and gives way (WriteYielded) if
+        `yield_to` is set before its turn comes."""
         if self.writes is None or method not in WRITE_METHODS:
-            return await self._request(method, path, body, params, content_type, retry)
+            return await self._request(method, path, body, params, content_type, retry, headers)
         turn = self.writes.turn(namespace_of(path), urgent=is_urgent(), yield_to=yield_to)
         async with turn:
-            return await self._request(method, path, body, params, content_type, retry)
+            return await self._request(method, path, body, params, content_type, retry, headers)
 
     async def _request(
         self,
@@ -232,6 +234,7 @@ class KubeApi:
         params: Mapping[str, str] | None,
         content_type: str,
         retry: bool,
+        headers: Mapping[str, str] | None,
     ) -> JSON:
         content = None if body is None else json.dumps(body).encode()
         last, last_status = "", None
@@ -250,6 +253,7 @@ class KubeApi:
                     content=content,
                     params=params,
                     content_type=None if content is None else content_type,
+                    headers=headers,
                 )
             except aiohttp.ClientConnectorCertificateError as exc:
                 # Not transient: no retry makes the certificate valid.
@@ -303,6 +307,7 @@ class KubeApi:
         content: bytes | None,
         params: Mapping[str, str] | None,
         content_type: str | None,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes]:
         """One attempt: the status and the body. Its timeouts start once it has its slot: a
         burst of thousands of writes queues here for seconds, and that is this process's
@@ -317,7 +322,7 @@ class KubeApi:
                 self._url(login, path),
                 data=content,
                 params=params,
-                headers=self._headers(login, content_type),
+                headers={**self._headers(login, content_type), **(headers or {})},
                 proxy=login.proxy,
                 timeout=timeout,
             ) as response,

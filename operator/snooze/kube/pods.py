@@ -8,6 +8,7 @@ from typing import Any
 
 from snooze.api.agreed import (
     AWAKE_CONDITION,
+    POOL_LABEL,
     RELEASED_ANNOTATION,
     SLEEP_LEVEL_ANNOTATION,
     SLEEP_SENT_ANNOTATION,
@@ -15,7 +16,7 @@ from snooze.api.agreed import (
     STATE_LABEL,
     WAKE_PROGRESS_ANNOTATION,
 )
-from snooze.api.models import EngineState
+from snooze.api.models import EngineState, InferenceModelSpec
 from snooze.api.times import format_time, parse_time
 from snooze.kube.serveargs import ServeArgs, serve_args
 
@@ -237,3 +238,17 @@ def _share(spec: Mapping[str, Any]) -> float | None:
                 if 0 < share <= 1:
                     return share
     return None
+
+
+def pool_name_of(
+    pod: PodInfo, spec: InferenceModelSpec | None, claims: Mapping[str, str]
+) -> str | None:
+    """The pool a pod is a member of: its snooze.dev/pool label, else the pool whose
+    ResourceClaim it references (`claims`: claim name -> pool), else its model's spec.pool."""
+    label = pod.labels.get(POOL_LABEL)
+    if label:
+        return label
+    for claim in sorted(pod.claims):
+        if claim in claims:
+            return claims[claim]
+    return None if spec is None or spec.pool is None else spec.pool.name

@@ -1,5 +1,6 @@
 """What a pod's `vllm serve` arguments say about how its engine runs: LoRA adapters and the
-tensor and pipeline parallel sizes, which decide whether a known vLLM bug applies to it."""
+tensor and pipeline parallel sizes, which decide whether a known vLLM bug applies to it, and
+whether sleep mode is on."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 LORA_FLAGS = ("--enable-lora", "--lora-modules")
 TENSOR_PARALLEL = ("--tensor-parallel-size", "-tp")
 PIPELINE_PARALLEL = ("--pipeline-parallel-size", "-pp")
+SLEEP_MODE = "--enable-sleep-mode"
+CONFIG = "--config"
 LARGEST = 1024
 """A parallel size above this is not a real engine's: read as not given."""
 
@@ -24,6 +27,11 @@ class ServeArgs:
     lora: bool = False
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
+    sleep_mode: bool | None = None
+    """--enable-sleep-mode given (True) or turned off (False); None: neither, which is vLLM's
+    default (off) unless a --config file sets it."""
+    config_file: bool = False
+    """A --config file gives more arguments, which are not read here."""
 
 
 def serve_args(spec: Mapping[str, Any]) -> ServeArgs:
@@ -33,6 +41,8 @@ def serve_args(spec: Mapping[str, Any]) -> ServeArgs:
     words = list(_words(spec))
     lora = False
     tensor = pipeline = None
+    sleep_mode: bool | None = None
+    config_file = False
     for i, raw in enumerate(words):
         flag, _, inline = raw.partition("=")
         if flag.startswith("--"):
@@ -46,7 +56,19 @@ def serve_args(spec: Mapping[str, Any]) -> ServeArgs:
             tensor = _size(value) or tensor
         elif flag in PIPELINE_PARALLEL:
             pipeline = _size(value) or pipeline
-    return ServeArgs(lora=lora, tensor_parallel=tensor or 1, pipeline_parallel=pipeline or 1)
+        elif flag == SLEEP_MODE:
+            sleep_mode = inline.lower() not in ("false", "0")
+        elif flag == "--no-enable-sleep-mode":
+            sleep_mode = False
+        elif flag == CONFIG:
+            config_file = True
+    return ServeArgs(
+        lora=lora,
+        tensor_parallel=tensor or 1,
+        pipeline_parallel=pipeline or 1,
+        sleep_mode=sleep_mode,
+        config_file=config_file,
+    )
 
 
 def _words(spec: Mapping[str, Any]) -> Iterable[str]:

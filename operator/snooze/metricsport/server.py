@@ -14,6 +14,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from snooze.api.listening import CannotListen
 from snooze.metricsport.connections import IO_TIMEOUT, Connections
 
 ACCEPT_QUEUE = 1024
@@ -106,7 +107,7 @@ def serve(
 ) -> tuple[WSGIServer, threading.Thread]:
     """Serve `app` on `port` from a daemon thread named `name` (also the log lines' prefix),
     a thread per connection (bounded); `longest_wait` is the longest the app itself may keep
-    a request waiting, on top of ANSWER_TIME. OSError when the port cannot be had; the
+    a request waiting, on top of ANSWER_TIME. CannotListen when the port cannot be had; the
     server's `shutdown()` stops it."""
     family, _, _, _, address = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
 
@@ -115,7 +116,10 @@ def serve(
 
     Server.name = name
     Server.connections = Connections(lifetime=longest_wait + ANSWER_TIME)
-    server = make_server(str(address[0]), port, app, Server, handler_class=_Handler)
+    try:
+        server = make_server(str(address[0]), port, app, Server, handler_class=_Handler)
+    except OSError as exc:
+        raise CannotListen(addr, port, exc) from exc
     thread = threading.Thread(target=server.serve_forever, daemon=True, name=name)
     thread.start()
     return server, thread

@@ -8,21 +8,14 @@ import urllib.parse
 from typing import TYPE_CHECKING
 
 from snooze.api.durations import duration_flag
+from snooze.kube.flags import add_credential_arguments
 
 if TYPE_CHECKING:
     from snooze.operator.settings import Settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="the kubeconfig to use (default: KUBECONFIG, else the pod's service account, "
-        "else ~/.kube/config)",
-    )
-    parser.add_argument(
-        "--context", metavar="NAME", help="the kubeconfig context to use (default: its current)"
-    )
+    add_credential_arguments(parser)
     parser.add_argument(
         "--namespace",
         action="append",
@@ -155,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import random
 
+    from snooze.api.listening import CannotListen, exit_cannot_listen
     from snooze.kube import credentials
     from snooze.operator.runner import serve
     from snooze.operator.runtime import Runtime
@@ -178,18 +172,23 @@ def run(args: argparse.Namespace) -> int:
         page = make_wsgi_app(runtime.metrics.registry)
         try:
             server.serve(args.metrics_port, page, name="metrics port")
-        except OSError as exc:
-            raise _cannot_serve("metrics", "--metrics-port", args.metrics_port, exc) from None
+        except CannotListen as exc:
+            return exit_cannot_listen("operator", exc, what="metrics", port_flag="--metrics-port")
     with asyncio.Runner() as runner:
         if args.liveness_port:
             from snooze.operator import liveness
 
             try:
                 liveness.serve(args.liveness_port, runner.get_loop())
-            except OSError as exc:
-                raise _cannot_serve(
-                    "the liveness probe", "--liveness-port", args.liveness_port, exc
-                ) from None
+            except CannotListen as exc:
+                # --liveness-port 0 turns the port off: it picks no free one.
+                return exit_cannot_listen(
+                    "operator",
+                    exc,
+                    what="the liveness probe",
+                    port_flag="--liveness-port",
+                    zero_picks=False,
+                )
         runner.run(
             serve(
                 runtime,
@@ -201,13 +200,6 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     return 0
-
-
-def _cannot_serve(what: str, flag: str, port: int, error: OSError) -> SystemExit:
-    return SystemExit(
-        f"snooze operator: cannot serve {what} on port {port} ({error.strerror or error}): "
-        f"stop what holds it, or give another {flag}"
-    )
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

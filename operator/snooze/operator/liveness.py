@@ -51,7 +51,7 @@ def serve(
     port: int, loop: asyncio.AbstractEventLoop, addr: str = "0.0.0.0"
 ) -> tuple[WSGIServer, threading.Thread]:
     """Serve /healthz for `loop` from a daemon thread, a thread per connection (bounded);
-    OSError when the port cannot be had."""
+    CannotListen when the port cannot be had."""
     return server.serve(
         port, liveness_app(loop), name="liveness port", longest_wait=LOOP_TIMEOUT, addr=addr
     )

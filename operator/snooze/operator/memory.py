@@ -173,6 +173,9 @@ class EngineMemory:
     conduct: Conduct | None = None
     """How it sleeps given the known vLLM bugs its release and arguments are in (its last
     cycle's reading: the KnownBug condition says it)."""
+    sleeps_at: dict[int, int | None] = field(default_factory=dict)
+    """The level it sleeps at for each level a pool may ask (operator/knownbugs.py); empty
+    until its first cycle."""
     version: tuple[Process, str] | None = None
     """(engine run, its vLLM version from /version), asked once per run."""
     failed_wake_run: Process | None = None
@@ -285,6 +288,9 @@ class ModelMemory:
     last_activity: float | None = None
     """The model's latest real activity (requests, or a wake), across every engine it has had:
     engines go at zero replicas, and new pods are not activity."""
+    answered: bool = False
+    """One of its engines has answered a probe in this run: its idle clock (and so its
+    scaleToZeroAfter) runs from then, not from when the model was first seen."""
     scaled_from: int | None = None
     """Replicas to restore: set while Snooze holds the workload at zero."""
     scaled_at: float | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -35,3 +36,25 @@ class Tokens:
     def counts(self) -> dict[str, int]:
         with self._guard:
             return dict(self.seen)
+
+
+# Reviews a client creates to ask "may I (or may this user) do this?": never stored, answered.
+ACCESS_REVIEWS = frozenset(
+    {
+        "selfsubjectaccessreviews",
+        "subjectaccessreviews",
+        "localsubjectaccessreviews",
+    }
+)
+
+
+def access_review(body: dict[str, Any]) -> dict[str, Any]:
+    """The API server's answer to an access review when its authorizer allows everything (the
+    sandbox has no RBAC: kube-apiserver --authorization-mode=AlwaysAllow answers so): the
+    review with its status filled in; impersonation headers change nothing, as everyone may
+    impersonate anyone."""
+    return {
+        **body,
+        "metadata": {**(body.get("metadata") or {}), "creationTimestamp": None},
+        "status": {"allowed": True, "reason": "the sandbox authorizes every request (no RBAC)"},
+    }

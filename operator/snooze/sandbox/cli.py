@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import sys
 
@@ -45,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import signal
 
+    from snooze.api.listening import EXIT_CODE, CannotListen, cannot_listen
     from snooze.sandbox import Sandbox
 
     def say(text: str, *, level: int = logging.INFO, out: bool = False) -> None:
@@ -60,13 +60,12 @@ def run(args: argparse.Namespace) -> int:
         try:
             await sandbox.serve()
         except OSError as exc:
-            why = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+            taken = CannotListen(args.host, args.port, exc)
             say(
-                f"cannot serve on {args.host}:{args.port}: {why}."
-                " Choose another --port (0 picks a free one).",
+                cannot_listen(taken, what="its API", port_flag="--port", host_flag="--host"),
                 level=logging.ERROR,
             )
-            return 2
+            return EXIT_CODE
         # Ready for a signal before saying so: whoever stops it on that line stops it cleanly.
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -15,7 +15,7 @@ import aiohttp.web
 import attrs
 import kmock
 
-from snooze.sandbox import api, discovery, openapi, scale, tables, validation, views
+from snooze.sandbox import api, auth, discovery, openapi, scale, tables, validation, views
 from snooze.sandbox.api import ApiError, ApiPath
 from snooze.sandbox.auth import Tokens
 from snooze.sandbox.discovery import ResourceSpec
@@ -169,6 +169,10 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             )
         if query.get("dryRun") and method != "GET":  # refused rather than carried out for real
             raise ApiError(400, "the snooze sandbox does not do dry runs: nothing was changed")
+        if spec.group == "authorization.k8s.io" and spec.plural in auth.ACCESS_REVIEWS:
+            if method != "POST" or path.name is not None:
+                raise ApiError(405, f"{spec.plural} are created, never read")
+            return views.respond(auth.access_review(data), 201)
         check = validation.check_for(spec, query, method=method)
         if path.name is None:
             if method == "GET":

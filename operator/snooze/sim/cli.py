@@ -343,6 +343,7 @@ def run(args: argparse.Namespace) -> int:
     import contextlib
     import logging
 
+    from snooze.api.listening import exit_cannot_listen
     from snooze.sim.host import AddressUnavailable, EngineDoesNotFit, serve_engines
 
     configs = configs_from(args)
@@ -377,12 +378,9 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(main())
     except AddressUnavailable as exc:
-        print(
-            f"snooze sim: {exc}. Stop what serves there, or choose another --host or --port"
-            " (0 picks a free one).",
-            file=sys.stderr,
+        return exit_cannot_listen(
+            "sim", exc, what="an engine", port_flag="--port", host_flag="--host"
         )
-        return 2
     except EngineDoesNotFit as exc:
         print(
             f"snooze sim: {exc}. Lower --gpu-memory-gib, --kv-cache-gib or --asleep-memory-gib,"

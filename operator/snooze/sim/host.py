@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import resource
 import threading
@@ -13,6 +12,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from snooze.api.listening import CannotListen
 from snooze.sim.device import GIB, SimulatedDevice
 from snooze.sim.engine import EngineConfig, SimulatedEngine
 from snooze.sim.kinds import app_for, new_engine
@@ -33,18 +33,8 @@ def raise_fd_limit() -> int:
     return soft
 
 
-class AddressUnavailable(Exception):
+class AddressUnavailable(CannotListen):
     """An engine cannot listen on its address: in use, not on this machine, or not allowed."""
-
-    def __init__(self, host: str, port: int, error: OSError) -> None:
-        reasons = {
-            errno.EADDRINUSE: "the address is in use",
-            errno.EADDRNOTAVAIL: "the address is not one of this machine's",
-            errno.EACCES: "permission denied (ports below 1024 need privileges)",
-        }
-        self.host, self.port = host, port
-        self.reason = reasons.get(error.errno or 0, error.strerror or str(error))
-        super().__init__(f"cannot serve on {host}:{port}: {self.reason}")
 
 
 class EngineDoesNotFit(ValueError):

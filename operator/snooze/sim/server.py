@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from snooze.sim import metrics, rl
+from snooze.sim import metrics, rl, serverinfo
 from snooze.sim.engine import (
     SLEEP_MODES,
     EngineDead,
@@ -85,6 +85,7 @@ def build_app(engine: SimulatedEngine) -> web.Application:
             app.router.add_post("/release_kv_cache_memory", release_kv_cache_memory)
         app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     rl.add_routes(app, engine)
+    serverinfo.add_routes(app, engine)
     return app
 
 

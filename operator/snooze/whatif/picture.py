@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from snooze.extras import install_command
 from snooze.whatif.report import Result
 
 
@@ -22,7 +23,7 @@ def _pyplot() -> Any:
         import matplotlib.pyplot as plt
     except ImportError:
         raise PlotError(
-            "matplotlib is not installed, so no picture was drawn: pip install 'snooze[demo]' "
+            f"matplotlib is not installed, so no picture was drawn: {install_command('demo')} "
             "(the table and the JSON line are complete without it)"
         ) from None
     return plt

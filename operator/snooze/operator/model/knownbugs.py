@@ -14,7 +14,7 @@ from snooze.engine.http import EngineHttp
 from snooze.engine.verify import version
 from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory
-from snooze.policy.knownbugs import Conduct, ServeFacts, conduct
+from snooze.policy.knownbugs import LEVELS, Conduct, ServeFacts, conduct
 from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
@@ -69,3 +69,9 @@ async def learn_versions(
 def conduct_of(spec: InferenceModelSpec, facts: ServeFacts, pool_level: int | None) -> Conduct:
     """How the engine sleeps: at the level its pool or spec wants, unless a row moves it."""
     return conduct(facts, pool_level or spec.sleep.level, spec.wake.on_known_bug)
+
+
+def sleeps_at(spec: InferenceModelSpec, facts: ServeFacts) -> dict[int, int | None]:
+    """The level the engine sleeps at for each level a pool may ask (None: it stays awake),
+    so that a pool counts the host RAM of a level-2 ask that comes to level 1."""
+    return {level: conduct_of(spec, facts, level).level for level in LEVELS}

@@ -108,6 +108,11 @@ def note_answer(
         # seen: a model that loads longer than idle.after is not slept the moment it is ready.
         engine.answered = True
         engine.last_activity = max(engine.last_activity, now)
+        if not memory.answered:
+            # So does the model's, which scaleToZeroAfter reads; a pod restarted later does
+            # not count again (new pods are not activity).
+            memory.answered = True
+            memory.last_activity = max(memory.last_activity or 0.0, now)
     answered = result is not None and result.sleeping is not None
     activity = probing.seen(
         now=now,

@@ -19,7 +19,7 @@ from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, process
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.model import sglangops
 from snooze.operator.model.actions import engine_url
-from snooze.operator.model.knownbugs import conduct_of, facts_of, learn_versions
+from snooze.operator.model.knownbugs import conduct_of, facts_of, learn_versions, sleeps_at
 from snooze.operator.model.observe import Probe, first_try, note_answer, note_reachability, probe
 from snooze.operator.pool.loop import PoolHub
 from snooze.operator.settings import Settings
@@ -150,7 +150,7 @@ class EngineViews:
             else:
                 facts = facts_of(pod, engine, process)
             conduct = conduct_of(spec, facts, directive.level)
-            engine.conduct = conduct
+            engine.conduct, engine.sleeps_at = conduct, sleeps_at(spec, facts)
             views.append(
                 sleep_policy.EngineView(
                     pod=pod.name,

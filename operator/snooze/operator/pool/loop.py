@@ -18,11 +18,11 @@ from snooze.api.gpupool import GPUPoolSpec, GPUPoolStatus, parse_pool_spec, pars
 from snooze.api.models import GROUP, VERSION, InferenceModelSpec, SpecError
 from snooze.api.modelstatus import merge_patch
 from snooze.kube.api import KubeApi, Ref
-from snooze.kube.pods import PodInfo
+from snooze.kube.pods import PodInfo, pool_name_of
 from snooze.operator.events.emit import Emit
 from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.pool.members import gather
-from snooze.operator.pool.snapshot import MemberSource, ModelSnapshot, pool_name_of
+from snooze.operator.pool.snapshot import MemberSource, ModelSnapshot
 from snooze.operator.pool.status import invalid_pool_status, pool_status
 from snooze.operator.pool.tell import blame_message, making_room, unasked_message
 from snooze.policy.pool.books import Decided, Directive, Followed, PoolBooks

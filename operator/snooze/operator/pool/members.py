@@ -58,6 +58,12 @@ def read_member(
         # Its wake ran out of memory and it sleeps: part of it may still be mapped, so it
         # counts at its whole footprint; its next wake then needs no more room than that.
         state, residue = MemberState.ASLEEP, footprint
+    discards = True
+    if engine is not None:
+        # What its model asks may come to another level on its engine (a known bug, or a
+        # release that cannot wake from level 2): the pool counts the level it will sleep at.
+        level = engine.sleeps_at.get(level) or level
+        discards = engine.sleeps_at.get(2, 2) != 1
     if state is MemberState.ASLEEP and engine is not None and engine.sleep_level:
         level = engine.sleep_level
     written = copies.get(pod.name)
@@ -73,6 +79,7 @@ def read_member(
         recent_requests=engine.recent_requests if engine is not None else 0,
         awake_since=None if engine is None else engine.awake_since,
         level=level,
+        discards=discards,
         wake_seconds=model.last_wake_seconds or WAKE_SECONDS.get(level, 1.0),
         weights=weights,
         # Its engine process keeps a pinned copy of its weights: seen asleep at level 1

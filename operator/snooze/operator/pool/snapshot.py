@@ -8,9 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from snooze.api.agreed import POOL_LABEL
 from snooze.api.models import EngineState, InferenceModelSpec
-from snooze.kube.pods import PodInfo
+from snooze.kube.pods import PodInfo, pool_name_of
 from snooze.operator.memory import EngineMemory, process_of
 from snooze.policy.runs import Process
 
@@ -39,6 +38,8 @@ class EngineFacts:
     recent_requests: int
     host_copy: bool
     """Its engine run keeps a pinned copy of its weights (seen asleep at level 1)."""
+    sleeps_at: Mapping[int, int | None]
+    """The level it sleeps at for each level asked, as known bugs and its release move it."""
 
     @classmethod
     def of(cls, engine: EngineMemory, pod: PodInfo, process: Process, now: float) -> EngineFacts:
@@ -58,6 +59,7 @@ class EngineFacts:
             last_activity=engine.last_activity,
             recent_requests=engine.recent_requests(now),
             host_copy=engine.holds_host_copy(process),
+            sleeps_at=dict(engine.sleeps_at),
         )
 
 
@@ -131,17 +133,3 @@ def take_snapshot(
         pods=tuple(pods),
         poke=poke,
     )
-
-
-def pool_name_of(
-    pod: PodInfo, spec: InferenceModelSpec | None, claims: Mapping[str, str]
-) -> str | None:
-    """The pool a pod is a member of: its snooze.dev/pool label, else the pool whose
-    ResourceClaim it references (`claims`: claim name -> pool), else its model's spec.pool."""
-    label = pod.labels.get(POOL_LABEL)
-    if label:
-        return label
-    for claim in sorted(pod.claims):
-        if claim in claims:
-            return claims[claim]
-    return None if spec is None or spec.pool is None else spec.pool.name

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from snooze.api.conditions import ConditionReason, ConditionType
 from snooze.api.models import EngineState, Phase
-from snooze.api.modelstatus import InferenceModelStatus, PodState, PodStatus
+from snooze.api.modelstatus import InferenceModelStatus, PodStatus
 from snooze.api.times import moment
 from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory, ModelMemory
@@ -69,9 +69,9 @@ def _coarse(seconds: float) -> float:
 
 def pod_state(pod: PodInfo) -> str:
     if not pod.ready:
-        return PodState.UNREADY
+        return "unready"
     state = pod.state
-    return state.value if state is not None else PodState.UNKNOWN
+    return state.value if state is not None else "unknown"
 
 
 def operator_view(memory: ModelMemory, pod: PodInfo) -> EngineState | None:
@@ -137,11 +137,11 @@ def build(
     for pod in sorted(every, key=lambda p: p.name):
         engine = memory.engines.get(pod.name)
         view = operator_view(memory, pod)
-        state = PodState.SHARED if pod.name in shared else pod_state(pod)
-        if state not in (PodState.SHARED, PodState.UNREADY) and view is not None:
+        state = "shared" if pod.name in shared else pod_state(pod)
+        if state not in ("shared", "unready") and view is not None:
             state = view.value
         if _unreachable(memory, pod):
-            state = PodState.UNREACHABLE  # whatever its label says: not to be routed to
+            state = "unreachable"  # whatever its label says: not to be routed to
         entry = PodStatus(name=pod.name, state=state)
         if pod.uid:
             # So that a reader (the gateway) never trusts this entry for a pod recreated
@@ -269,7 +269,7 @@ def _engine_fields(entry: PodStatus, engine: EngineMemory, state: str) -> None:
     entry.since = _time(engine.state_since.get(state))
     entry.last_activity_time = moment(_coarse(engine.last_activity))
     entry.wake_failures = engine.wake_failures
-    message: str | None = engine.probe_error if state == PodState.UNREACHABLE else None
+    message: str | None = engine.probe_error if state == "unreachable" else None
     if engine.sleep_failures:
         entry.sleep_failures = engine.sleep_failures
         entry.sleep_failure_reason = engine.sleep_failure_reason

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from snooze.api.quantities import format_gib
 from snooze.policy.pool.ahead import headroom_evictions, prime_candidate
-from snooze.policy.pool.host import holds_host_memory, host_memory_used, sleep_levels
+from snooze.policy.pool.host import holds_host_memory, host_memory_used, pinned_fits, sleep_levels
 from snooze.policy.pool.order import (
     at_min_awake,
     eviction_order,
@@ -150,7 +150,9 @@ def decide_pool(view: PoolView) -> PoolDecision:
             (m.frees for m in view.members if m.state is MemberState.DRAINING), reverse=True
         ),
         candidates=eviction_order(
-            (m for m in view.members if may_ever_sleep(m, view)), view.eviction, view.now
+            (m for m in view.members if may_ever_sleep(m, view) and pinned_fits(m, view)),
+            view.eviction,
+            view.now,
         ),
         awake={},
     )
@@ -351,7 +353,7 @@ def _why_blocked(
 ) -> str:
     """Why no room can be made for `asking` now, counting each member that holds memory it
     lacks under the one reason that keeps it (and only true reasons)."""
-    busy = young_count = kept = own = futile = 0
+    busy = young_count = kept = own = futile = pinned = 0
     freeable = sum(room.releasing)
     awake = dict(room.awake)
     candidates = {c.pod for c in room.candidates}
@@ -366,6 +368,8 @@ def _why_blocked(
             futile += 1
         elif not may_ever_sleep(m, view):
             kept += 1  # desiredState Awake
+        elif not pinned_fits(m, view):
+            pinned += 1
         elif m.pod not in candidates:
             continue  # already put to sleep for an earlier wake
         elif young(m, view, asked_at):
@@ -388,6 +392,7 @@ def _why_blocked(
             (kept, "kept awake by their models (minAwake, desiredState)"),
             (own, "of its own model (never put to sleep for it)"),
             (futile, "whose sleep gives back no memory (memoryNotFreed)"),
+            (pinned, "that can sleep only at level 1, whose weights hostMemory cannot hold"),
             (moving, "waking, starting or not yet seen"),
         )
         if n

@@ -21,6 +21,22 @@ def host_memory_used(members: Iterable[Member]) -> int:
     return sum(m.weights for m in members if holds_host_memory(m))
 
 
+def pinned(member: Member) -> bool:
+    """It sleeps at level 1 whatever the pool asks (its release cannot wake from level 2), and
+    its next sleep takes its weights' size of host RAM."""
+    return member.level == 1 and not member.discards and not member.host_copy
+
+
+def pinned_fits(member: Member, view: PoolView) -> bool:
+    """Whether a member that cannot discard may sleep: only while the pool's host memory
+    holds, beside what is held there now, the weights of every such member awake (taken all
+    at once, as one decision may put several to sleep)."""
+    if view.host_memory is None or not pinned(member) or member.state is not MemberState.AWAKE:
+        return True
+    awake = sum(m.weights for m in view.members if m.state is MemberState.AWAKE and pinned(m))
+    return host_memory_used(view.members) + awake <= view.host_memory
+
+
 def sleep_levels(view: PoolView) -> dict[str, int]:
     """The level each awake member would sleep at: 1 while the pool's host memory holds its
     weights besides what the members hold there already (their copies, kept after a wake),
@@ -29,8 +45,15 @@ def sleep_levels(view: PoolView) -> dict[str, int]:
         return {m.pod: m.level for m in view.members if m.state is MemberState.AWAKE}
     host_used = host_memory_used(view.members)
     levels: dict[str, int] = {}
+    awake = [m for m in view.members if m.state is MemberState.AWAKE]
+    # A member that cannot discard sleeps at level 1 whatever it is told: its host RAM is
+    # counted first, so that the others' levels leave room for it.
+    for member in awake:
+        if member.level == 1 and not member.discards:
+            levels[member.pod] = 1
+            host_used += 0 if member.host_copy else member.weights
     for member in eviction_order(
-        (m for m in view.members if m.state is MemberState.AWAKE), view.eviction, view.now
+        (m for m in awake if m.pod not in levels), view.eviction, view.now
     ):
         if member.level == 1 and member.host_copy:
             levels[member.pod] = 1

@@ -58,7 +58,11 @@ class Member:
     pool's). It passed every wake asked before that one which was waiting then: min_residency
     does not protect it from those (so that no wake starves behind later ones)."""
     level: int = 1
-    """The sleep level its model asks for (1 or 2); asleep, the level it sleeps at."""
+    """The sleep level its model's ask comes to on its engine (1 or 2: a known bug or its
+    release can move it); asleep, the level it sleeps at."""
+    discards: bool = True
+    """It can sleep at level 2. A vLLM release that cannot wake from level 2 sleeps at level 1
+    whatever the pool asks: its weights take host RAM all the same."""
     wake_seconds: float = 1.0
     """What a wake of it costs, as last measured (for the Cheapest eviction order)."""
     recent_requests: int = 0
