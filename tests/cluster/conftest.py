@@ -13,7 +13,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,6 @@ from typing import Any
 import docs_pages
 import helm_python
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from cluster import IMAGE, LocalCluster
 from controlplane import ROOT
 from kube import Kube, wait_for

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import SYSTEM
 from kube import Kube, wait_for
+
+from .conftest import SYSTEM
 
 OPERATOR_SA = f"system:serviceaccount:{SYSTEM}:snooze-operator"
 GATEWAY_SA = f"system:serviceaccount:{SYSTEM}:snooze-gateway"

@@ -18,10 +18,11 @@ from typing import Any
 import docs_pages
 import pytest
 import yaml
-from conftest import ENGINES, OTHER_TENANT, SYSTEM, image
 from controlplane import ROOT
 from kube import Kube, wait_for
-from test_walkthrough import EXAMPLE, apply_example, phase
+
+from .conftest import ENGINES, OTHER_TENANT, SYSTEM, image
+from .test_walkthrough import EXAMPLE, apply_example, phase
 
 PAGE = "docs/install.md"
 SNOOZE = [sys.executable, "-m", "snooze.cli"]

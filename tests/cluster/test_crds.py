@@ -4,26 +4,20 @@ CEL rules, which refuse what the docs say is refused."""
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
+import builders
 import pytest
-from conftest import ENGINES
 from kube import Kube
 
-MODEL: dict[str, Any] = {
-    "apiVersion": "snooze.dev/v1alpha1",
-    "kind": "InferenceModel",
-    "metadata": {"name": "crd-check", "namespace": ENGINES},
-    "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "crd-check"}}},
-}
+from .conftest import ENGINES
 
 
 def model(**spec: Any) -> dict[str, Any]:
-    body = copy.deepcopy(MODEL)
-    body["spec"].update(spec)
-    return body
+    """The model the CRD checks apply: one name, in the engines' namespace, `spec` added."""
+    labels = {"app.kubernetes.io/name": "crd-check"}
+    return builders.model("crd-check", namespace=ENGINES, match_labels=labels, **spec)
 
 
 @pytest.fixture

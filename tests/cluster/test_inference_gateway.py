@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import SYSTEM, image
 from kube import Kube, wait_for
 from picker import (
     METRICS_PORT,
@@ -30,6 +29,8 @@ from picker import (
     proxy,
 )
 from prometheus_client.parser import text_string_to_metric_families
+
+from .conftest import SYSTEM, image
 
 # Its pods are reached at their addresses from the test's side, over gRPC: this cluster's.
 pytestmark = pytest.mark.local_only

@@ -99,6 +99,7 @@ def _served(custom: kubernetes.client.CustomObjectsApi) -> bool:
     return True
 
 
+# Not tests/builders.py's model: a Widget, the parity CRD's own kind.
 def model(name: str, **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",

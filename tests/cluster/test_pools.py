@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import builders
 import pytest
-from conftest import ENGINES, image
 from kube import Kube, wait_for
 from prometheus_client.parser import text_string_to_metric_families
+
+from .conftest import ENGINES, image
 
 NAMES = ("p-a", "p-b", "p-c", "p-d")
 DEVICE_DIR = "/run/snooze-gpu"
@@ -62,26 +64,16 @@ def engine(name: str, host_dir: str, *extra: str) -> dict[str, Any]:
 
 
 def model(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "snooze.dev/v1alpha1",
-        "kind": "InferenceModel",
-        "metadata": {"name": name},
-        "spec": {
-            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
-            "idle": {"after": "Never"},  # asleep only when the pool needs the room
-            "pool": {"name": "gpu-0", "memory": "30Gi", "asleepMemory": "1Gi"},
-            "wake": {"timeout": "60s"},
-            **spec,
-        },
+    """A member of gpu-0 (30Gi awake, 1Gi asleep), asleep only when the pool needs the room."""
+    member = {
+        "idle": {"after": "Never"},
+        "pool": {"name": "gpu-0", "memory": "30Gi", "asleepMemory": "1Gi"},
+        "wake": {"timeout": "60s"},
     }
+    return builders.model(name, match_labels={"app.kubernetes.io/name": name}, **member | spec)
 
 
-POOL = {
-    "apiVersion": "snooze.dev/v1alpha1",
-    "kind": "GPUPool",
-    "metadata": {"name": "gpu-0"},
-    "spec": {"memory": "70Gi", "minResidency": "1s"},
-}
+POOL = builders.gpu_pool(minResidency="1s")
 
 
 def device_dir(kube: Kube) -> str:

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import image
 from kube import Kube, wait_for
+
+from .conftest import image
 
 NAMESPACE = "gates"
 POD = "gated"

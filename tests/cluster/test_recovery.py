@@ -13,10 +13,11 @@ from typing import Any
 import helm_python
 import httpx
 import pytest
-from conftest import CHART, ENGINES, RELEASE, SYSTEM, release_values
 from kube import Kube, wait_for
-from test_pools import NAMES, members, oom, phases
-from test_walkthrough import ASK, EXAMPLE, apply_example, engine_states, phase
+
+from .conftest import CHART, ENGINES, RELEASE, SYSTEM, release_values
+from .test_pools import NAMES, members, oom, phases
+from .test_walkthrough import ASK, EXAMPLE, apply_example, engine_states, phase
 
 __all__ = ["members"]
 OPERATOR = "app.kubernetes.io/component=operator"

@@ -8,9 +8,10 @@ import copy
 from typing import Any
 
 import yaml
-from conftest import ENGINES
 from kube import Kube, wait_for
-from test_walkthrough import ASK, EXAMPLE, image
+
+from .conftest import ENGINES
+from .test_walkthrough import ASK, EXAMPLE, image
 
 LABEL = "app.kubernetes.io/name=coder"
 

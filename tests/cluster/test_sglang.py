@@ -10,10 +10,11 @@ import json
 from typing import Any
 
 import yaml
-from conftest import ENGINES
 from controlplane import ROOT
 from kube import Kube, wait_for
-from test_walkthrough import image
+
+from .conftest import ENGINES
+from .test_walkthrough import image
 
 EXAMPLE = ROOT / "examples" / "simulated" / "qa-sglang.yaml"
 LABEL = "app.kubernetes.io/name=qa"

@@ -8,9 +8,10 @@ import json
 import os
 from typing import Any
 
-from conftest import ENGINES, image
 from controlplane import ROOT
 from kube import Kube, wait_for
+
+from .conftest import ENGINES, image
 
 EXAMPLE = ROOT / "examples" / "simulated" / "chat.yaml"
 ASK = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}

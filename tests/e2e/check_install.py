@@ -14,15 +14,15 @@ from typing import Any
 import docs_pages
 import pytest
 import yaml
-from conftest import Cluster, next_address
 from waits import wait_for
+
+from tests.e2e.conftest import Cluster, next_address
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chart"))
 
-from test_install_docs import commands, install
-
 from snooze.operator.embedded import OperatorThread
 from snooze.sim import EngineConfig
+from tests.chart.test_install_docs import commands, install
 
 ROOT = docs_pages.ROOT
 PAGE = ROOT / "docs" / "install.md"

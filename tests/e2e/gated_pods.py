@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import PODS, Cluster
+from tests.e2e.conftest import PODS, Cluster
 
 GATE = "snooze.dev/awake"
 

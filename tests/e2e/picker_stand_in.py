@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from conftest import Cluster
+from tests.e2e.conftest import Cluster
 
 GROUP = "inference.networking.k8s.io"
 POOLS = "/apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import MODELS, PODS, Cluster
+from tests.e2e.conftest import MODELS, PODS, Cluster
 
 
 def set_label(cluster: Cluster, pod: str, state: str) -> None:

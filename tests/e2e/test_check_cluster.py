@@ -28,13 +28,14 @@ from check_install import (
     start_operator_pods,
 )
 from check_runs import Run, check
-from conftest import Cluster, next_address
 from processes import free_port
 from waits import wait_for
 
 from snooze.api import rbac
 from snooze.operator.embedded import OperatorThread
 from snooze.sandbox import Sandbox
+
+from .conftest import Cluster, next_address
 
 pytestmark = pytest.mark.needs("kubectl")
 __all__ = ["installed", "model_running"]  # fixtures

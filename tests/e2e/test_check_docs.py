@@ -21,8 +21,9 @@ import docs_pages
 import pytest
 import yaml
 from check_install import ENGINE_POD, example, installed, model_running
-from test_chart_clients import Namespace
 from waits import wait_for
+
+from .test_chart_clients import Namespace
 
 PAGE = "docs/install.md"
 CHECK_PAGE = "docs/check.md"

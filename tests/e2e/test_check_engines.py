@@ -18,10 +18,11 @@ from check_hostile import (
     vllm_then_nothing,
 )
 from check_runs import CYCLED, FAST, check, release_modes
-from conftest import Cluster, next_address
 from waits import wait_for
 
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
+
+from .conftest import Cluster, next_address
 
 # sim/contract.py and sim/serverinfo.py hold the vLLM releases where the contract changes.
 RELEASES = release_modes("contract.py", "serverinfo.py", oldest=(0, 8, 0))

@@ -18,13 +18,14 @@ from check_hostile import (
     sglang_without_end,
 )
 from check_runs import CYCLED, FAST, check, release_modes
-from conftest import Cluster, next_address
 from waits import wait_for
 
 from snooze.api.agreed import RELEASED_ANNOTATION
 from snooze.sim import EngineConfig, SimulatorHost
 from snooze.sim.sglang.contract import OLDEST_SGLANG
 from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
+
+from .conftest import Cluster, next_address
 
 ADMIN_ROUTES = (
     "POST /pause_generation",

@@ -16,12 +16,13 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import Cluster
 from processes import Process, free_port
 from waits import wait_for
 
 from snooze.kube.api import KubeApi, models_ref
 from snooze.kube.credentials import Source
+
+from .conftest import Cluster
 
 LABELS = {"app": "chat"}
 # Prints an ExecCredential whose token is named by a file the test writes, and counts its runs.

@@ -8,9 +8,10 @@ import threading
 import time
 
 import httpx
-from conftest import FAST, Cluster, OperatorThread
-from test_operator_recovery import started
 from waits import wait_for
+
+from .conftest import FAST, Cluster, OperatorThread
+from .test_operator_recovery import started
 
 __all__ = ["started"]
 LABELS = {"app": "chat"}

@@ -10,11 +10,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import Cluster, OperatorThread, _addresses
 from gateway_fixtures import GatewayThread, gateway, start_gateway
 from waits import wait_for
 
 from snooze.sim import EngineConfig, SimulatedEngine
+
+from .conftest import Cluster, OperatorThread, _addresses
 
 __all__ = ["gateway"]  # the fixture, imported to be found by pytest
 MESSAGES: list[Any] = [{"role": "user", "content": "hello"}]

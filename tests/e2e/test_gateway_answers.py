@@ -13,16 +13,17 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Cluster, next_address
 from processes import GatewayProcess as Gateway
 from processes import running_gateway
 from stand_in import write_status
-from test_gateway import MESSAGES
-from test_hostile_engines import Hostiles
 from waits import wait_for
 
 from snooze.sandbox import Sandbox
 from snooze.sim import SimulatorHost
+
+from .conftest import Cluster, next_address
+from .test_gateway import MESSAGES
+from .test_hostile_engines import Hostiles
 
 HUGE = 300_000_000
 TAIL = b'","finish_reason":"length"}]}'

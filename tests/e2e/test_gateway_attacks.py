@@ -14,11 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, gateway
 from stand_in import set_label
-from test_gateway import MESSAGES, add_model, client, gateway_view
 from waits import wait_for
+
+from .conftest import Cluster, OperatorThread
+from .test_gateway import MESSAGES, add_model, client, gateway_view
 
 __all__ = ["gateway"]
 

@@ -15,11 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Cluster, _addresses
 from gateway_fixtures import GatewayThread, gateway, routable_pods, start_gateway
 from recording_engine import RecordingEngine
 from stand_in import write_status
 from waits import wait_for
+
+from .conftest import Cluster, _addresses
 
 __all__ = ["gateway"]
 COMPLETIONS = "/v1/completions"

@@ -9,11 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import CRD
 from gateway_fixtures import start_gateway
 
 from snooze.gateway.embedded import GatewayThread
 from snooze.sandbox import Sandbox
+
+from .conftest import CRD
 
 CHAT = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
 

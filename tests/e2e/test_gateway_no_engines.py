@@ -13,14 +13,15 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Cluster, OperatorThread, _addresses
 from processes import GatewayProcess, running_gateway
-from test_gateway import MESSAGES, engine_config
-from test_gateway_wake_failures import run_as_printed
 from waits import wait_for
 
 from snooze.api.agreed import HELD_REQUESTS, WAKE_REQUESTED_ANNOTATION
 from snooze.demo.controller import ReplicaSetStandIn, deployment
+
+from .conftest import Cluster, OperatorThread, _addresses
+from .test_gateway import MESSAGES, engine_config
+from .test_gateway_wake_failures import run_as_printed
 
 CHAT = "/v1/chat/completions"
 LABELS = {"app": "ghost"}

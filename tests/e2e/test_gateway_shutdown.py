@@ -16,10 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import Cluster
 from stand_in import set_label, write_status
-from test_gateway import MESSAGES, engine_config
 from waits import wait_for
+
+from .conftest import Cluster
+from .test_gateway import MESSAGES, engine_config
 
 CHAT = "/v1/chat/completions"
 

@@ -19,16 +19,17 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import FAST, Cluster, OperatorThread
 from processes import GatewayProcess, running_gateway
 from stand_in import write_status
-from test_gateway import MESSAGES
-from test_pool_queue import member_spec
-from test_pools import device_and_pool
 from waits import wait_for
 
 from snooze.sandbox import Sandbox
 from snooze.sim import SimulatedEngine
+
+from .conftest import FAST, Cluster, OperatorThread
+from .test_gateway import MESSAGES
+from .test_pool_queue import member_spec
+from .test_pools import device_and_pool
 
 READ_TIMEOUT = 1.0
 TOKEN_SECONDS = 0.0005

@@ -17,15 +17,16 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Cluster
 from processes import GatewayProcess, running_gateway
 from stand_in import write_status
-from test_gateway import MESSAGES
 from waits import wait_for
 
 from snooze.gateway.stalls import AVOID_FIRST
 from snooze.sandbox import Sandbox
 from snooze.sim import SimulatedEngine
+
+from .conftest import Cluster
+from .test_gateway import MESSAGES
 
 START = 1.0
 CHAT = "/v1/chat/completions"
@@ -39,6 +40,7 @@ def gateway(sandbox: Sandbox, tmp_path: Path) -> Iterator[GatewayProcess]:
         yield process
 
 
+# Not a manifest (tests/builders.py): creates the pods, their engines and the model.
 def model(cluster: Cluster, name: str, pods: int = 1, **engine: Any) -> list[SimulatedEngine]:
     """A model of `pods` pods, awake, with the status the operator would write."""
     engines = []

@@ -14,14 +14,15 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, gateway, start_gateway
 from stand_in import conflict, no_conflict, set_label, write_status
-from test_gateway import MESSAGES, engine_config
 from waits import wait_for
 
 from snooze.sandbox import Sandbox
 from snooze.sim import SimulatedEngine, SimulatorHost
+
+from .conftest import Cluster, OperatorThread
+from .test_gateway import MESSAGES, engine_config
 
 __all__ = ["gateway"]
 NAME = "shared-llm"

@@ -21,11 +21,12 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Cluster, _addresses
 from gateway_fixtures import GatewayThread, routable_pods, start_gateway
 from stand_in import write_status
-from test_gateway import MESSAGES
 from waits import wait_for
+
+from .conftest import Cluster, _addresses
+from .test_gateway import MESSAGES
 
 CHAT = "/v1/chat/completions"
 

@@ -11,14 +11,15 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import httpx
-from conftest import FAST, Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, gateway, routable_pods
-from test_gateway import MESSAGES, add_model
 from waits import wait_for
 
 from snooze.gateway import metrics_port
 from snooze.gateway.metrics import GatewayMetrics
 from snooze.sim import SimulatedEngine
+
+from .conftest import FAST, Cluster, OperatorThread
+from .test_gateway import MESSAGES, add_model
 
 __all__ = ["gateway"]
 CHAT = "/v1/chat/completions"

@@ -14,10 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, gateway, routable_pods, start_gateway
 from stand_in import set_label, write_status
-from test_gateway import MESSAGES, add_model, engine_config, wait_asleep
 from waits import wait_for
 
 from snooze.api import rbac
@@ -26,6 +24,9 @@ from snooze.api.times import format_time, parse_time
 from snooze.gateway.model import Key
 from snooze.kube.api import KubeApi
 from snooze.sandbox import Sandbox
+
+from .conftest import Cluster, OperatorThread
+from .test_gateway import MESSAGES, add_model, engine_config, wait_asleep
 
 __all__ = ["gateway"]
 CHAT = "/v1/chat/completions"

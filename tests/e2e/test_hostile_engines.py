@@ -17,12 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Cluster, next_address
 from processes import Process, free_port
 from waits import wait_for
 
 from snooze.engine.exposition import Labels
 from snooze.operator.settings import Settings
+
+from .conftest import Cluster, next_address
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE_ENGINES = ROOT / "benchmarks" / "hostile_engines.py"

@@ -5,7 +5,7 @@ by tests/e2e/test_operator_brakes.py and tests/e2e/test_operator_tenants.py.)"""
 
 from __future__ import annotations
 
-from test_hostile_benchmark import run_as_printed
+from .test_hostile_benchmark import run_as_printed
 
 COMMAND = "python hostile.py --scene record"
 

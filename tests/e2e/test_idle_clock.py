@@ -8,12 +8,13 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from conftest import FAST, Cluster, _addresses
 from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 from snooze.sandbox import Sandbox
 from snooze.sim import SimulatedEngine
+
+from .conftest import FAST, Cluster, _addresses
 
 LABELS = {"app": "chat"}
 IDLE = 4.0  # seconds
@@ -45,6 +46,7 @@ def test_an_engine_back_from_unreachable_gets_the_rest_of_its_idle_after(
     # The idle time it had until a probe found it unreachable is kept (as the next test
     # shows): at most its whole life so far.
     kept = time.monotonic() - born
+    # A sleep: proves it is not slept for twice idle.after, the kept idle time being less.
     time.sleep(2 * IDLE)
     assert engine.sleep_calls == 0
     # Timed from before its address is back: the operator cannot see it answer any sooner.

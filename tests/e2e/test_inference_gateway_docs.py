@@ -17,13 +17,14 @@ from typing import Any
 import docs_pages
 import httpx
 import pytest
-from conftest import PODS, ROOT, Cluster, next_address
 from gated_pods import gate_of, report_running
 from picker_stand_in import PickerMetrics, add_picker_pod, install_crd
 from processes import Process
 from waits import wait_for
 
 from snooze.sim import EngineConfig, SimulatedEngine
+
+from .conftest import PODS, ROOT, Cluster, next_address
 
 pytestmark = pytest.mark.needs("kubectl")
 
@@ -147,6 +148,7 @@ def test_apply_the_examples_and_follow_the_steps(cluster: Cluster, tmp_path: Pat
         assert "1 request(s) queued" in asked["message"] and "qwen3-8b" in asked["message"]
         assert picker.asked["no token"] == 0
         picker.queued.clear()  # the picker sent it on
+        # A sleep: proves the operator keeps running, for half a second, once the queue empties.
         time.sleep(0.5)
         assert operator.popen.poll() is None
     finally:

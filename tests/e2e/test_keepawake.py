@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import FAST, Cluster
 from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 from snooze.policy import prewake
+
+from .conftest import FAST, Cluster
 
 LABELS = {"app": "chat"}
 MODELS = "/apis/snooze.dev/v1alpha1/namespaces/default/inferencemodels"

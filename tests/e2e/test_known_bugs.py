@@ -9,15 +9,17 @@ import time
 from typing import Any
 
 import httpx
-from conftest import Cluster, OperatorThread
 from waits import wait_for
 
 from snooze.sim import SimulatedEngine
+
+from .conftest import Cluster, OperatorThread
 
 LABELS = {"app": "chat"}
 LORA_TP2 = ["serve", "org/model", "--enable-lora", "--lora-modules", "a=/a", "-tp", "2"]
 
 
+# Not a manifest (tests/builders.py): creates the model in the sandbox.
 def model(cluster: Cluster, **spec: Any) -> None:
     cluster.create_model("chat", {"selector": {"matchLabels": LABELS}, **spec})
 

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Cluster
 from processes import Process, free_port
 from waits import wait_for
 
 from snooze.metricsport.connections import HEAD_TIMEOUT, MOST_CLOSING, MOST_CONNECTIONS
+
+from .conftest import Cluster
 
 IDLE = 400
 # Threads the process may start meanwhile for other work: its event loop's executor, where

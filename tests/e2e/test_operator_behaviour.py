@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 
 import httpx
-from conftest import FAST, Cluster, OperatorThread
 from waits import wait_for
 
 from snooze.sim.engine import GARBAGE_MARKER
+
+from .conftest import FAST, Cluster, OperatorThread
 
 LABELS = {"app": "chat"}
 
@@ -38,6 +39,7 @@ def test_desired_state_overrides_both_ways(cluster: Cluster, operator: OperatorT
 
     # A wake request does not beat desiredState: Asleep.
     cluster.request_wake("chat")
+    # A sleep: proves the wake request wakes nothing for half a second (five probes).
     time.sleep(0.5)
     assert engine.is_sleeping
 
@@ -45,6 +47,7 @@ def test_desired_state_overrides_both_ways(cluster: Cluster, operator: OperatorT
     wait_for("awake by override", lambda: not engine.is_sleeping)
     wait_for("phase Awake", lambda: cluster.status("chat").get("phase") == "Awake")
     # Idle for longer than idle.after, yet kept awake.
+    # A sleep: proves it stays awake for 1.5 s, past idle.after.
     time.sleep(1.5)
     assert not engine.is_sleeping
     assert (
@@ -100,6 +103,7 @@ def test_hybrid_crash_with_report_marks_failed(cluster: Cluster, operator: Opera
     wait_for("labelled failed", lambda: cluster.pod_state("hybrid-0") == "failed")
     wait_for("phase Degraded", lambda: cluster.status("chat").get("phase") == "Degraded")
     assert cluster.pod("hybrid-0") is not None
+    # A sleep: proves the failed engine is not woken again for half a second.
     time.sleep(0.5)
     assert engine.wake_calls == 1
 
@@ -164,6 +168,7 @@ def test_invalid_spec_is_reported_then_recovers(cluster: Cluster, operator: Oper
     assert "spec.idle.after" in condition["message"]
     assert cluster.status("chat")["phase"] == "Invalid"
     wait_for("an InvalidSpec event", lambda: cluster.events("InvalidSpec"))
+    # A sleep: proves an invalid spec sleeps and labels nothing for half a second.
     time.sleep(0.5)
     assert not engine.is_sleeping and cluster.pod_state("chat-0") is None
 
@@ -195,6 +200,7 @@ def test_min_awake_keeps_engines_up(cluster: Cluster, operator: OperatorThread) 
     engines = [cluster.create_pod(f"chat-{i}", labels=LABELS) for i in range(3)]
     cluster.create_model("chat", spec(idle={"after": "1s"}, minAwake=1))
     wait_for("two asleep", lambda: sum(e.is_sleeping for e in engines) == 2)
+    # A sleep: proves minAwake keeps the third awake for half a second more.
     time.sleep(0.5)
     assert sum(e.is_sleeping for e in engines) == 2
     assert cluster.status("chat")["awake"] == 1
@@ -204,6 +210,7 @@ def test_unready_pod_is_never_slept(cluster: Cluster, operator: OperatorThread) 
     engine = cluster.create_pod("chat-0", labels=LABELS, ready=False)
     cluster.create_model("chat", spec(idle={"after": "1s"}))
     wait_for("status written", lambda: cluster.status("chat").get("engines") == 1)
+    # A sleep: proves an unready pod is not slept for 1.5 s, past idle.after.
     time.sleep(1.5)
     assert not engine.is_sleeping
     assert cluster.status("chat")["pods"][0]["state"] == "unready"
@@ -259,6 +266,7 @@ def test_a_model_deleted_while_the_operator_is_down_is_handed_back_when_it_start
     url = "/apis/snooze.dev/v1alpha1/namespaces/default/inferencemodels/chat"
     assert cluster.http.delete(url).status_code in (200, 202)
     # Its finalizer holds it until an operator hands its engines back.
+    # A sleep: proves the finalizer holds the model for half a second.
     time.sleep(0.5)
     assert cluster.http.get(url).status_code == 200
     assert engine.is_sleeping

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cluster, OperatorThread, next_address
-from test_hostile_engines import Hostiles, Operator
 from waits import wait_for
 
 from snooze.kube.api import KubeApi
 from snooze.operator.model.wakerequest import Clearer
+
+from .conftest import Cluster, OperatorThread, next_address
+from .test_hostile_engines import Hostiles, Operator
 
 INTERVAL = 0.2
 WRITES = ("POST", "PATCH", "PUT", "DELETE")

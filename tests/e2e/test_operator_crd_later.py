@@ -10,12 +10,14 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import CRD, Cluster
+from builders import gpu_pool
 from processes import Process
 from waits import wait_for
 
 from snooze.sandbox import Sandbox
 from snooze.sim import SimulatorHost
+
+from .conftest import CRD, Cluster
 
 LABELS = {"app": "chat"}
 
@@ -66,13 +68,7 @@ def test_operator_first_then_the_crd_then_a_model(bare: Cluster, tmp_path: Path)
 
         # The GPUPool CRD comes later still (an upgrade that adds it): pools are served too.
         install(bare, POOL_CRD)
-        pool = {
-            "apiVersion": "snooze.dev/v1alpha1",
-            "kind": "GPUPool",
-            "metadata": {"name": "gpu-0"},
-            "spec": {"memory": "70Gi"},
-        }
-        bare.http.post(POOLS, json=pool).raise_for_status()
+        bare.http.post(POOLS, json=gpu_pool()).raise_for_status()
         wait_for(
             "the pool's status",
             lambda: (

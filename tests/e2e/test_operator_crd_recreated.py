@@ -8,12 +8,13 @@ from pathlib import Path
 
 import httpx
 import yaml
-from conftest import CRD, Cluster
 from processes import Process
-from test_operator_crd_later import POOL_CRD, bare
 from waits import wait_for
 
 from snooze.api import models
+
+from .conftest import CRD, Cluster
+from .test_operator_crd_later import POOL_CRD, bare
 
 __all__ = ["bare"]
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"

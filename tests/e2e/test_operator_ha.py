@@ -14,10 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import Cluster
 from waits import wait_for
 
 from snooze.sandbox import Sandbox
+
+from .conftest import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERING_CRDS = ROOT / "charts" / "snooze" / "crds" / "kopfpeerings.kopf.dev.yaml"

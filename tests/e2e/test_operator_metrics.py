@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from conftest import Cluster
 from prometheus_client import CollectorRegistry
 from waits import wait_for
 
 from snooze.operator.metrics import OperatorMetrics
+
+from .conftest import Cluster
 
 LABELS = {"app": "chat"}
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from conftest import Cluster, OperatorThread
 from waits import wait_for
 
 from snooze.demo.controller import deployment
+
+from .conftest import Cluster, OperatorThread
 
 
 def condition(cluster: Cluster, name: str, kind: str) -> dict[str, Any]:
@@ -57,6 +58,7 @@ def test_a_model_name_claimed_twice_stays_with_the_first(
         assert "default" not in taken["message"]  # nothing of the other tenant is disclosed
         assert tenant.events("ModelNameTaken")
         # The first keeps it, however often the operator looks again.
+        # A sleep: proves the first keeps the name for half a second (five probes).
         time.sleep(0.5)
         assert condition(cluster, "first", "Conflict")["status"] == "False"
         assert tenant.status("second")["modelName"] == "llama"
@@ -127,6 +129,7 @@ def test_a_pod_selected_by_two_models_is_acted_on_by_neither(
     assert "both-0" in condition(cluster, "by-app", "SharedPods")["message"]
     # The pod only one model selects sleeps as usual; the shared one is left as it was.
     wait_for("the unshared pod asleep", lambda: mine.is_sleeping)
+    # A sleep: proves the shared pod is neither slept nor woken for 1.5 s (past idle.after).
     time.sleep(1.5)
     assert (engine.sleep_calls, engine.wake_calls) == (0, 0)
     entry = next(p for p in cluster.status("by-app")["pods"] if p["name"] == "both-0")

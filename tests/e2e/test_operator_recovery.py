@@ -19,11 +19,12 @@ from dataclasses import replace
 
 import httpx
 import pytest
-from conftest import FAST, Cluster, OperatorThread, _addresses
 from waits import wait_for
 
 from snooze.api.times import format_time
 from snooze.sim.engine import GARBAGE_MARKER
+
+from .conftest import FAST, Cluster, OperatorThread, _addresses
 
 LABELS = {"app": "chat"}
 PODS = "/api/v1/namespaces/default/pods"

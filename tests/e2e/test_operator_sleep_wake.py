@@ -7,8 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, OperatorThread
 from waits import wait_for
+
+from .conftest import Cluster, OperatorThread
 
 LABELS = {"app": "chat"}
 SPEC = {"selector": {"matchLabels": LABELS}, "idle": {"after": "1s"}, "sleep": {"level": 1}}

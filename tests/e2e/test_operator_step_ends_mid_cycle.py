@@ -15,7 +15,6 @@ from typing import Any, cast
 
 import httpx
 import pytest
-from conftest import _addresses
 
 from snooze.api.agreed import STATE_LABEL, WAKE_REQUESTED_ANNOTATION
 from snooze.api.times import format_time
@@ -28,6 +27,8 @@ from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.model.loop import ModelLoop
 from snooze.operator.settings import Settings
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
+
+from .conftest import _addresses
 
 LABELS = {"app.kubernetes.io/name": "chat"}
 

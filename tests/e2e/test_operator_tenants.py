@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, next_address
-from test_hostile_engines import Hostiles, Operator, calm_rounds, start_calm
 from waits import wait_for
 
 from snooze.sandbox import Sandbox
+
+from .conftest import Cluster, next_address
+from .test_hostile_engines import Hostiles, Operator, calm_rounds, start_calm
 
 INTERVAL = 1.0
 BUDGET = 0.5  # writes per probe interval per model: 30 a minute

@@ -13,11 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import CRD
 from processes import SNOOZE, free_port
 from waits import wait_for
 
 from snooze.sandbox import Sandbox
+
+from .conftest import CRD
 
 RETRY = re.compile(
     r"\S+ \S+ WARNING snooze\.operator\.startup: the Kubernetes API at (?P<server>\S+) does "

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import time
 
-from conftest import FAST, Cluster, OperatorThread
 from prometheus_client import CollectorRegistry
 from waits import wait_for
 
 from snooze.operator.metrics import OperatorMetrics
+
+from .conftest import FAST, Cluster, OperatorThread
 
 LABELS = {"app": "chat"}
 
@@ -44,6 +45,7 @@ def test_an_engine_without_sleep_mode_is_told_once_and_keeps_serving(
     wait_for("awake again", lambda: cluster.pod_state("chat-0") == "awake")
     wait_for("phase Awake", lambda: cluster.status("chat").get("phase") == "Awake")
     # Forty probe intervals later (FAST probes every 0.1 s), still one attempt, one Event.
+    # A sleep: proves no second attempt or Event for forty probe intervals.
     time.sleep(40 * FAST.probe_interval)
     assert len(reasons(cluster, "SleepFailed")) == 1
     assert len(reasons(cluster, "Draining")) == 1
@@ -54,6 +56,7 @@ def test_an_engine_without_sleep_mode_is_told_once_and_keeps_serving(
     # A new spec (a new generation) is a new try: once.
     cluster.patch_model("chat", {"spec": {"idle": {"after": "2s"}}})
     wait_for("tried again", lambda: len(reasons(cluster, "SleepFailed")) == 2, timeout=20)
+    # A sleep: proves no third attempt for forty probe intervals.
     time.sleep(40 * FAST.probe_interval)
     assert len(reasons(cluster, "SleepFailed")) == 2
 
@@ -78,6 +81,7 @@ def test_a_selector_that_matches_nothing_says_so(
     assert "app=typo" in condition["message"] and "default" in condition["message"]
     wait_for("an Event", lambda: reasons(cluster, "NoPods"))
     assert "app=typo" in reasons(cluster, "NoPods")[0]
+    # A sleep: proves the Event is not repeated for twenty probe intervals.
     time.sleep(20 * FAST.probe_interval)
     assert len(reasons(cluster, "NoPods")) == 1  # said once, not at every probe
     # A pod comes: the model serves, and says so.

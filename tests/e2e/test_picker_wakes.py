@@ -12,13 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, _addresses, next_address
 from picker_stand_in import PickerMetrics, create_picker_service, create_pool, install_crd
 from processes import Process
 from waits import wait_for
 
 from snooze.demo.controller import ReplicaSetStandIn, deployment
 from snooze.sim import SimulatedEngine
+
+from .conftest import Cluster, _addresses, next_address
 
 TOKEN = "snooze-picker-reader-token"
 WAKE = "snooze.dev/wake-requested-at"
@@ -91,6 +92,7 @@ def test_a_queue_at_the_picker_wakes_its_model_once_and_keeps_it_awake(
         wait_for("the picker read", lambda: readable(cluster, "qwen") == ("True", "Read"))
         # Requests for another model, queued at the same picker, are not this model's.
         picker.queued[("qwen-other", "", "0")] = 5
+        # A sleep: proves another model's queue wakes nothing, for a second (ten probes).
         time.sleep(1.0)
         assert engine.wake_calls == 0 and engine.is_sleeping
 
@@ -101,6 +103,8 @@ def test_a_queue_at_the_picker_wakes_its_model_once_and_keeps_it_awake(
         asked = cluster.model("qwen")["metadata"]["annotations"][WAKE]
         wait_for("the pod labelled awake", lambda: cluster.pod_state("qwen-0") == "awake")
         # idle.after is 1 s: only the queue keeps it awake, and it asks for no second wake.
+        # A sleep: proves the queue alone keeps it awake for 3 s (past idle.after), with no second
+        # wake.
         time.sleep(3.0)
         assert not engine.is_sleeping and engine.wake_calls == 1
         assert cluster.model("qwen")["metadata"]["annotations"][WAKE] == asked
@@ -113,6 +117,7 @@ def test_a_queue_at_the_picker_wakes_its_model_once_and_keeps_it_awake(
         wait_for("asleep again", lambda: engine.is_sleeping, timeout=10)
         picker.queued[("qwen", "", "0")] = 1
         wait_for("awake again", lambda: not engine.is_sleeping, timeout=10)
+        # A sleep: proves one queued request gives one wake, for a second.
         time.sleep(1.0)
         assert engine.wake_calls == 2
         assert len(cluster.events("WakeRequested")) == 2
@@ -227,6 +232,7 @@ def test_without_the_crd_only_discovery_is_asked_until_it_is_installed(
         wait_for("asleep", lambda: engine.is_sleeping, timeout=30)
         discovery = "/apis/inference.networking.k8s.io/v1"
         before = cluster.sandbox.requests_count("GET", discovery)
+        # A sleep: counts the discovery requests of 3 s; what is asserted is their rate.
         time.sleep(3.0)
         asked = cluster.sandbox.requests_count("GET", discovery) - before
         # Once per probe interval (0.3 s), not in a loop; never a list of what is not served.

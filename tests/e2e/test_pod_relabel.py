@@ -8,10 +8,11 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
-from conftest import FAST, Cluster
 from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
+
+from .conftest import FAST, Cluster
 
 # Cycles 30 s apart: only a poke makes the loop look sooner.
 SLOW = replace(FAST, probe_interval=30.0, drift_interval=60.0)

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
-from conftest import _addresses
 
 from snooze.api.models import InferenceModelSpec, parse_spec
 from snooze.engine.client import EngineHttp, new_http_client
@@ -26,6 +25,8 @@ from snooze.operator.pool.snapshot import ModelSnapshot, take_snapshot
 from snooze.operator.settings import Settings
 from snooze.policy.sleep import Action, ActionKind, ActionReason
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
+
+from .conftest import _addresses
 
 GIB = 2**30
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from conftest import Cluster, OperatorThread
 from gateway_fixtures import GatewayThread
-from test_pools import Kubelet, Watcher, ask, device_and_pool, start_refusals, wake_ooms
 from waits import wait_for
 
 from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
+
+from .conftest import Cluster, OperatorThread
+from .test_pools import Kubelet, Watcher, ask, device_and_pool, start_refusals, wake_ooms
 
 ENGINES = {"a": "vllm", "b": "sglang", "c": "vllm", "d": "sglang"}
 SGLANG_TIMES = {"level2_sleep_seconds": 0.05, "reload_seconds": 0.2}

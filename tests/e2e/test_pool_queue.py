@@ -14,14 +14,15 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import FAST, Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, gateway
-from test_gateway import MESSAGES
-from test_gateway_traffic import metrics_served
-from test_pools import Kubelet, device_and_pool, pool_status
 from waits import wait_for
 
 from snooze.sandbox import Sandbox
+
+from .conftest import FAST, Cluster, OperatorThread
+from .test_gateway import MESSAGES
+from .test_gateway_traffic import metrics_served
+from .test_pools import Kubelet, device_and_pool, pool_status
 
 __all__ = ["gateway"]
 GIB = 2**30
@@ -124,6 +125,7 @@ def test_a_wake_that_must_wait_for_a_busy_member_holds_back_no_other(
     assert "kept awake" not in said["message"], said
     # p is idle now; d's wake is still asked (its annotation stands) but its client left.
     after_stream = slept(device)
+    # A sleep: proves d is not woken for 3 s once its client left.
     time.sleep(3.0)
     assert engines["d"].wake_calls == 0 and engines["d"].is_sleeping
     assert slept(device) == after_stream, "members were put to sleep for a wake nobody waits for"

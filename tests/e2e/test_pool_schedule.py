@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, gateway
-from test_keepawake import daily_from_now
-from test_pool_queue import chat
-from test_pools import device_and_pool
 from waits import wait_for
+
+from .conftest import Cluster, OperatorThread
+from .test_keepawake import daily_from_now
+from .test_pool_queue import chat
+from .test_pools import device_and_pool
 
 __all__ = ["gateway"]
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from conftest import FAST, Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, gateway
-from test_pool_queue import chat
-from test_pools import Kubelet, device_and_pool, pool_status
 from waits import wait_for
 
 from snooze.sandbox import Sandbox
+
+from .conftest import FAST, Cluster, OperatorThread
+from .test_pool_queue import chat
+from .test_pools import Kubelet, device_and_pool, pool_status
 
 __all__ = ["gateway"]
 GIB = 2**30

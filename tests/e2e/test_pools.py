@@ -17,14 +17,16 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import FAST, Cluster, OperatorThread, _addresses
+from builders import gpu_pool
 from gateway_fixtures import GatewayThread, gateway
-from test_gateway import MESSAGES, client
-from test_gateway_traffic import metrics_served
 from waits import wait_for
 
 from snooze.sim import EngineConfig, SimulatedEngine
 from snooze.sim.device import SimulatedDevice
+
+from .conftest import FAST, Cluster, OperatorThread, _addresses
+from .test_gateway import MESSAGES, client
+from .test_gateway_traffic import metrics_served
 
 __all__ = ["gateway"]
 GIB = 2**30
@@ -137,13 +139,7 @@ class Watcher:
 def device_and_pool(cluster: Cluster) -> Kubelet:
     """A simulated device of 70 GiB and its GPUPool `gpu-0` (minResidency 1s), no member yet."""
     device = cluster.sim.add_device(name="gpu-0", memory_gib=70)
-    body = {
-        "apiVersion": "snooze.dev/v1alpha1",
-        "kind": "GPUPool",
-        "metadata": {"name": "gpu-0"},
-        "spec": {"memory": "70Gi", "minResidency": "1s"},
-    }
-    cluster.http.post(POOLS, json=body).raise_for_status()
+    cluster.http.post(POOLS, json=gpu_pool(minResidency="1s")).raise_for_status()
     return Kubelet(cluster, device)
 
 
@@ -270,6 +266,7 @@ def test_cheapest_keeps_the_member_asked_for_most_over_the_one_asked_for_last(
     ask(gateway, once, 1)
     # The operator sees both at its next probes (0.1 s apart here): by then the popular one
     # has been idle a little longer, and asked for 200 times in the last ten minutes.
+    # A sleep, not a wait: the probes that see both (0.1 s apart) leave no mark to wait for.
     time.sleep(3.0)
     before = Counter(e["message"].split()[0] for e in cluster.events("MakingRoom"))
     assert ask(gateway, asleep) == "lorem ipsum"
@@ -465,8 +462,10 @@ def test_headroom_never_takes_a_member_serving_traffic_the_operator_did_not_rout
             pool.start(name)
         steady, quiet = two_awake(pool)
         ask_engine(pool.engines[steady])  # seen by a probe, then nothing more for a while
+        # A sleep: the steady one's last use is a second older than the quiet one's.
         time.sleep(1.0)
         ask_engine(pool.engines[quiet])  # the quiet one was used last, as far as anyone saw
+        # A sleep: a probe sees the quiet one's use before headroom is asked for.
         time.sleep(1.0)
 
         def traffic() -> None:
@@ -476,9 +475,11 @@ def test_headroom_never_takes_a_member_serving_traffic_the_operator_did_not_rout
 
         with ThreadPoolExecutor(1) as threads:
             serving = threads.submit(traffic)
+            # A sleep: the steady one serves for a second before headroom is asked for.
             time.sleep(1.0)
             patch_pool(cluster, {"headroom": {"wakes": 1, "idleAfter": "1s"}})
             wait_for("one of them asleep", lambda: pool.engines[quiet].is_sleeping, timeout=15)
+            # A sleep: proves the steady one, still serving, stays awake for a second more.
             time.sleep(1.0)
             stop.set()
             serving.result(30)
@@ -492,15 +493,7 @@ def test_headroom_never_takes_a_member_serving_traffic_the_operator_did_not_rout
 def test_a_pool_that_cannot_fit_its_members_says_why(
     cluster: Cluster, operator: OperatorThread
 ) -> None:
-    cluster.http.post(
-        POOLS,
-        json={
-            "apiVersion": "snooze.dev/v1alpha1",
-            "kind": "GPUPool",
-            "metadata": {"name": "tiny"},
-            "spec": {"memory": "20Gi"},
-        },
-    ).raise_for_status()
+    cluster.http.post(POOLS, json=gpu_pool("tiny", "20Gi")).raise_for_status()
     cluster.create_pod("x-0", labels={"app": "x", "snooze.dev/pool": "tiny"})
     cluster.create_model(
         "x", {"selector": {"matchLabels": {"app": "x"}}, "pool": {"name": "tiny", "memory": "30Gi"}}

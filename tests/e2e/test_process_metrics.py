@@ -7,9 +7,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Cluster
 from processes import Process, free_port
 from waits import wait_for
+
+from .conftest import Cluster
 
 PROCESS = (
     "process_cpu_seconds_total",

@@ -22,14 +22,15 @@ from wsgiref.simple_server import WSGIServer
 import httpx
 import pytest
 import yaml
-from conftest import Cluster, OperatorThread, next_address
 from gateway_fixtures import GatewayThread, routable_pods
 from prometheus_client import CollectorRegistry, start_http_server
-from test_pools import Kubelet
 from waits import wait_for
 
 from snooze.operator.metrics import OperatorMetrics
 from snooze.sim.sglang.engine import SGLangConfig
+
+from .conftest import Cluster, OperatorThread, next_address
+from .test_pools import Kubelet
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "charts" / "snooze" / "dashboards" / "snooze.json"

@@ -12,12 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import PODS, Cluster, next_address
 from gated_pods import GATE, gate_of, report_running
 from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 from snooze.sim import EngineConfig, SimulatedEngine
+
+from .conftest import PODS, Cluster, next_address
 
 LABELS = {"app": "chat"}
 

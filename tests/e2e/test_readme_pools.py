@@ -16,13 +16,14 @@ import docs_pages
 import httpx
 import pytest
 import yaml
-from conftest import FAST, _addresses
-from test_pools import Watcher
 from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 from snooze.sandbox import Sandbox
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
+
+from .conftest import FAST, _addresses
+from .test_pools import Watcher
 
 pytestmark = pytest.mark.needs("kubectl")
 

@@ -8,10 +8,11 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
-from conftest import FAST, MODELS, Cluster, OperatorThread
 from waits import wait_for
 
 from snooze.api.times import format_time
+
+from .conftest import FAST, MODELS, Cluster, OperatorThread
 
 IDLE_AFTER = 10.0
 

@@ -7,11 +7,12 @@ from collections.abc import Iterator
 
 import openai
 import pytest
-from conftest import Cluster, OperatorThread, _addresses
 from gateway_fixtures import GatewayThread
 from waits import wait_for
 
 from snooze.demo.controller import ReplicaSetStandIn, deployment
+
+from .conftest import Cluster, OperatorThread, _addresses
 
 LABELS = {"app": "chat"}
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
@@ -106,6 +107,7 @@ def test_manual_scale_is_respected(
     wait_for("three pods", lambda: len(live_pods(cluster)) == 3)
     # The pods sleep (first tier), but the workload is not taken to zero again.
     wait_for("asleep", lambda: cluster.status("chat").get("asleep") == 3)
+    # A sleep: proves the workload stays at three replicas for 3 s (past scaleToZeroAfter).
     time.sleep(3)
     assert replicas(cluster) == 3
     assert cluster.status("chat")["phase"] == "Asleep"
@@ -119,6 +121,7 @@ def test_min_awake_forbids_zero(
     ).raise_for_status()
     cluster.create_model("chat", {**SPEC, "minAwake": 1})
     wait_for("one asleep", lambda: cluster.status("chat").get("asleep") == 1)
+    # A sleep: proves minAwake keeps two replicas for 3 s (past scaleToZeroAfter).
     time.sleep(3)
     assert replicas(cluster) == 2
 

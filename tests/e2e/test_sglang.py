@@ -8,12 +8,13 @@ import threading
 from typing import Any
 
 import httpx
-from conftest import Cluster, OperatorThread, next_address
-from test_keepawake import daily_from_now
 from waits import wait_for
 
 from snooze.api.agreed import RELEASED_ANNOTATION
 from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
+
+from .conftest import Cluster, OperatorThread, next_address
+from .test_keepawake import daily_from_now
 
 LABELS = {"app": "sg"}
 SPEC = {

@@ -9,10 +9,11 @@ import threading
 from typing import Any
 
 import httpx
-from conftest import Cluster
 from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
+
+from .conftest import Cluster
 
 LABELS = {"app": "chat"}
 

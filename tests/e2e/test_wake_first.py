@@ -9,11 +9,12 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
-from conftest import FAST, Cluster
 from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 from snooze.sandbox import Sandbox
+
+from .conftest import FAST, Cluster
 
 GIB = 16.0  # the simulated engine's weights (EngineConfig.gpu_memory_gib's default)
 

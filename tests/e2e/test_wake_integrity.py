@@ -8,12 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from conftest import FAST, Cluster, OperatorThread
 from gateway_fixtures import GatewayThread, gateway
-from test_gateway import MESSAGES, add_model, engine_config, wait_asleep
 from waits import wait_for
 
 from snooze.sim import SimulatedEngine
+
+from .conftest import FAST, Cluster, OperatorThread
+from .test_gateway import MESSAGES, add_model, engine_config, wait_asleep
 
 __all__ = ["gateway"]
 CHAT = "/v1/chat/completions"

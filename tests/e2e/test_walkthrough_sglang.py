@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_walkthrough import Machine, Session, Step, page_steps
+
+from .test_walkthrough import Machine, Session, Step, page_steps
 
 pytestmark = pytest.mark.needs("kubectl", "curl", "bash")
 

@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 import whatif_pages as pages
 import yaml
-from conftest import FAST, Cluster, _addresses
-from test_pools import Watcher
 from waits import wait_for
 
 from snooze.operator.embedded import OperatorThread
 from snooze.sandbox import Sandbox
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
+
+from .conftest import FAST, Cluster, _addresses
+from .test_pools import Watcher
 
 pytestmark = pytest.mark.needs("kubectl", "bash")
 
@@ -149,6 +150,7 @@ def test_the_plan_applies_to_the_sandbox_and_runs_there(
                 f"{asleep[0]} awake", lambda e=members[asleep[0]]: not e.is_sleeping, timeout=60
             )
         assert cluster.events("MakingRoom")
+        # A sleep: proves the bounds hold for a second more (the watchers keep sampling).
         time.sleep(1.0)
         for name, watcher in zip(engines, watchers, strict=True):
             # Two of 36 GiB fit in 80 beside the others' residues: never three at once.

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_image_plugin import PLUGIN_SRC
 
 from snooze.kube.serveargs import serve_args
 from snooze.policy.knownbugs import TABLE
 from snooze_vllm_patch.knownbugs import ROWS, parse_serve_args
+
+from .test_image_plugin import PLUGIN_SRC
 
 pytestmark = pytest.mark.vllm_wheels
 

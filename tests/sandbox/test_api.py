@@ -11,6 +11,7 @@ import kubernetes.client
 import kubernetes.watch
 import pytest
 import urllib3
+from builders import pod
 from kubernetes.client import ApiException, CoreV1Api, CustomObjectsApi
 
 from snooze.sandbox import Sandbox
@@ -56,15 +57,6 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    }
-
-
 @pytest.fixture(scope="module")
 def crd(sandbox: Sandbox) -> dict[str, Any]:
     config = kubernetes.client.Configuration()
@@ -104,12 +96,12 @@ def test_namespaces_list_and_get(client: kubernetes.client.ApiClient) -> None:
 
 
 def test_system_fields_and_201(client: kubernetes.client.ApiClient) -> None:
-    status, created = raw(client, "POST", "/api/v1/namespaces/default/pods", pod(unique("p")))
+    status, created = raw(client, "POST", "/api/v1/namespaces/default/pods", pod(name=unique("p")))
     assert status == 201
     meta = created["metadata"]
     uuid.UUID(meta["uid"])
     assert meta["creationTimestamp"].endswith("Z") and meta["generation"] == 1
-    again = CoreV1Api(client).create_namespaced_pod("default", pod(unique("p")))
+    again = CoreV1Api(client).create_namespaced_pod("default", pod(name=unique("p")))
     assert int(again.metadata.resource_version) > int(meta["resourceVersion"])
 
 
@@ -133,8 +125,8 @@ def test_errors_are_status_bodies(client: kubernetes.client.ApiClient) -> None:
     assert body["kind"] == "Status" and body["status"] == "Failure"
     assert body["reason"] == "NotFound" and body["code"] == 404
     name = unique("p")
-    raw(client, "POST", "/api/v1/namespaces/default/pods", pod(name))
-    status, body = raw(client, "POST", "/api/v1/namespaces/default/pods", pod(name))
+    raw(client, "POST", "/api/v1/namespaces/default/pods", pod(name=name))
+    status, body = raw(client, "POST", "/api/v1/namespaces/default/pods", pod(name=name))
     assert (status, body["reason"]) == (409, "AlreadyExists")
 
 
@@ -142,9 +134,9 @@ def test_label_and_field_selectors_on_list(client: kubernetes.client.ApiClient) 
     core = CoreV1Api(client)
     ns = unique("sel")
     core.create_namespace({"metadata": {"name": ns}})
-    core.create_namespaced_pod(ns, pod("a", {"app": "web", "tier": "front"}))
-    core.create_namespaced_pod(ns, pod("b", {"app": "db"}))
-    core.create_namespaced_pod(ns, pod("c", {}))
+    core.create_namespaced_pod(ns, pod(name="a", labels={"app": "web", "tier": "front"}))
+    core.create_namespaced_pod(ns, pod(name="b", labels={"app": "db"}))
+    core.create_namespaced_pod(ns, pod(name="c", labels={}))
 
     def names(**kwargs: str) -> list[str]:
         return [p.metadata.name for p in core.list_namespaced_pod(ns, **kwargs).items]
@@ -172,11 +164,11 @@ def test_watch_from_resource_version_with_selectors(client: kubernetes.client.Ap
     core = CoreV1Api(client)
     ns = unique("watch")
     core.create_namespace({"metadata": {"name": ns}})
-    core.create_namespaced_pod(ns, pod("before", {"app": "web"}))
+    core.create_namespaced_pod(ns, pod(name="before", labels={"app": "web"}))
     listed = core.list_namespaced_pod(ns)
     since = listed.metadata.resource_version
-    core.create_namespaced_pod(ns, pod("after", {"app": "web"}))
-    core.create_namespaced_pod(ns, pod("other", {"app": "db"}))
+    core.create_namespaced_pod(ns, pod(name="after", labels={"app": "web"}))
+    core.create_namespaced_pod(ns, pod(name="other", labels={"app": "db"}))
     core.patch_namespaced_pod("after", ns, {"metadata": {"labels": {"app": "gone"}}})
 
     response = core.list_namespaced_pod(
@@ -201,7 +193,7 @@ def test_watch_streams_live_events(client: kubernetes.client.ApiClient) -> None:
     ns = unique("live")
     core.create_namespace({"metadata": {"name": ns}})
     since = core.list_namespaced_pod(ns).metadata.resource_version
-    creator = threading.Timer(0.2, lambda: core.create_namespaced_pod(ns, pod("late")))
+    creator = threading.Timer(0.2, lambda: core.create_namespaced_pod(ns, pod(name="late")))
     creator.start()
     watch = kubernetes.watch.Watch()
     seen = []

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import builders
 import httpx
 import pytest
 import yaml
@@ -54,27 +55,13 @@ def kubectl(sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Itera
     yield run
 
 
+# kubectl reads its manifests as text: the builders' objects, as JSON.
 def model(name: str, **spec: Any) -> str:
-    body = {"selector": {"matchLabels": {"app": name}}} | spec
-    return json.dumps(
-        {
-            "apiVersion": "snooze.dev/v1alpha1",
-            "kind": "InferenceModel",
-            "metadata": {"name": name},
-            "spec": body,
-        }
-    )
+    return json.dumps(builders.model(name, **spec))
 
 
 def pod(name: str, **container: Any) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": "i"} | container]},
-        }
-    )
+    return json.dumps(builders.pod(builders.CONTAINER | container, name=name))
 
 
 def test_the_repository_manifests_apply_as_written(kubectl: Kubectl) -> None:

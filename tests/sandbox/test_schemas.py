@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import builders
 import pytest
 import yaml
 from builtin_schemas import generate
@@ -46,7 +47,8 @@ def _check(kind: str, obj: dict[str, Any], directive: str = "Strict") -> validat
 
 
 def pod(**container: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"} | container]}}
+    """The builders' pod, with these fields on its container."""
+    return builders.pod(builders.CONTAINER | container)
 
 
 @pytest.mark.parametrize(
@@ -96,15 +98,6 @@ def test_unknown_fields_by_directive() -> None:
         assert obj == pod()  # dropped either way
 
 
-def model(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "snooze.dev/v1alpha1",
-        "kind": "InferenceModel",
-        "metadata": {"name": "m"},
-        "spec": {"selector": {"matchLabels": {"app": "m"}}} | spec,
-    }
-
-
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
@@ -126,7 +119,7 @@ def model(**spec: Any) -> dict[str, Any]:
 )  # fmt: skip
 def test_crd_rules(spec: dict[str, Any], problem: str) -> None:
     with pytest.raises(ApiError) as refused:
-        _check("InferenceModel", model(**spec))
+        _check("InferenceModel", builders.model(**spec))
     assert refused.value.code == 422
     assert refused.value.message.startswith('InferenceModel.snooze.dev "m" is invalid: ')
     assert problem in refused.value.message
@@ -135,7 +128,7 @@ def test_crd_rules(spec: dict[str, Any], problem: str) -> None:
 
 
 def test_crd_accepts_what_its_schema_allows() -> None:
-    obj = model(minAwake=2.0, idle={"after": "20s"}, wake={"onRequest": True})
+    obj = builders.model(minAwake=2.0, idle={"after": "20s"}, wake={"onRequest": True})
     obj["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
     kept = copy.deepcopy(obj)
     _check("InferenceModel", obj)
@@ -146,4 +139,4 @@ def test_crd_accepts_what_its_schema_allows() -> None:
     (gvk, schema), = schemas.crd_kinds(preserving).values()  # fmt: skip
     check = validation.Check(kind=gvk[2], group=gvk[0], version=gvk[1], schema=schema,
                              custom=True, directive="Strict")  # fmt: skip
-    check(model(anything={"goes": 1}))
+    check(builders.model(anything={"goes": 1}))

@@ -9,15 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import pod
 
 from snooze.sandbox import Sandbox, schemas, strategic
 
 POD = schemas.builtin()["io.k8s.api.core.v1.Pod"]
 DEPLOYMENT = schemas.builtin()["io.k8s.api.apps.v1.Deployment"]
-
-
-def pod(*containers: dict[str, Any], **meta: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "p"} | meta, "spec": {"containers": list(containers)}}
 
 
 A = {"name": "a", "image": "1", "ports": [{"containerPort": 80}, {"containerPort": 90}]}

@@ -10,19 +10,12 @@ import time
 
 import httpx
 import pytest
+from builders import pod
+from waits import wait_for
 
 from snooze.sandbox import Sandbox
 
 PODS = "/api/v1/namespaces/default/pods"
-
-
-def pod(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-    }
 
 
 def watch(client: socket.socket) -> None:
@@ -33,10 +26,8 @@ def watch(client: socket.socket) -> None:
 
 def let_go_quietly(watchers: set[object], before: int, caplog: pytest.LogCaptureFixture) -> None:
     """The sandbox drops the watch, and logs no warning or error on the way."""
-    deadline = time.monotonic() + 30
-    while len(watchers) > before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(watchers) == before, "the watch never noticed its client left"
+    wait_for("the watch to notice its client left", lambda: len(watchers) <= before, 30)
+    assert len(watchers) == before
     errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert errors == [], [r.getMessage() for r in errors]
 
@@ -53,7 +44,7 @@ def test_a_watch_whose_client_left_ends_without_an_error(
     # The client is gone; the next change is the sandbox's first write to its connection.
     with httpx.Client(base_url=sandbox.url) as http:
         for n in range(3):
-            http.post(PODS, json=pod(f"left-{n}")).raise_for_status()
+            http.post(PODS, json=pod(name=f"left-{n}")).raise_for_status()
     let_go_quietly(watchers, before, caplog)
 
 
@@ -73,11 +64,13 @@ def test_a_watch_whose_client_reset_a_full_connection_ends_without_an_error(
     big = "x" * 200_000
     with httpx.Client(base_url=sandbox.url) as http:
         for n in range(40):  # 8 MB of events the client never reads
-            body = pod(f"full-{n}")
+            body = pod(name=f"full-{n}")
             body["metadata"] = {"name": f"full-{n}", "annotations": {"big": big}}
             http.post(PODS, json=body).raise_for_status()
+        # A sleep, not a wait: nothing tells when the sandbox's send buffers are full; half a second
+        # of writes fills them.
         time.sleep(0.5)
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         client.close()  # a reset, with the sandbox's writes still waiting
-        http.post(PODS, json=pod("after-reset")).raise_for_status()
+        http.post(PODS, json=pod(name="after-reset")).raise_for_status()
     let_go_quietly(watchers, before, caplog)

@@ -100,7 +100,7 @@ def test_the_sandbox_logs_json_lines(tmp_path: Path) -> None:
 
 
 def test_the_gateway_logs_json_lines(tmp_path: Path) -> None:
-    from test_cli_kubeconfig import write_kubeconfig
+    from .test_cli_kubeconfig import write_kubeconfig
 
     # An API that is not there: the gateway still listens (and says so) while it retries.
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", {"token": "t"})

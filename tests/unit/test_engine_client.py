@@ -402,6 +402,7 @@ async def test_an_answer_cut_short_is_unreachable() -> None:
 
 async def test_a_silent_engine_times_out() -> None:
     async def silent(writer: asyncio.StreamWriter) -> None:
+        # The stand-in's silence, not a wait: it never answers within the client's timeout.
         await asyncio.sleep(30)
 
     async with (
@@ -720,6 +721,8 @@ async def test_a_steps_requests_share_a_connection_kept_shorter_than_vllms(
         for _ in range(3):
             assert await client.is_sleeping() is True
         assert connections == 1
+        # A sleep: the connection sits idle past KEEPALIVE_SECONDS (0.3 s here); the next
+        # request must open a new one.
         await asyncio.sleep(0.5)
         assert await client.is_sleeping() is True
         assert connections == 2

@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 import dataclasses
 import socket
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+from waits import until
 
 from snooze.engine.activity import PROBE_METRICS
 from snooze.engine.client import EngineClient, EngineHttp, SleepState, new_http_client
@@ -54,19 +54,6 @@ async def engine_and_client(
 ) -> AsyncIterator[tuple[SimulatedEngine, EngineClient]]:
     async with serve_engines([cfg]) as (engine,):
         yield engine, EngineClient(engine.url, client=http, timeout=2.0)
-
-
-async def until(predicate: Callable[[], Any], *, within: float = 3.0) -> None:
-    """Poll `predicate` (sync or async) until it is true, instead of sleeping a fixed time."""
-    deadline = time.monotonic() + within
-    while True:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
 
 
 async def complete(engine: SimulatedEngine, tokens: int = 4) -> str:

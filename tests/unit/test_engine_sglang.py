@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
 import httpx
 import pytest
-from test_sim_sglang import FAST
+from waits import until
 
 from snooze.engine.errors import SleepModeDisabledError
 from snooze.engine.http import EngineHttp
@@ -24,6 +24,8 @@ from snooze.sim import serve_engines
 from snooze.sim.device import GIB
 from snooze.sim.engine import GARBAGE_MARKER
 from snooze.sim.sglang.engine import SGLangEngine
+
+from .test_sim_sglang import FAST
 
 _hosts = (f"127.80.{i // 250}.{i % 250 + 1}" for i in itertools.count())
 ALL = {"kv_cache", "weights", "cuda_graph"}
@@ -59,12 +61,6 @@ async def text(engine: SGLangEngine) -> str:
     async with httpx.AsyncClient(timeout=5) as http:
         answer = await http.post(f"{engine.url}/v1/completions", json={"prompt": "hi"})
         return str(answer.json()["choices"][0]["text"])
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(3):
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.002)
 
 
 @pytest.mark.parametrize(("version", "mode"), [("0.5.23", "retract"), ("0.5.20", "in_place")])

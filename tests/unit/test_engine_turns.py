@@ -34,6 +34,7 @@ async def test_urgent_waiters_go_first_and_each_kind_keeps_its_order() -> None:
         asyncio.create_task(take("urgent-1", urgent=True)),
         asyncio.create_task(take("urgent-2", urgent=True)),
     ]
+    # A sleep: the waiters queue behind the holder; the order they are let in is the test.
     await asyncio.sleep(0.01)
     assert order == ["holder"]
     release.set()
@@ -111,8 +112,10 @@ async def test_an_engine_receives_urgent_probes_before_routine_ones() -> None:
             tasks = [get("first")]
             await first_in.wait()
             tasks += [get(f"routine-{i}") for i in range(3)]
+            # A sleep: the routine asks queue first, so that the urgent ones must pass them.
             await asyncio.sleep(0.01)
             tasks += [get(f"urgent-{i}", urgent=True) for i in range(2)]
+            # A sleep: the urgent asks queue too before the first answer frees the turn.
             await asyncio.sleep(0.01)
             answer_first.set()
             answers = await asyncio.wait_for(asyncio.gather(*tasks), 5)

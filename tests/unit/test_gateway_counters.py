@@ -155,11 +155,13 @@ def test_a_hurry_scrapes_at_once_and_then_ten_times_per_interval() -> None:
             scrapes = Scrapes(traffic)
             async with running(traffic):
                 await scrapes.reach(1)
+                # A sleep: proves no second scrape comes for 0.3 s (the next is a minute away).
                 await asyncio.sleep(0.3)
                 unhurried = scrapes.count  # the next one is a minute away
                 traffic.hurry(60)  # 60 / HURRIED: every 6 s from now on
                 traffic.hurry(60)  # a second ask while hurried does not scrape again
                 await scrapes.reach(unhurried + 1)
+                # A sleep: proves the second ask scrapes no more, for 0.3 s.
                 await asyncio.sleep(0.3)
                 return unhurried, scrapes.count
 

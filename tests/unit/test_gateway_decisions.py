@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from builders import pod_info
 
 from snooze.gateway.headers import forward_headers
 from snooze.gateway.hold import known_failure, nothing_to_wake
@@ -34,25 +35,21 @@ def test_wake_pending(requested_at: float | None, slept_at: float | None, pendin
     assert result is pending
 
 
-def pod(name: str) -> PodInfo:
-    return PodInfo(namespace="ns", name=name, uid=name, ip="127.0.0.1", ready=True)
-
-
 def test_pick_prefers_fewest_in_flight() -> None:
-    pods = [pod("a"), pod("b"), pod("c")]
+    pods = [pod_info("a"), pod_info("b"), pod_info("c")]
     in_flight = {("ns", "a"): 2, ("ns", "b"): 0, ("ns", "c"): 1}
     assert all(pick(pods, in_flight, turn).name == "b" for turn in range(5))  # type: ignore[union-attr]
 
 
 def test_pick_rotates_among_equally_idle_pods() -> None:
-    pods = [pod("a"), pod("b")]
+    pods = [pod_info("a"), pod_info("b")]
     assert {pick(pods, {}, turn).name for turn in range(2)} == {"a", "b"}  # type: ignore[union-attr]
     assert pick([], {}, 0) is None
 
 
 def test_router_counts_requests_in_flight() -> None:
     router = Router()
-    a, b = pod("a"), pod("b")
+    a, b = pod_info("a"), pod_info("b")
     with router.track(a):
         assert router.choose([a, b]) == b
         with router.track(b), router.track(b):
@@ -64,8 +61,8 @@ def test_each_models_pods_take_turns_whatever_other_models_are_sent() -> None:
     # Requests for two models interleaved: each model's own pods still alternate, so that
     # neither of its pods goes without requests (and is slept) while the model is busy.
     router = Router()
-    chat = [pod("chat-0"), pod("chat-1")]
-    code = [pod("code-0"), pod("code-1"), pod("code-2")]
+    chat = [pod_info("chat-0"), pod_info("chat-1")]
+    code = [pod_info("code-0"), pod_info("code-1"), pod_info("code-2")]
     chosen: list[str] = []
     for _ in range(6):
         chosen.append(router.choose(chat, ("ns", "chat")).name)  # type: ignore[union-attr]
@@ -94,7 +91,7 @@ def test_hop_by_hop_headers_are_dropped_and_the_rest_pass() -> None:
 
 def test_router_shuns_an_unreachable_pod_while_others_remain() -> None:
     router = Router()
-    a, b = pod("a"), pod("b")
+    a, b = pod_info("a"), pod_info("b")
     router.unreachable(a)
     assert all(router.choose([a, b]) == b for _ in range(4))
     assert router.choose([a]) == a  # nothing better: try it anyway
@@ -128,10 +125,7 @@ def failing_model(
 
 
 def labelled(name: str, state: str, *, ready: bool = True) -> PodInfo:
-    return PodInfo(
-        namespace="ns", name=name, uid=name, ip="127.0.0.1", ready=ready,
-        labels={"snooze.dev/state": state},
-    )  # fmt: skip
+    return pod_info(name, state=state, ready=ready)
 
 
 T9 = 1767225609.0  # 2026-01-01T00:00:09Z: a wake request a second before the failure

@@ -13,13 +13,14 @@ from contextlib import contextmanager
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
-from test_gateway_counters import Scrapes, running
 
 from snooze.api.agreed import POD_IN_FLIGHT, PODS_WENT_IDLE
 from snooze.gateway import metrics_port
 from snooze.gateway.metrics import GatewayMetrics
 from snooze.gateway.metrics_port import MOST_WAITERS, IdleSignal
 from snooze.operator.traffic.gateways import SOONEST, GatewayTraffic, went_idle
+
+from .test_gateway_counters import Scrapes, running
 
 
 @contextmanager
@@ -134,6 +135,7 @@ def test_a_hurried_scraper_scrapes_again_as_soon_as_an_engine_goes_idle() -> Non
             traffic.hurry(600)
             async with running(traffic):
                 await scrapes.reach(1)
+                # A sleep: proves no scrape comes for half a second while no engine went idle.
                 await asyncio.sleep(0.5)
                 unchanged = scrapes.count  # waiting on /idle, no engine went idle
                 with metrics.sending("ns", "p"):
@@ -156,6 +158,7 @@ def test_an_unhurried_scraper_does_not_wait_on_idle() -> None:
                 await scrapes.reach(1)
                 with metrics.sending("ns", "p"):
                     pass
+                # A sleep: proves an unhurried scraper scrapes no more for half a second.
                 await asyncio.sleep(0.5)
                 return scrapes.count
 
@@ -183,6 +186,7 @@ def test_a_gateway_whose_engines_go_idle_all_the_time_is_scraped_at_most_soonest
             async with running(traffic):
                 await scrapes.reach(1)
                 threads.submit(requests)
+                # A sleep: the busy traffic runs for 1.2 s; the scrapes counted in it are the test.
                 await asyncio.sleep(1.2)
                 ending.set()
                 return scrapes.count

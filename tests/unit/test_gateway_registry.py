@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import builders
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+from waits import until
 
 from snooze.gateway.model import model_from
 from snooze.gateway.registry import (
@@ -30,11 +32,8 @@ def model(
     status: dict[str, Any] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    return {
-        "metadata": {"namespace": namespace, "name": name},
-        "spec": {"selector": {"matchLabels": {"app": name}}, **spec},
-        "status": status or {},
-    }
+    """The builders' model in namespace ns, with a status (empty unless given)."""
+    return builders.model(name, namespace=namespace, status=status or {}, **spec)
 
 
 def claims(name: str, pods: dict[str, str], *, conflict: bool | None = None) -> dict[str, Any]:
@@ -54,19 +53,14 @@ def claims(name: str, pods: dict[str, str], *, conflict: bool | None = None) -> 
 
 
 def pod(name: str, app: str, state: str = "awake", *, ready: bool = True) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "namespace": "ns",
-            "name": name,
-            "uid": f"uid-{name}",
-            "labels": {"app": app, "snooze.dev/state": state},
-        },
-        "status": {
-            "phase": "Running",
-            "podIP": "127.0.0.9",
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
+    """The builders' pod of model `app`, running, in this engine state (the tests' axes)."""
+    return builders.pod(
+        name=name,
+        namespace="ns",
+        uid=f"uid-{name}",
+        labels={"app": app, "snooze.dev/state": state},
+        status=builders.running("127.0.0.9", {"type": "Ready", "status": str(ready)}),
+    )
 
 
 def test_routes_only_to_ready_pods_labelled_and_reported_awake() -> None:
@@ -214,10 +208,7 @@ async def test_a_dropped_watch_is_followed_by_a_fresh_list() -> None:
         follow(api, registry, kind=PODS, scope=None, watch_seconds=1)  # type: ignore[arg-type]
     )
     try:
-        for _ in range(100):
-            if len(registry.pods) == 2:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: len(registry.pods) == 2, 2.0)
         assert sorted(name for _, name in registry.pods) == ["p0", "p1"]
         assert api.watches == 2
     finally:

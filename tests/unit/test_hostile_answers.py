@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
-from test_engine_client_sim import until
+from waits import until
 
 from snooze.engine import http as http_module
 from snooze.engine.activity import ActivityReader, SleepState, parse_activity
@@ -405,6 +405,7 @@ async def test_owners_take_turns_so_one_with_many_waiters_delays_others_by_one()
     waiters.append(asyncio.create_task(take("one", "one")))
     waiters.append(asyncio.create_task(take("other", "other")))
     waiters.append(asyncio.create_task(take("first-probe", "many", urgent=True)))
+    # A sleep: every waiter queues before the holder lets go; the order they get in is the test.
     await asyncio.sleep(0.01)
     release.set()
     await asyncio.gather(holder, *waiters)

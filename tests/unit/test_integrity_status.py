@@ -4,7 +4,7 @@ reads back), and the WakeVerified and KnownBug conditions."""
 from __future__ import annotations
 
 import pytest
-from test_status import wire_names
+from builders import pod_info
 
 from snooze.api.modelstatus import (
     InferenceModelStatus,
@@ -13,13 +13,14 @@ from snooze.api.modelstatus import (
     merge_patch,
     parse_status,
 )
-from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory, Integrity, ModelMemory, integrity_of, rebuild
 from snooze.operator.status import model as status
 from snooze.operator.status.integrity import known_bug, verification_entry, wake_verified
 from snooze.policy.integrity import Answer, Check
 from snooze.policy.knownbugs import ServeFacts, conduct
 from snooze.policy.runs import Process
+
+from .test_status import wire_names
 
 NOW = 1_800_000_000.0
 BASELINE = Answer.of(route="/v1/completions", tokens=[5, 6, 7, 8], text="five six")
@@ -29,13 +30,6 @@ def engine(**integrity: object) -> EngineMemory:
     memory = EngineMemory(last_activity=NOW)
     memory.integrity = Integrity(process=Process("uid-1", 2), **integrity)  # type: ignore[arg-type]
     return memory
-
-
-def pod(name: str = "chat-0") -> PodInfo:
-    return PodInfo(
-        namespace="ns", name=name, uid="uid-1", labels={"snooze.dev/state": "asleep"},
-        ip="127.0.0.2", ready=True,
-    )  # fmt: skip
 
 
 def test_the_records_go_on_the_status_and_come_back_after_a_restart() -> None:
@@ -51,7 +45,7 @@ def test_the_records_go_on_the_status_and_come_back_after_a_restart() -> None:
     memory.engines["chat-0"] = recorded
     built = status.build(
         model_name="chat",
-        pods=[pod()],
+        pods=[pod_info("chat-0", uid="uid-1", state="asleep")],
         memory=memory,
         previous=InferenceModelStatus(),
         generation=1,

@@ -202,6 +202,7 @@ async def timing_server() -> AsyncIterator[tuple[str, dict[str, int]]]:
         body = json.dumps({"items": [{"metadata": {"name": f"pod-{i}"}} for i in range(4000)]})
         piece = len(body) // 4 + 1
         for start in range(0, len(body), piece):
+            # The stand-in's pace, not a wait: a list that drips in over more than a second.
             await asyncio.sleep(0.3)
             await response.write(body[start : start + piece].encode())
         await response.write_eof()
@@ -209,11 +210,13 @@ async def timing_server() -> AsyncIterator[tuple[str, dict[str, int]]]:
 
     async def silent(request: web.Request) -> web.Response:
         calls["silent"] += 1
+        # The stand-in's silence, not a wait: it answers later than the client waits.
         await asyncio.sleep(2)
         return web.json_response({"items": []})
 
     async def quick(request: web.Request) -> web.Response:
         calls["quick"] += 1
+        # The stand-in's pace, not a wait: a slow answer that still comes in time.
         await asyncio.sleep(0.2)
         return web.json_response({"items": []})
 

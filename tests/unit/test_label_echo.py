@@ -3,17 +3,16 @@ seen that write yet, so that a lagging index does not make it write the same lab
 
 from __future__ import annotations
 
-from snooze.api.agreed import STATE_LABEL
+from builders import pod_info
+
 from snooze.api.models import EngineState
 from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory
 
 
 def pod(version: str, state: str | None = None) -> PodInfo:
-    labels = {"app": "chat"} | ({STATE_LABEL: state} if state else {})
-    return PodInfo(
-        namespace="default", name="chat-0", uid="u1", labels=labels, resource_version=version
-    )
+    """chat-0 read at this resourceVersion, with this state label (the tests' two axes)."""
+    return pod_info(labels={"app": "chat"}, state=state, resource_version=version)
 
 
 def test_versions_before_the_last_write_read_as_that_write() -> None:

@@ -7,17 +7,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import builders
+
 from snooze.kube.api import NotFound, Ref
 from snooze.operator.indexes import Indexes, candidates
 
 
+# The indexes' axes: a name, a namespace and labels (the pod's, or those the model selects).
 def pod(name: str, namespace: str = "ns", **labels: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": namespace, "uid": name, "labels": labels}}
+    return builders.pod(name=name, namespace=namespace, uid=name, labels=labels)
 
 
 def model(name: str, namespace: str = "ns", **match: str) -> dict[str, Any]:
-    spec = {"selector": {"matchLabels": match}, "modelName": f"{name}-model"}
-    return {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    return builders.model(name, namespace=namespace, match_labels=match, modelName=f"{name}-model")
 
 
 def test_a_pod_moves_between_labels_and_leaves_at_deletion() -> None:

@@ -124,6 +124,7 @@ def test_too_many_series_are_refused() -> None:
 # -- An InferencePool ------------------------------------------------------------------------
 
 
+# Not tests/builders.py's gpu_pool: the Inference Extension's InferencePool.
 def pool_body(**spec: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "selector": {"matchLabels": {"app": "qwen"}},

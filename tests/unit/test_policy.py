@@ -97,6 +97,7 @@ def draining(pod: str, **kw: Any) -> EngineView:
     return awake(pod, idle_for=IDLE + 5, **(args | kw))
 
 
+# Not tests/builders.py's model: the policy's view of one, with its wake request's age.
 def model(s: InferenceModelSpec | None = None, *, requested_ago: float | None = None) -> ModelView:
     return ModelView(
         spec=s or spec(),

@@ -6,7 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_policy import (
+
+from snooze.api.reasons import FailureReason
+from snooze.policy.integrity import Answer, Check, judge, recorded, weights_verdict
+from snooze.policy.sleep import ActionKind, decide, next_idle_deadline
+
+from .test_policy import (
     ASLEEP,
     AWAKE,
     FAILED,
@@ -18,10 +23,6 @@ from test_policy import (
     spec,
     summary,
 )
-
-from snooze.api.reasons import FailureReason
-from snooze.policy.integrity import Answer, Check, judge, recorded, weights_verdict
-from snooze.policy.sleep import ActionKind, decide, next_idle_deadline
 
 BEFORE = Answer.of(route="/v1/completions", tokens=[11, 12, 13, 14], text="one two")
 SAME = Answer.of(route="/v1/completions", tokens=[11, 12, 13, 14], text="one two")

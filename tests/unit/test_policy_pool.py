@@ -55,6 +55,7 @@ def member(pod: str, state: MemberState = AWAKE, **kw: object) -> Member:
     return Member(**(args | kw))  # type: ignore[arg-type]
 
 
+# Not tests/builders.py's gpu_pool: the policy's view of a pool, its members and asks.
 def pool(*members: Member, asks: dict[str, float] | None = None, **kw: object) -> PoolView:
     args: dict[str, object] = {
         "memory": 70 * GIB,

@@ -8,6 +8,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+import builders
 import pytest
 from prometheus_client import start_http_server
 
@@ -73,12 +74,11 @@ class Source:
 
 
 def pod(name: str, **status: Any) -> PodInfo:
+    """The builders' pod with this status (and `spec` added to its spec), as the operator
+    reads it."""
+    spec = status.pop("spec", {})
     return pod_info(
-        {
-            "metadata": {"name": name, "namespace": "ns", "labels": {"app": "m"}},
-            "spec": {"containers": [{"name": "v", "image": "i"}], **status.pop("spec", {})},
-            "status": status,
-        }
+        builders.pod(name=name, namespace="ns", labels={"app": "m"}, spec=spec, status=status)
     )
 
 
@@ -564,7 +564,7 @@ def test_an_operator_restarted_wakes_back_what_it_primed() -> None:
         await loop.cycle()
         assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": PRIME}
         engines["a-0"].action = "Sleep"  # a's loop starts the priming sleep
-        engines["a-0"].task = asyncio.create_task(asyncio.sleep(60))
+        engines["a-0"].task = asyncio.create_task(asyncio.sleep(60))  # under way
         loop.made_room("a-0")
         await loop.cycle()  # written while a-0 drains; then the operator stops
         engines["a-0"].task.cancel()
@@ -607,7 +607,7 @@ def test_a_drain_that_makes_room_for_a_wake_stays_promised_until_it_ends() -> No
         assert loop.decision is not None and dict(loop.decision.evict) == {"a-0": FOR_C}
         # a's loop starts the sleep (the action's task runs), which begins the drain.
         engines["a-0"].action = "Sleep"
-        engines["a-0"].task = asyncio.create_task(asyncio.sleep(60))
+        engines["a-0"].task = asyncio.create_task(asyncio.sleep(60))  # under way
         loop.made_room("a-0")
         await loop.cycle()
         assert "a-0" not in loop.decision.evict  # draining: not an awake member any more

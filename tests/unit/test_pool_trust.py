@@ -9,8 +9,6 @@ import asyncio
 import time
 from typing import Any
 
-from test_pool_members import FOR_C, Source, three_member_pool
-
 from snooze.api.models import parse_spec
 from snooze.api.reasons import FailureReason
 from snooze.operator.memory import EngineMemory
@@ -18,6 +16,8 @@ from snooze.operator.pool.loop import PoolLoop
 from snooze.policy.pool.decision import BOOKS, Member, MemberState
 from snooze.policy.pool.trust import Trust
 from snooze.policy.sleep import ActionKind, EngineView, ModelView, decide
+
+from .test_pool_members import FOR_C, Source, three_member_pool
 
 GIB = 2**30
 
@@ -44,7 +44,7 @@ def sleep_for_c(loop: PoolLoop, engines: dict[str, EngineMemory]) -> None:
     a.action = "Sleep"
 
     async def drain() -> None:
-        a.task = asyncio.create_task(asyncio.sleep(60))
+        a.task = asyncio.create_task(asyncio.sleep(60))  # an action under way, not a wait
         await loop.cycle()  # a drains
         a.task.cancel()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import builders
 import pytest
 
 from snooze.kube.pods import pod_info
@@ -22,20 +23,15 @@ def pod(
     gate: tuple[str, str] | None = None,
     deleting: bool = False,
 ) -> dict[str, Any]:
+    """The builders' pod, running, with these readiness gates and conditions (the tests' axes)."""
     found = [{"type": kind, "status": value} for kind, value in (conditions or {}).items()]
     if gate is not None:
         found.append({"type": GATE, "status": gate[0], "reason": gate[1]})
-    meta: dict[str, Any] = {"name": "p", "namespace": "ns", "uid": "u"}
-    if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    spec: dict[str, Any] = {"containers": [{"name": "vllm"}]}
-    if gates is not None:
-        spec["readinessGates"] = [{"conditionType": g} for g in gates]
-    return {
-        "metadata": meta,
-        "spec": spec,
-        "status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": found},
-    }
+    meta = {"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {}
+    spec = {} if gates is None else {"readinessGates": [{"conditionType": g} for g in gates]}
+    return builders.pod(
+        namespace="ns", uid="u", spec=spec, status=builders.running("10.0.0.1", *found), **meta
+    )
 
 
 # -- What a pod says ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import itertools
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from waits import until
 
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost, serve_engines
 from snooze.sim.cli import add_arguments, configs_from
@@ -36,14 +37,6 @@ FAST = EngineConfig(
 
 def fast(**changes: Any) -> EngineConfig:
     return replace(FAST, host=next(_hosts), **changes)
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Poll instead of sleeping a fixed time."""
-    async with asyncio.timeout(3):
-        # Polling on purpose: the engines' state may live in a SimulatorHost's other thread.
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.002)
 
 
 @pytest.fixture

@@ -6,13 +6,14 @@ import asyncio
 import itertools
 import re
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from waits import until
 
 from snooze.sim import EngineConfig, SimulatedDevice, SimulatedEngine, SimulatorHost
 from snooze.sim.device import GIB
@@ -96,13 +97,6 @@ CACHE_CONFIG_LABELS = [
 
 def engine_config(**changes: Any) -> EngineConfig:
     return replace(ENGINE, host=next(_hosts), **changes)
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(5):
-        # Polling on purpose: the engines' state lives in the SimulatorHost's thread.
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.005)
 
 
 @pytest.fixture

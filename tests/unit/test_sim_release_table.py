@@ -16,9 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
-from test_sim import fast, until
+from waits import until
 
 from snooze.sim import SimulatedEngine, serve_engines
+
+from .test_sim import fast
 
 Release = tuple[int, int, int]
 

@@ -12,11 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
-from test_sim import fast
+from waits import until
 
 from snooze.sim import SimulatedEngine, serve_engines
 from snooze.sim.contract import parse_release
 from snooze.sim.outputs import CORRUPTED, tensors
+
+from .test_sim import fast
 
 GREEDY = {"model": "m", "prompt": "count: one, two,", "max_tokens": 6, "temperature": 0}
 
@@ -181,6 +183,8 @@ async def test_pause_keep_freezes_and_resume_carries_on() -> None:
         await until(lambda: engine.waiting == 1)  # keep accepts and queues new ones, even 0.33
         await asyncio.sleep(0.05)  # the token being generated when the pause came ends
         generated = engine.generation_tokens
+        # A sleep: proves no token is generated while paused, for 0.1 s (tens of the simulator's
+        # steps).
         await asyncio.sleep(0.1)
         assert engine.generation_tokens == generated and not running.done()
         await http.post("/resume")
@@ -357,9 +361,3 @@ async def test_a_sleep_with_requests_in_flight_kills_a_parallel_engine_before_0_
         else:
             assert not engine.crashed
             assert (await http.get("/is_sleeping")).json() == {"is_sleeping": True}
-
-
-async def until(condition: Any) -> None:
-    async with asyncio.timeout(3):
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.002)

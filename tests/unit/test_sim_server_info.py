@@ -8,7 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
-from test_sim_releases import serving
+
+from .test_sim_releases import serving
 
 
 @pytest.mark.parametrize(

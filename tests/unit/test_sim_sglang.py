@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from waits import until
 
 from snooze.sim import EngineConfig, SimulatedDevice, SimulatedEngine, serve_engines
 from snooze.sim.cli import add_arguments, configs_from
@@ -51,12 +52,6 @@ async def serving(**changes: Any) -> AsyncIterator[tuple[SGLangEngine, httpx.Asy
         assert isinstance(engine, SGLangEngine)
         async with httpx.AsyncClient(base_url=engine.url, timeout=5) as http:
             yield engine, http
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(3):
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.002)
 
 
 async def text(http: httpx.AsyncClient) -> str:

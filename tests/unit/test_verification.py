@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 
 import pytest
 from aiohttp import web
-from test_engine_verify import Route, stub
 
 from snooze.engine.http import EngineHttp
 from snooze.operator.memory import EngineMemory
@@ -19,6 +18,8 @@ from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.model.verification import Verifier
 from snooze.policy.integrity import Check
 from snooze.policy.runs import Process
+
+from .test_engine_verify import Route, stub
 
 GREEDY = {"choices": [{"text": "one", "token_ids": [1, 2, 3, 4]}]}
 RUN = Process("uid-1", 0)

@@ -1,0 +1,1 @@
+"""The Helm chart, rendered by real Helm."""

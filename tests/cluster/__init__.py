@@ -1,0 +1,1 @@
+"""Snooze on a real Kubernetes control plane."""

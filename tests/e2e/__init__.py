@@ -1,0 +1,1 @@
+"""Real processes (operator, gateway, simulated engines, Prometheus) against the sandbox."""

@@ -1,0 +1,1 @@
+"""The patched vLLM image's plugin, on real tensors and vLLM's own wheels."""

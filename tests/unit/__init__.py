@@ -1,0 +1,1 @@
+"""The pure policy, the parsers and the command line, in one process."""
