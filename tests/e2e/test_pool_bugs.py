@@ -23,7 +23,7 @@ from snooze.operator.model.actions import Executor
 from snooze.operator.pool.loop import PoolHub, PoolLoop
 from snooze.operator.pool.snapshot import ModelSnapshot, take_snapshot
 from snooze.operator.settings import Settings
-from snooze.policy.sleep import Action, ActionKind
+from snooze.policy.sleep import Action, ActionKind, ActionReason
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 
 from .conftest import _addresses
@@ -99,7 +99,9 @@ class Member:
             metrics=OperatorMetrics(),
             model=self.name,
         )
-        action = Action(kind=ActionKind.WAKE, pod=self.pod.name, reason="WakeRequested", level=1)
+        action = Action(
+            kind=ActionKind.WAKE, pod=self.pod.name, reason=ActionReason.WAKE_REQUESTED, level=1
+        )
         assert self.spec is not None
         executor.start(action, self.pod, self.spec)
         task = self.state.task

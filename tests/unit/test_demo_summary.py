@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from snooze.api.durations import parse_duration
+from snooze.api.reasons import FailureReason
 from snooze.demo import replayed, scenario, summary
 from snooze.demo.picture import deletions
 from snooze.demo.sampler import incidents_between, pod_state
@@ -155,8 +156,8 @@ def test_deletions_mark_where_a_pod_ended() -> None:
 
 
 def test_each_counter_increment_is_an_incident() -> None:
-    wake = ("snooze_wake_failures_total", "m", "HybridKVCacheReinit")
-    restart = ("snooze_pod_restarts_total", "m", "HybridKVCacheReinit")
+    wake = ("snooze_wake_failures_total", "m", FailureReason.HYBRID_KV_CACHE_REINIT)
+    restart = ("snooze_pod_restarts_total", "m", FailureReason.HYBRID_KV_CACHE_REINIT)
     found = incidents_between({wake: 1.0}, {wake: 3.0, restart: 1.0}, t=5.0)
     assert [(i.what, i.reason, i.t) for i in found] == [
         ("wake failed", "HybridKVCacheReinit", 5.0),
@@ -185,8 +186,10 @@ def test_a_failed_wake_is_summarized_with_its_remedy_and_the_cure() -> None:
         [{"a": "asleep"}, {"a": "waking"}, {"a": "failed"}, {"b": "loading"}, {"b": "awake"}]
     )
     timeline.incidents += [
-        Incident(t=2.0, model="m", what="wake failed", reason="HybridKVCacheReinit"),
-        Incident(t=2.0, model="m", what="pod restarted", reason="HybridKVCacheReinit"),
+        Incident(t=2.0, model="m", what="wake failed", reason=FailureReason.HYBRID_KV_CACHE_REINIT),
+        Incident(
+            t=2.0, model="m", what="pod restarted", reason=FailureReason.HYBRID_KV_CACHE_REINIT
+        ),
     ]
     [row] = summary.summarize(
         records=[],

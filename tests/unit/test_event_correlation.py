@@ -4,6 +4,7 @@ have a budget; and the Event bodies the recorder writes (operator/events/recorde
 
 from __future__ import annotations
 
+from snooze.api.eventreasons import EventReason
 from snooze.operator.events.correlation import (
     AGGREGATE_AFTER,
     AGGREGATE_SECONDS,
@@ -37,7 +38,7 @@ def test_the_same_event_again_is_a_patch_of_the_first() -> None:
     assert not first.patch and first.count == 1
     assert again.patch and again.name == first.name and again.count == 2
     assert again.first == NOW and again.last == NOW + 5
-    other = correlator.correlate(told("chat-0: awake", reason="Slept"), NOW + 6)
+    other = correlator.correlate(told("chat-0: awake", reason=EventReason.SLEPT), NOW + 6)
     assert other is not None and not other.patch and other.name != first.name
 
 

@@ -36,6 +36,8 @@ ALLOWED_FIRST_PARTY = {
     "snooze.api.agreed",
     "snooze.api.enginetimes",
     "snooze.api.reasons",
+    "snooze.api.conditions",
+    "snooze.api.eventreasons",
 }
 # A pure calculator of cron times (no I/O, no dependencies): schedules are decisions too.
 PURE_THIRD_PARTY = {"cronsim"}

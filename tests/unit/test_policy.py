@@ -13,10 +13,11 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from snooze.api.models import DesiredState, EngineState, InferenceModelSpec, Phase
-from snooze.api.reasons import HYBRID_KV_CACHE_REINIT, OUT_OF_MEMORY
+from snooze.api.reasons import FailureReason
 from snooze.policy.sleep import (
     Action,
     ActionKind,
+    ActionReason,
     EngineView,
     ModelView,
     decide,
@@ -562,25 +563,25 @@ REQUEST = 1800.0  # a wake request newer than the sleep, older than the failures
     ),
     Case(
         "out of memory, Restart: a restart frees no one else's memory, so it is reported",
-        [failed("a", 2, ago=100, reason=OUT_OF_MEMORY)],
+        [failed("a", 2, ago=100, reason=FailureReason.OUT_OF_MEMORY)],
         model(spec(on_failure="Restart"), requested_ago=REQUEST),
         ["MarkFailed a"],
     ),
     Case(
         "out of memory, reported, a newer request tries again",
-        [failed("a", 2, ago=100, reason=OUT_OF_MEMORY, label=FAILED)],
+        [failed("a", 2, ago=100, reason=FailureReason.OUT_OF_MEMORY, label=FAILED)],
         model(spec(on_failure="Restart"), requested_ago=50),
         ["Wake a"],
     ),
     Case(
         "hybrid crash at once, Report",
-        [failed("a", 1, ago=100, reason=HYBRID_KV_CACHE_REINIT)],
+        [failed("a", 1, ago=100, reason=FailureReason.HYBRID_KV_CACHE_REINIT)],
         model(spec(threshold=5), requested_ago=REQUEST),
         ["MarkFailed a"],
     ),
     Case(
         "hybrid crash at once, Restart",
-        [failed("a", 1, ago=0.1, reason=HYBRID_KV_CACHE_REINIT)],
+        [failed("a", 1, ago=0.1, reason=FailureReason.HYBRID_KV_CACHE_REINIT)],
         model(spec(threshold=5, on_failure="Restart"), requested_ago=REQUEST),
         ["Restart a"],
     ),
@@ -597,7 +598,7 @@ REQUEST = 1800.0  # a wake request newer than the sleep, older than the failures
     ),
     Case(
         "reported hybrid crash, a newer request does not retry",
-        [failed("a", 1, ago=100, reason=HYBRID_KV_CACHE_REINIT, label=FAILED)],
+        [failed("a", 1, ago=100, reason=FailureReason.HYBRID_KV_CACHE_REINIT, label=FAILED)],
         model(requested_ago=50),
     ),
     Case(
@@ -726,7 +727,13 @@ def test_phase(
 # Properties over random views
 
 PROPERTY = settings(max_examples=200, deadline=None)
-REASONS = ["", "Timeout", "Unreachable", OUT_OF_MEMORY, HYBRID_KV_CACHE_REINIT]
+REASONS = [
+    "",
+    FailureReason.TIMEOUT,
+    FailureReason.UNREACHABLE,
+    FailureReason.OUT_OF_MEMORY,
+    FailureReason.HYBRID_KV_CACHE_REINIT,
+]
 # Most engines can take an action, so that the rules behind the guards get exercised too.
 MOSTLY_TRUE = st.sampled_from([True, True, True, False])
 MOSTLY_FALSE = st.sampled_from([False, False, True])
@@ -915,10 +922,13 @@ def test_wakes_respect_backoff_and_threshold(situation: Situation) -> None:
         engine = pods[action.pod]
         if action.kind is not ActionKind.WAKE or engine.wake_failures == 0:
             continue
-        assert engine.last_failure_reason != HYBRID_KV_CACHE_REINIT
+        assert engine.last_failure_reason != FailureReason.HYBRID_KV_CACHE_REINIT
         if engine.wake_failures >= wake.failure_threshold:
             # Only a reported engine, and only for a request newer than its failure.
-            assert wake.on_failure == "Report" or engine.last_failure_reason == OUT_OF_MEMORY
+            assert (
+                wake.on_failure == "Report"
+                or engine.last_failure_reason == FailureReason.OUT_OF_MEMORY
+            )
             assert engine.label is FAILED
             assert view.wake_requested is not None and engine.last_failure is not None
             assert view.wake_requested > engine.last_failure
@@ -1138,7 +1148,7 @@ def test_next_idle_deadline(case: Case) -> None:
 
 
 def idle_sleeps(engines: Sequence[EngineView], view: ModelView) -> list[str]:
-    return sorted(a.pod for a in decide(engines, view) if a.reason == "Idle")
+    return sorted(a.pod for a in decide(engines, view) if a.reason == ActionReason.IDLE)
 
 
 @PROPERTY

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from snooze.api.reasons import FailureReason
 from snooze.policy.integrity import Answer, Check, judge, recorded, weights_verdict
 from snooze.policy.sleep import ActionKind, decide, next_idle_deadline
 
@@ -75,7 +76,7 @@ def quarantined(pod: str, **kw: Any) -> Any:
         "quarantined": True,
         "wake_failures": 1,
         "last_failure": NOW - 5,
-        "last_failure_reason": "OutputMismatch",
+        "last_failure_reason": FailureReason.OUTPUT_MISMATCH,
     }
     return awake(pod, **(args | kw))
 

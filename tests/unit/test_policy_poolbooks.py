@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snooze.api.gpupool import Eviction
-from snooze.api.reasons import OUT_OF_MEMORY
+from snooze.api.reasons import FailureReason
 from snooze.policy.pool.books import Blame, PoolBooks
 from snooze.policy.pool.decision import (
     BOOKS,
@@ -265,7 +265,7 @@ def test_a_member_asleep_unasked_counts_whole_and_is_told_once() -> None:
 
 
 def test_a_failure_out_of_memory_has_its_reason_word() -> None:
-    assert OUT_OF_MEMORY == "OutOfMemory"
+    assert FailureReason.OUT_OF_MEMORY == "OutOfMemory"
 
 
 # -- properties over random runs ---------------------------------------------------------------

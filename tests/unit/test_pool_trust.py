@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from snooze.api.models import parse_spec
-from snooze.api.reasons import MEMORY_NOT_FREED
+from snooze.api.reasons import FailureReason
 from snooze.operator.memory import EngineMemory
 from snooze.operator.pool.loop import PoolLoop
 from snooze.policy.pool.decision import BOOKS, Member, MemberState
@@ -53,7 +53,11 @@ def sleep_for_c(loop: PoolLoop, engines: dict[str, EngineMemory]) -> None:
     asyncio.run(loop.cycle())
     assert loop.decision.grant == {"c-0"}
     c = engines["c-0"]
-    c.last_failure_reason, c.last_failure, c.wake_failures = "OutOfMemory", time.time(), 1
+    c.last_failure_reason, c.last_failure, c.wake_failures = (
+        FailureReason.OUT_OF_MEMORY,
+        time.time(),
+        1,
+    )
     loop.ask("c", ["c-0"], now=time.time())
 
 
@@ -126,14 +130,14 @@ def test_where_its_model_says_restart_the_member_s_pod_is_restarted() -> None:
     )  # fmt: skip
     model = ModelView(spec=sources[0].spec, wake_requested=time.time(), now=time.time())
     [action] = decide([view], model)
-    assert (action.kind, action.reason) == (ActionKind.RESTART, MEMORY_NOT_FREED)
+    assert (action.kind, action.reason) == (ActionKind.RESTART, FailureReason.MEMORY_NOT_FREED)
 
 
 def test_a_wake_out_of_memory_before_the_operator_started_is_not_judged() -> None:
     # After a restart of the operator a model's status still says its last wake ran out of
     # memory: nothing is known of who should have freed it, so nobody is blamed.
     engines = engines_for_c()
-    engines["c-0"].last_failure_reason = "OutOfMemory"
+    engines["c-0"].last_failure_reason = FailureReason.OUT_OF_MEMORY
     engines["c-0"].last_failure = time.time() - 60
     loop, _, told = told_pool({"memory": "70Gi"}, engines)
     asyncio.run(loop.cycle())

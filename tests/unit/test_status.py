@@ -11,6 +11,7 @@ from snooze.api.modelstatus import (
     merge_patch,
     parse_status,
 )
+from snooze.api.reasons import FailureReason
 from snooze.kube.pods import PodInfo
 from snooze.operator.memory import EngineMemory, ModelMemory
 from snooze.operator.status import model as status
@@ -32,7 +33,7 @@ def test_every_written_field_is_in_the_models() -> None:
         scaled_at=NOW - 5,
         manual_at=NOW - 4,
         scale_up_time=NOW - 3,
-        failure=("chat-1", "HybridKVCacheReinit", "boom"),
+        failure=("chat-1", FailureReason.HYBRID_KV_CACHE_REINIT, "boom"),
     )
     failing = EngineMemory(last_activity=NOW - 100, wake_failures=1, last_failure=NOW - 20)
     failing.last_failure_reason, failing.last_failure_message = "Timeout", "slow"

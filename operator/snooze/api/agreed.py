@@ -41,13 +41,6 @@ SLEEP_LEVEL_ANNOTATION = f"{GROUP}/sleep-level"
 """The level the engine went to sleep at (a pool may choose 2 where the model asks for 1);
 its wake follows it (for engines that do not publish vllm:engine_sleep_state)."""
 
-# -- What the gateway reads on a model's status -------------------------------------------------
-
-NO_PODS_REASON = "NoPods"
-"""The reason of a model's Ready condition, False, while its selector matches no pod: unless a
-wake can scale its workload up (scaleTargetRef), nothing serves it until someone starts its
-pods, and the gateway answers its requests at once rather than hold them."""
-
 # -- The gateway's metrics that the operator reads (operator/traffic/gateways.py) ------------
 # As its page names the samples: a counter's carry `_total`.
 

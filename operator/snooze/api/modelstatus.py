@@ -5,6 +5,7 @@ never chokes on what an older one wrote, and the other way round."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -46,9 +47,10 @@ class Condition(Status):
     engine is awake now), Asleep (every ready engine sleeps), WakeFailed, SleepFailed,
     SpecValid, Conflict (another model holds this one's model name), SharedPods (another model
     selects some of its pods), WaitingForRoom (a wake waits for its GPU pool to make room),
-    WakeVerified (woken engines are checked before they serve) or KnownBug (an engine's vLLM
-    release and arguments are known to break sleep or wake); on a GPUPool, SpecValid,
-    Overcommitted and ClaimConflict."""
+    WakeVerified (woken engines are checked before they serve), KnownBug (an engine's vLLM
+    release and arguments are known to break sleep or wake) or PickerReadable (the endpoint
+    picker of an InferencePool serving it can be read); on a GPUPool, SpecValid,
+    Overcommitted, ClaimConflict and MemoryNotFreed."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
     observed_generation: int | None = Field(
@@ -96,6 +98,16 @@ class PodVerification(Status):
     """How many weight tensors (over all ranks) that digest covers."""
     message: str = ""
     """Why a check does not apply, when it does not."""
+
+
+class PodState(StrEnum):
+    """A pod entry's `state` where it is no `snooze.dev/state` label's value (EngineState): why
+    the operator vouches for no state of its engine."""
+
+    SHARED = "shared"
+    UNREADY = "unready"
+    UNREACHABLE = "unreachable"
+    UNKNOWN = "unknown"
 
 
 class PodStatus(Status):

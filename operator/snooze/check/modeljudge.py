@@ -15,10 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from snooze.api.conditions import ConditionType
 from snooze.api.gpupool import parse_pool_status
 from snooze.api.models import InferenceModelSpec, SpecError, parse_spec
 from snooze.api.modelstatus import Condition, parse_status
-from snooze.api.reasons import SLEEP_MODE_DISABLED
+from snooze.api.reasons import FailureReason
 from snooze.check.report import Kind, Result, Subject, failure, ok, warning
 from snooze.kube.pods import PodInfo, pod_info, pool_name_of
 
@@ -26,16 +27,20 @@ JSON = Mapping[str, Any]
 SHOWN = 4
 """Pods named in a line; the rest counted."""
 # Conditions a model's status carries that mean something needs doing, and how much.
-FAILING = {"SpecValid": "False", "Conflict": "True"}
+FAILING = {ConditionType.SPEC_VALID: "False", ConditionType.CONFLICT: "True"}
 WARNING = {
-    "KnownBug": "True",
-    "WakeFailed": "True",
-    "SleepFailed": "True",
-    "SharedPods": "True",
-    "WaitingForRoom": "True",
+    ConditionType.KNOWN_BUG: "True",
+    ConditionType.WAKE_FAILED: "True",
+    ConditionType.SLEEP_FAILED: "True",
+    ConditionType.SHARED_PODS: "True",
+    ConditionType.WAITING_FOR_ROOM: "True",
 }
-POOL_FAILING = {"SpecValid": "False", "Overcommitted": "True", "ClaimConflict": "True"}
-POOL_WARNING = {"MemoryNotFreed": "True"}
+POOL_FAILING = {
+    ConditionType.SPEC_VALID: "False",
+    ConditionType.OVERCOMMITTED: "True",
+    ConditionType.CLAIM_CONFLICT: "True",
+}
+POOL_WARNING = {ConditionType.MEMORY_NOT_FREED: "True"}
 
 
 def model_subject(model: JSON) -> Subject:
@@ -141,7 +146,7 @@ def _spec_error(body: JSON) -> str:
     return ""
 
 
-def _conditions(found: Mapping[str, Condition], wanted: Mapping[str, str]) -> str:
+def _conditions(found: Mapping[str, Condition], wanted: Mapping[ConditionType, str]) -> str:
     return "; ".join(
         f"{kind}: {found[kind].message or found[kind].reason}"
         for kind, status in wanted.items()
@@ -180,7 +185,7 @@ def _engines(subject: Subject, body: JSON, pods: Sequence[JSON]) -> Result:
     no_sleep: list[str] = []
     for entry in status.pods:
         by_state.setdefault(entry.state, []).append(entry.name)
-        if entry.sleep_failure_reason == SLEEP_MODE_DISABLED:
+        if entry.sleep_failure_reason == FailureReason.SLEEP_MODE_DISABLED:
             no_sleep.append(entry.name)
     seen = {entry.name for entry in status.pods}
     unseen = [i.name for i in map(pod_info, pods) if i.ready and i.name not in seen]

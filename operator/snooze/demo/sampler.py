@@ -9,6 +9,8 @@ from typing import Any
 import httpx
 
 from snooze.api.agreed import STATE_LABEL
+from snooze.api.conditions import ConditionType
+from snooze.api.eventreasons import EventReason
 from snooze.api.gpupool import GPUPoolStatus, parse_pool_status
 from snooze.api.modelstatus import InferenceModelStatus, parse_status
 from snooze.demo import timeline
@@ -256,7 +258,7 @@ def pod_state(pod: Mapping[str, Any]) -> str:
 def waiting_for_room(status: InferenceModelStatus) -> str | None:
     """The message of a model's WaitingForRoom condition while it is True (pure)."""
     for condition in status.conditions:
-        if condition.type == "WaitingForRoom" and condition.status == "True":
+        if condition.type == ConditionType.WAITING_FOR_ROOM and condition.status == "True":
             return condition.message or "waiting for room on its GPU pool"
     return None
 
@@ -265,7 +267,7 @@ def parse_swap(event: Mapping[str, Any], *, t: float) -> timeline.Swap | None:
     """A MakingRoom Event as a Swap, or None if it is worded otherwise (pure)."""
     # Similar Events said often are combined under one, which tells the latest.
     match = MAKING_ROOM.match(str(event.get("message") or "").removeprefix(COMBINED))
-    if event.get("reason") != "MakingRoom" or match is None:
+    if event.get("reason") != EventReason.MAKING_ROOM or match is None:
         return None
     return timeline.Swap(
         t=t,

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from snooze.api.reasons import FailureReason
 from snooze.demo.timeline import Timeline
 from snooze.demo.traffic import Record
 
@@ -34,12 +35,16 @@ class ModelSummary:
 
 
 # What ends a failure for good, by the operator's reason: the remedy only recovers the pod.
-ADVICE = {
-    "HybridKVCacheReinit": "run the patched image (images/vllm) or vLLM 0.27.0 or later",
-    "Timeout": "raise spec.wake.timeout, or look at why the engine is slow to wake",
-    "Unreachable": "check that the pod is running and its engine port is reachable",
-    "EngineError": "read the engine's log",
-    "SleepModeDisabled": "start vLLM with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1",
+ADVICE: dict[str, str] = {
+    FailureReason.HYBRID_KV_CACHE_REINIT: (
+        "run the patched image (images/vllm) or vLLM 0.27.0 or later"
+    ),
+    FailureReason.TIMEOUT: "raise spec.wake.timeout, or look at why the engine is slow to wake",
+    FailureReason.UNREACHABLE: "check that the pod is running and its engine port is reachable",
+    FailureReason.ENGINE_ERROR: "read the engine's log",
+    FailureReason.SLEEP_MODE_DISABLED: (
+        "start vLLM with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1"
+    ),
 }
 
 

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from snooze.api import reasons
+from snooze.api.reasons import FailureReason
 
 # What vLLM 0.12.0 to 0.26.0 says when a hybrid model with a quantized KV cache wakes up
 # (vLLM issue #41564): `init_fp8_kv_scales` calls `.zero_()` on a list of state tensors.
@@ -50,7 +50,7 @@ class EngineError(Exception):
     `url` names the engine and endpoint; `str(error)` says what went wrong and what to do.
     """
 
-    reason: str = "EngineError"
+    reason: str = FailureReason.ENGINE_ERROR
 
     def __init__(self, message: str, *, url: str) -> None:
         super().__init__(message)
@@ -60,19 +60,19 @@ class EngineError(Exception):
 class EngineUnreachableError(EngineError):
     """No connection to the engine, or the connection broke before a whole answer."""
 
-    reason = reasons.UNREACHABLE
+    reason = FailureReason.UNREACHABLE
 
 
 class EngineTimeoutError(EngineError):
     """The engine accepted the connection but did not answer within the timeout."""
 
-    reason = reasons.TIMEOUT
+    reason = FailureReason.TIMEOUT
 
 
 class EngineHTTPError(EngineError):
     """The engine answered with an error status, or with a body the client cannot read."""
 
-    reason = reasons.ENGINE_ERROR
+    reason = FailureReason.ENGINE_ERROR
 
     def __init__(self, text: str, *, url: str, status: int, message: str) -> None:
         super().__init__(text, url=url)
@@ -83,31 +83,31 @@ class EngineHTTPError(EngineError):
 class AnswerTooLargeError(EngineHTTPError):
     """The engine's answer was longer than the most the client reads of one."""
 
-    reason = reasons.ANSWER_TOO_LARGE
+    reason = FailureReason.ANSWER_TOO_LARGE
 
 
 class InvalidAnswerError(EngineHTTPError):
     """The engine answered 2xx with something the client cannot read or cannot believe."""
 
-    reason = reasons.INVALID_ANSWER
+    reason = FailureReason.INVALID_ANSWER
 
 
 class HybridKVCacheReinitError(EngineHTTPError):
     """The wake-up crashed re-initialising a hybrid model's quantized KV cache (vLLM #41564)."""
 
-    reason = reasons.HYBRID_KV_CACHE_REINIT
+    reason = FailureReason.HYBRID_KV_CACHE_REINIT
 
 
 class OutOfMemoryError(EngineHTTPError):
     """A wake-up could not allocate device memory: something else holds it."""
 
-    reason = reasons.OUT_OF_MEMORY
+    reason = FailureReason.OUT_OF_MEMORY
 
 
 class SleepModeDisabledError(EngineHTTPError):
     """The engine has no sleep endpoints, or was started without sleep mode."""
 
-    reason = reasons.SLEEP_MODE_DISABLED
+    reason = FailureReason.SLEEP_MODE_DISABLED
 
 
 def error_message(body: str) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
+from snooze.api.reasons import FailureReason
 from snooze.engine.activity import METRICS_LIMIT, ActivitySnapshot
 from snooze.engine.errors import (
     EngineError,
@@ -61,7 +62,7 @@ class RequestsInFlightError(EngineError):
     """Requests were still running in the server after its generation was paused: nothing
     was released (a release with one in the running batch kills an SGLang server)."""
 
-    reason = "RequestsInFlight"
+    reason = FailureReason.REQUESTS_IN_FLIGHT
 
 
 class SGLangClient:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from snooze.api.reasons import FailureReason
 from snooze.engine.errors import EngineHTTPError, EngineTimeoutError, error_message
 from snooze.engine.http import ANSWER_LIMIT, Answer, EngineHttp
 
@@ -64,7 +65,7 @@ class NoGenerationRoute(EngineHTTPError):
     """Neither /v1/completions nor the chat route answers: the model does not generate text
     (a pooling model), so there is no answer to compare."""
 
-    reason = "NoGenerationRoute"
+    reason = FailureReason.NO_GENERATION_ROUTE
 
 
 def greedy_body(model: str, route: str) -> dict[str, Any]:

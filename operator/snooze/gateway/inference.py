@@ -28,7 +28,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from snooze.api.agreed import NO_PODS_REASON
+from snooze.api.conditions import ConditionReason
 from snooze.gateway import paths, proxy
 from snooze.gateway import stalls as stalls_
 from snooze.gateway.body import BodyBudget, Parser, Reservation, read_body
@@ -464,7 +464,8 @@ def no_engines(model: Model, *, name_it: bool) -> str:
     else:
         look = "`kubectl describe im` in the model's namespace shows its selector"
     return (
-        f"model {model.model_name!r} has no engine to wake ({NO_PODS_REASON}): no pod matches "
+        f"model {model.model_name!r} has no engine to wake ({ConditionReason.NO_PODS}): no pod "
+        "matches "
         f"its selector, and it has no scaleTargetRef for Snooze to scale up. {look}; start "
         f"its pods (or correct spec.selector), then retry in {NO_ENGINES_RETRY_SECONDS}s"
     )

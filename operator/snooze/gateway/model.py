@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from snooze.api.agreed import NO_PODS_REASON, WAKE_REQUESTED_ANNOTATION
+from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
+from snooze.api.conditions import ConditionReason, ConditionType
 from snooze.api.models import (
     DesiredState,
     EngineState,
@@ -154,9 +155,9 @@ def model_from(body: Mapping[str, Any]) -> Model:
     annotations = meta.get("annotations") or {}
     status = parse_status(body.get("status"))
     conditions = {c.type: c for c in status.conditions}
-    failed = _true(conditions, "WakeFailed")
-    valid = conditions.get("SpecValid")
-    ready = conditions.get("Ready")
+    failed = _true(conditions, ConditionType.WAKE_FAILED)
+    valid = conditions.get(ConditionType.SPEC_VALID)
+    ready = conditions.get(ConditionType.READY)
     generation = meta.get("generation")
     if "phase" in status.model_fields_set:
         phase = status.phase.value
@@ -173,7 +174,7 @@ def model_from(body: Mapping[str, Any]) -> Model:
         last_wake_seconds=status.last_wake_seconds,
         scaled_to_zero_at=_seconds(status.scaled_to_zero_time),
         claimed_name=status.model_name or None,
-        conflict=_message(conditions, "Conflict", "the model name is taken"),
+        conflict=_message(conditions, ConditionType.CONFLICT, "the model name is taken"),
         status_pods={entry.name: entry for entry in status.pods},
         wake_failure=WakeFailure(
             reason=failed.reason,
@@ -186,10 +187,12 @@ def model_from(body: Mapping[str, Any]) -> Model:
         operator_refusal=(valid.message or "refused by the operator")
         if spec is not None and valid is not None and valid.status == "False"
         else None,
-        waiting_for_room=_message(conditions, "WaitingForRoom", "waiting for room on its GPU pool"),
+        waiting_for_room=_message(
+            conditions, ConditionType.WAITING_FOR_ROOM, "waiting for room on its GPU pool"
+        ),
         # Of the spec it was computed from: a selector changed since may match pods.
         no_pods=ready is not None
-        and (ready.status, ready.reason) == ("False", NO_PODS_REASON)
+        and (ready.status, ready.reason) == ("False", ConditionReason.NO_PODS)
         and isinstance(generation, int)
         and ready.observed_generation == generation,
     )

@@ -21,10 +21,12 @@ from kopf._cogs.structs.references import (  # kopf is pinned (pyproject.toml)
 )
 
 from snooze.api import models
+from snooze.api.conditions import ConditionType
 from snooze.api.modelstatus import parse_status
 from snooze.kube.api import KubeApi, NotFound, models_ref, pods_ref
 from snooze.kube.index import Index, LabelKey, PodIndex
 from snooze.kube.pods import PodInfo, pod_info
+from snooze.operator.sightings import ModelSighting
 from snooze.policy.claims import Claim
 
 
@@ -45,7 +47,9 @@ def claim_of(
     meta = body.get("metadata") or {}
     model_name = spec.model_name or str(meta.get("name", ""))
     status = parse_status(body.get("status"))
-    conflicted = any(c.type == "Conflict" and c.status == "True" for c in status.conditions)
+    conflicted = any(
+        c.type == ConditionType.CONFLICT and c.status == "True" for c in status.conditions
+    )
     claim = Claim(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
@@ -168,8 +172,8 @@ class ModelSightings:
     """What the models' last events showed, kept by one run's handlers (several operators run
     in one process in the tests, each with its own)."""
 
-    seen: dict[ModelKey, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
-    """What of each model last poked its loop: generation, annotations, deletion, claim."""
+    seen: dict[ModelKey, ModelSighting] = dataclasses.field(default_factory=dict)
+    """What of each model last poked its loop."""
     pods: dict[ModelKey, dict[str, Mapping[str, str]]] = dataclasses.field(default_factory=dict)
     """The pods each model selected at its last such event: its old neighbours, after a
     change."""

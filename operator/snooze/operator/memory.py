@@ -12,8 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from snooze.api.conditions import ConditionType
 from snooze.api.models import EngineState
-from snooze.api.modelstatus import InferenceModelStatus, PodStatus
+from snooze.api.modelstatus import InferenceModelStatus, PodState, PodStatus
+from snooze.api.reasons import FailureReason
 from snooze.api.times import seconds_of
 from snooze.engine.sglangfacts import SGLangFacts
 from snooze.kube.pods import PodInfo
@@ -28,8 +30,6 @@ from snooze.policy.runs import Process
 # mean the engine is gone, frozen or never started: its status stops saying it is awake, so
 # the gateway stops sending it requests until a probe gets an answer again.
 UNREACHABLE_AFTER = 2
-# The sleep failure that no retry can mend: the engine runs without sleep mode.
-SLEEP_MODE_DISABLED = "SleepModeDisabled"
 
 
 def process_of(pod: PodInfo, port: int | None) -> Process:
@@ -355,10 +355,10 @@ def rebuild(
     memory.scale_up_time = _seconds(status.scale_up_time)
     blocked_generation = None
     for condition in status.conditions:
-        if condition.type == "WakeFailed" and condition.status == "True":
+        if condition.type == ConditionType.WAKE_FAILED and condition.status == "True":
             pod, _, message = condition.message.partition(": ")
             memory.failure = (pod, condition.reason, message)
-        if condition.type == "SleepFailed" and condition.status == "True":
+        if condition.type == ConditionType.SLEEP_FAILED and condition.status == "True":
             blocked_generation = condition.observed_generation
     for entry in status.pods:
         activity = activity_at_least(_seconds(entry.last_activity_time))
@@ -367,7 +367,7 @@ def rebuild(
         # Known before the restart: its idle clock stands (one still loading starts it anew).
         engine = EngineMemory(
             last_activity=activity,
-            answered=entry.state != "unready",
+            answered=entry.state != PodState.UNREADY,
             uid=entry.uid,  # a pod recreated meanwhile is a new engine
         )
         engine.wake_failures = entry.wake_failures
@@ -375,7 +375,8 @@ def rebuild(
         engine.last_failure = _seconds(entry.last_failure_time)
         engine.sleep_failures = entry.sleep_failures
         engine.sleep_failure_reason = entry.sleep_failure_reason
-        if engine.sleep_failure_reason == SLEEP_MODE_DISABLED and entry.uid:
+        # The sleep failure that no retry can mend: the engine runs without sleep mode.
+        if engine.sleep_failure_reason == FailureReason.SLEEP_MODE_DISABLED and entry.uid:
             engine.sleep_blocked = (entry.uid, blocked_generation)
         since = _seconds(entry.since)
         if since is not None and entry.state in {s.value for s in EngineState}:

@@ -8,7 +8,6 @@ import asyncio
 import collections
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import kopf
 
@@ -21,6 +20,7 @@ from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.model.loop import ModelLoop
 from snooze.operator.pool.loop import PoolHub
 from snooze.operator.settings import Settings
+from snooze.operator.sightings import PodSighting
 from snooze.operator.traffic.gateways import GatewayTraffic
 from snooze.operator.traffic.pickers import PickerQueues
 
@@ -70,7 +70,7 @@ class Started:
     """What start-up started beside kopf (the scrapes of the gateways and pickers, the watch
     of a CRD not installed yet): cancelled at cleanup."""
     loops: dict[Key, ModelLoop] = dataclasses.field(default_factory=dict)
-    routing: dict[Key, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+    routing: dict[Key, PodSighting] = dataclasses.field(default_factory=dict)
     """What of each pod last poked its models' loops (handlers/pod.py)."""
     sightings: ModelSightings = dataclasses.field(default_factory=ModelSightings)
     """What of each model last poked its loop and its neighbours (handlers/model.py)."""

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from snooze.api.conditions import GateReason
+from snooze.api.models import EngineState
+from snooze.api.modelstatus import PodState
+
 
 @dataclass(frozen=True)
 class Gate:
@@ -26,42 +30,44 @@ class Gate:
         return self.serves, self.reason
 
 
-AWAKE = Gate(True, "Awake", "the engine is awake and serves")
+AWAKE = Gate(True, GateReason.AWAKE, "the engine is awake and serves")
 # Keyed by the engine's state as the model's status lists it (status.pods[].state).
 GATES: dict[str, Gate] = {
-    "awake": AWAKE,
-    "draining": Gate(
+    EngineState.AWAKE: AWAKE,
+    EngineState.DRAINING: Gate(
         False,
-        "Draining",
+        GateReason.DRAINING,
         "the engine is draining before it sleeps: new requests go elsewhere while running "
         "ones finish",
     ),
-    "asleep": Gate(
+    EngineState.ASLEEP: Gate(
         False,
-        "Asleep",
+        GateReason.ASLEEP,
         "the engine sleeps: a request queued for its model wakes it (see its InferenceModel)",
     ),
-    "waking": Gate(
-        False, "Waking", "the engine is waking: it serves once its wake is done and checked"
-    ),
-    "failed": Gate(
+    EngineState.WAKING: Gate(
         False,
-        "WakeFailed",
+        GateReason.WAKING,
+        "the engine is waking: it serves once its wake is done and checked",
+    ),
+    EngineState.FAILED: Gate(
+        False,
+        GateReason.WAKE_FAILED,
         "the engine failed to wake, or woke answering wrong: its InferenceModel's status says why",
     ),
-    "unreachable": Gate(
+    PodState.UNREACHABLE: Gate(
         False,
-        "Unreachable",
+        GateReason.UNREACHABLE,
         "the engine does not answer Snooze's probes: it gets no requests until it does",
     ),
 }
 NOT_PROBED = Gate(
-    False, "NotProbed", "Snooze has not heard from the engine yet: it serves once it has"
+    False, GateReason.NOT_PROBED, "Snooze has not heard from the engine yet: it serves once it has"
 )
-UNREADY = Gate(False, "ContainersNotReady", "the pod's containers are not ready")
+UNREADY = Gate(False, GateReason.CONTAINERS_NOT_READY, "the pod's containers are not ready")
 RELEASED = Gate(
     True,
-    "Released",
+    GateReason.RELEASED,
     "the engine is awake and its InferenceModel is deleted: Snooze no longer puts it to sleep",
 )
 
@@ -69,7 +75,7 @@ RELEASED = Gate(
 def gate_for(state: str) -> Gate:
     """The condition for an engine in `state` (the status's word for it: awake, draining,
     asleep, waking, failed, unreachable; anything else has not been heard from yet)."""
-    if state == "unready":
+    if state == PodState.UNREADY:
         return UNREADY
     return GATES.get(state, NOT_PROBED)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from snooze.api.models import DesiredState, InferenceModelSpec
+from snooze.policy.sleep import ActionReason
 
 
 class ScaleKind(StrEnum):
@@ -55,7 +56,7 @@ def decide_scale(view: ScaleView) -> ScaleDecision | None:
         # Snooze holds it at zero.
         if replicas > 0:
             return ScaleDecision(
-                kind=ScaleKind.NOTE_MANUAL, replicas=replicas, reason="ScaledByHand"
+                kind=ScaleKind.NOTE_MANUAL, replicas=replicas, reason=ActionReason.SCALED_BY_HAND
             )
         since = view.scaled_at if view.scaled_at is not None else view.last_activity
         wanted = (
@@ -77,9 +78,11 @@ def decide_scale(view: ScaleView) -> ScaleDecision | None:
     if replicas == 0:
         # At zero by someone else's hand: left so until a request asks for the model.
         if view.manual_at is None:
-            return ScaleDecision(kind=ScaleKind.NOTE_MANUAL, replicas=0, reason="ScaledByHand")
+            return ScaleDecision(
+                kind=ScaleKind.NOTE_MANUAL, replicas=0, reason=ActionReason.SCALED_BY_HAND
+            )
         if wake and view.wake_requested is not None and view.wake_requested > view.manual_at:
-            return ScaleDecision(kind=ScaleKind.UP, replicas=1, reason="WakeRequested")
+            return ScaleDecision(kind=ScaleKind.UP, replicas=1, reason=ActionReason.WAKE_REQUESTED)
         return None
     after = spec.scale_to_zero_after_seconds
     if (
@@ -94,14 +97,14 @@ def decide_scale(view: ScaleView) -> ScaleDecision | None:
         return None  # scaled by hand during this idle period: not undone
     if view.wake_requested is not None and view.wake_requested > view.last_activity:
         return None  # wanted since it was last active
-    return ScaleDecision(kind=ScaleKind.TO_ZERO, replicas=replicas, reason="Idle")
+    return ScaleDecision(kind=ScaleKind.TO_ZERO, replicas=replicas, reason=ActionReason.IDLE)
 
 
 def _up_reason(view: ScaleView) -> str:
     if view.spec.desired_state is DesiredState.AWAKE:
-        return "DesiredAwake"
+        return ActionReason.DESIRED_AWAKE
     if view.spec.min_awake > 0:
-        return "MinAwake"
+        return ActionReason.MIN_AWAKE
     if view.spec.scale_to_zero_after is None:
-        return "ScaleToZeroDisabled"
-    return "WakeRequested"
+        return ActionReason.SCALE_TO_ZERO_DISABLED
+    return ActionReason.WAKE_REQUESTED

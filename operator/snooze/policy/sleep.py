@@ -8,14 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from snooze.api.conditions import ConditionReason
 from snooze.api.models import DesiredState, EngineState, InferenceModelSpec, Phase
-from snooze.api.reasons import (
-    HYBRID_KV_CACHE_REINIT,
-    MEMORY_NOT_FREED,
-    OUT_OF_MEMORY,
-    OUTPUT_MISMATCH,
-    WEIGHTS_MISMATCH,
-)
+from snooze.api.reasons import FailureReason
 
 # Wake retries back off exponentially from this, up to the cap; failureThreshold bounds them.
 RETRY_BASE_SECONDS = 1.0
@@ -23,7 +18,11 @@ RETRY_CAP_SECONDS = 60.0
 # OUT_OF_MEMORY: a restart of this engine frees no one else's memory, so it is never this
 # failure's remedy (a pool makes room; the wake is tried again). MEMORY_NOT_FREED: a GPU pool
 # member whose sleep did not give its device memory back (policy/pool/trust.py).
-NOT_RETRIED = (HYBRID_KV_CACHE_REINIT, OUTPUT_MISMATCH, WEIGHTS_MISMATCH)
+NOT_RETRIED = (
+    FailureReason.HYBRID_KV_CACHE_REINIT,
+    FailureReason.OUTPUT_MISMATCH,
+    FailureReason.WEIGHTS_MISMATCH,
+)
 """Failed wakes no retry mends: the hybrid KV-cache crash leaves the engine unable to wake,
 and an engine that woke answering differently is awake already. Only a restart recovers them."""
 REQUEST_RESOLUTION_SECONDS = 1.0
@@ -110,6 +109,24 @@ class ActionKind(StrEnum):
     """Give up on waking it (wake.onFailure: Report); a newer wake request tries again."""
     ASK_ROOM = "AskRoom"
     """A pool member that should wake: ask its pool for room (the pool grants it in turn)."""
+
+
+class ActionReason(StrEnum):
+    """Why the policy acts (an Event's message says it, operator/stepwords.py); a restart or
+    a give-up names the failure (api/reasons.py) instead."""
+
+    IDLE = "Idle"
+    DESIRED_ASLEEP = "DesiredAsleep"
+    DESIRED_AWAKE = "DesiredAwake"
+    WAKE_REQUESTED = "WakeRequested"
+    MIN_AWAKE = "MinAwake"
+    PRIMED = "Primed"
+    """Woken back after a sleep that only pinned its host copy (a GPU pool's prime)."""
+    MAKE_ROOM = "MakeRoom"
+    """Put to sleep so that its GPU pool has room for another member's wake."""
+    SCALED_BY_HAND = "ScaledByHand"
+    """Someone scaled the workload: noted, not acted on."""
+    SCALE_TO_ZERO_DISABLED = "ScaleToZeroDisabled"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,7 +296,11 @@ def _through_pool(
         # Its pool found its sleep keeps its memory: restarted, whatever else was decided.
         if engine.pool_restart and engine.ready and not engine.action_running:
             out = [a for a in out if a.pod != engine.pod]
-            out.append(Action(kind=ActionKind.RESTART, pod=engine.pod, reason=MEMORY_NOT_FREED))
+            out.append(
+                Action(
+                    kind=ActionKind.RESTART, pod=engine.pod, reason=FailureReason.MEMORY_NOT_FREED
+                )
+            )
             decided.add(engine.pod)
     if model.spec.desired_state is DesiredState.AWAKE:
         return out
@@ -294,7 +315,7 @@ def _through_pool(
             and engine.sleeping is False
             and engine.label is EngineState.AWAKE
         ):
-            out.append(Action(kind=ActionKind.SLEEP, pod=engine.pod, reason="MakeRoom"))
+            out.append(Action(kind=ActionKind.SLEEP, pod=engine.pod, reason=ActionReason.MAKE_ROOM))
     return out
 
 
@@ -343,7 +364,11 @@ def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
         if desired is not DesiredState.ASLEEP and (
             desired is DesiredState.AWAKE or wants_wake(engine, model)
         ):
-            why = "DesiredAwake" if desired is DesiredState.AWAKE else "WakeRequested"
+            why = (
+                ActionReason.DESIRED_AWAKE
+                if desired is DesiredState.AWAKE
+                else ActionReason.WAKE_REQUESTED
+            )
             act(ActionKind.CANCEL_SLEEP, engine, why)
     for engine in asleep:
         reason = _wake_reason(engine, model)
@@ -352,7 +377,7 @@ def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
         gate = _failure_gate(engine, model)
         if gate is not None:
             if gate is not ActionKind.WAKE:
-                act(gate, engine, engine.last_failure_reason or "WakeFailed")
+                act(gate, engine, engine.last_failure_reason or ConditionReason.WAKE_FAILED)
             continue
         act(ActionKind.WAKE, engine, reason)
     woken = sum(1 for a in actions if a.kind in (ActionKind.WAKE, ActionKind.CANCEL_SLEEP))
@@ -367,16 +392,16 @@ def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
             if gate is ActionKind.WAKE:
                 continue
             if gate is not None:
-                act(gate, engine, engine.last_failure_reason or "WakeFailed")
+                act(gate, engine, engine.last_failure_reason or ConditionReason.WAKE_FAILED)
                 continue
-            act(ActionKind.WAKE, engine, "MinAwake")
+            act(ActionKind.WAKE, engine, ActionReason.MIN_AWAKE)
             missing -= 1
 
     # 3. Sleep what may sleep: never a busy engine in Auto, never below minAwake.
     if desired is DesiredState.ASLEEP:
         for engine in awake:
             if may_try_sleep(engine, model.now):
-                act(ActionKind.SLEEP, engine, "DesiredAsleep")
+                act(ActionKind.SLEEP, engine, ActionReason.DESIRED_ASLEEP)
     elif desired is DesiredState.AUTO:
         idle_after = spec.idle_after_seconds
         quiet = max(idle_after, REQUEST_RESOLUTION_SECONDS)
@@ -399,7 +424,7 @@ def _decide(engines: Sequence[EngineView], model: ModelView) -> list[Action]:
         waking = sum(1 for e in engines if e.action_running and e.label is EngineState.WAKING)
         may_sleep = len(awake) - max(spec.min_awake - waking, 0)
         for engine in idle[: max(may_sleep, 0)]:
-            act(ActionKind.SLEEP, engine, "Idle")
+            act(ActionKind.SLEEP, engine, ActionReason.IDLE)
     return actions
 
 
@@ -410,7 +435,7 @@ def _quarantine(engines: Sequence[EngineView], model: ModelView) -> list[Action]
     for engine in engines:
         if not engine.quarantined or not engine.ready or engine.action_running:
             continue
-        reason = engine.last_failure_reason or OUTPUT_MISMATCH
+        reason = engine.last_failure_reason or FailureReason.OUTPUT_MISMATCH
         if model.spec.wake.on_failure == "Restart":
             actions.append(Action(kind=ActionKind.RESTART, pod=engine.pod, reason=reason))
         elif engine.label is not EngineState.FAILED:
@@ -427,11 +452,11 @@ def _wake_reason(engine: EngineView, model: ModelView) -> str | None:
     if desired is DesiredState.ASLEEP:
         return None
     if desired is DesiredState.AWAKE:
-        return "DesiredAwake"
+        return ActionReason.DESIRED_AWAKE
     if wants_wake(engine, model):
-        return "WakeRequested"
+        return ActionReason.WAKE_REQUESTED
     if engine.pool_rewake and engine.pool_grant:
-        return "Primed"
+        return ActionReason.PRIMED
     return None
 
 
@@ -444,7 +469,10 @@ def _failure_gate(engine: EngineView, model: ModelView) -> ActionKind | None:
     # The hybrid KV-cache crash leaves the engine unable to wake until it restarts: retrying
     # it only holds requests longer.
     if hybrid or engine.wake_failures >= wake.failure_threshold:
-        if wake.on_failure == "Restart" and engine.last_failure_reason != OUT_OF_MEMORY:
+        if (
+            wake.on_failure == "Restart"
+            and engine.last_failure_reason != FailureReason.OUT_OF_MEMORY
+        ):
             return ActionKind.RESTART
         if engine.label is EngineState.FAILED:
             # Reported already: only a wake request newer than the failure tries again.

@@ -14,7 +14,7 @@ from snooze.policy import prewake as prewake_policy
 from snooze.policy import scale as scale_policy
 from snooze.policy import schedule as schedule_policy
 from snooze.policy import sleep as sleep_policy
-from snooze.policy.sleep import ActionKind
+from snooze.policy.sleep import ActionKind, ActionReason
 from snooze.whatif.engines import Engine, Outcome
 from snooze.whatif.latency import Latencies
 from snooze.whatif.trace import ModelRequests
@@ -264,7 +264,7 @@ class ModelSim:
             seconds = self.lat.sleep(engine.sleep_level, pinned=engine.pinned)
             self.clock.push(now + seconds, "action", self.index, engine.index)
             engine.pinned = engine.pinned or engine.sleep_level == 1
-            if action.reason == "MakeRoom" and self.pool is not None:
+            if action.reason == ActionReason.MAKE_ROOM and self.pool is not None:
                 self.pool.made_room(self, engine, now)
             return True
         elif action.kind is ActionKind.WAKE:

@@ -17,6 +17,7 @@ from snooze.operator.model.loop import ModelLoop
 from snooze.operator.model.release import release
 from snooze.operator.model.selection import Neighbours
 from snooze.operator.runtime import Memo, until_stopped
+from snooze.operator.sightings import ModelSighting
 
 
 # Async, as pod_changed is (handlers/pod.py): it sets the loops' asyncio.Events, which is
@@ -33,13 +34,7 @@ async def model_changed(
     sightings = started.sightings
     key = (namespace or "", name)
     claim, selector = started.indexes.model(body, deleted=kwargs.get("type") == "DELETED")
-    meta = body.get("metadata", {})
-    seen = (
-        meta.get("generation"),
-        tuple(sorted((meta.get("annotations") or {}).items())),
-        meta.get("deletionTimestamp"),
-        claim,
-    )
+    seen = ModelSighting.of(body, claim)
     before = sightings.seen.get(key)
     if kwargs.get("type") == "DELETED":
         sightings.seen.pop(key, None)
@@ -57,10 +52,10 @@ async def model_changed(
     if (
         before is None
         or kwargs.get("type") == "DELETED"
-        or before[:1] != seen[:1]
-        or (before[3] != claim)
+        or before.generation != seen.generation
+        or before.claim != claim
     ):
-        names = {c[0] for c in (claim, before[3] if before else None) if c is not None}
+        names = {n for n in (seen.claimed_name(), before and before.claimed_name()) if n}
         for neighbour in sightings.neighbours(started.indexes, key, names, selector):
             other_loop = started.loops.get(neighbour)
             if other_loop is not None:

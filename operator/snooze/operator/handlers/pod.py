@@ -6,9 +6,9 @@ from typing import Any
 
 import kopf
 
-from snooze.api.agreed import STATE_LABEL
 from snooze.operator.indexes import candidates
 from snooze.operator.runtime import Memo
+from snooze.operator.sightings import PodSighting
 
 
 # Async, as every event handler here, so that it runs in the operator's loop: kopf runs a sync
@@ -23,16 +23,15 @@ async def pod_changed(
     started = memo.started
     info = started.indexes.pod(body, deleted=event.get("type") == "DELETED")
     key = (namespace or "", info.name)
-    labels = tuple(sorted((k, v) for k, v in info.labels.items() if k != STATE_LABEL))
-    fingerprint = (info.ready, info.ip, info.uid, event.get("type") == "DELETED", labels)
+    seen = PodSighting.of(info, deleted=event.get("type") == "DELETED")
     before = started.routing.get(key)
-    if before == fingerprint:
+    if before == seen:
         return
-    started.routing[key] = fingerprint
+    started.routing[key] = seen
     if event.get("type") == "DELETED":
         started.routing.pop(key, None)
     selectors = started.indexes.selectors
-    for pod_labels in [info.labels, dict(before[4])] if before else [info.labels]:
+    for pod_labels in [info.labels, dict(before.labels)] if before else [info.labels]:
         for name, _selector in candidates(selectors, namespace or "", pod_labels):
             loop = started.loops.get((namespace or "", name))
             if loop is not None and loop.selects(pod_labels):

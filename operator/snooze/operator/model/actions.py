@@ -20,8 +20,10 @@ from snooze.api.agreed import (
     STATE_LABEL,
     WAKE_PROGRESS_ANNOTATION,
 )
+from snooze.api.conditions import ConditionReason
+from snooze.api.eventreasons import EventReason
 from snooze.api.models import EngineState, InferenceModelSpec
-from snooze.api.reasons import MEMORY_NOT_FREED, WEIGHTS_MISMATCH
+from snooze.api.reasons import FailureReason
 from snooze.api.times import format_time
 from snooze.engine.client import RELOAD, WEIGHTS, EngineHttp
 from snooze.engine.errors import EngineError, OutOfMemoryError, SleepModeDisabledError
@@ -39,7 +41,7 @@ from snooze.operator.model.verification import Verifier
 from snooze.operator.model.wakegate import WakeGate, engine_url
 from snooze.operator.settings import Settings, sleep_timeout
 from snooze.policy.readiness import gate_for
-from snooze.policy.sleep import Action, ActionKind, retry_delay
+from snooze.policy.sleep import Action, ActionKind, ActionReason, retry_delay
 
 __all__ = ["Executor", "engine_url"]
 log = logging.getLogger(__name__)
@@ -51,11 +53,11 @@ told = logging.getLogger("snooze.operator.events")
 UNMARKED: dict[str, str | None] = {SLEEP_STARTED_ANNOTATION: None, SLEEP_SENT_ANNOTATION: None}
 
 # (label left by a cut-off step, label the engine's answer calls for) -> (Event reason, state).
-RECOVERED: dict[tuple[EngineState | None, EngineState | None], tuple[str, str]] = {
-    (EngineState.DRAINING, EngineState.ASLEEP): ("Slept", "asleep"),
-    (EngineState.DRAINING, EngineState.AWAKE): ("SleepCancelled", "awake, not asleep"),
-    (EngineState.WAKING, EngineState.AWAKE): ("Woke", "awake"),
-    (EngineState.WAKING, EngineState.ASLEEP): ("WakeInterrupted", "still asleep"),
+RECOVERED: dict[tuple[EngineState | None, EngineState | None], tuple[EventReason, str]] = {
+    (EngineState.DRAINING, EngineState.ASLEEP): (EventReason.SLEPT, "asleep"),
+    (EngineState.DRAINING, EngineState.AWAKE): (EventReason.SLEEP_CANCELLED, "awake, not asleep"),
+    (EngineState.WAKING, EngineState.AWAKE): (EventReason.WOKE, "awake"),
+    (EngineState.WAKING, EngineState.ASLEEP): (EventReason.WAKE_INTERRUPTED, "still asleep"),
 }
 
 
@@ -142,7 +144,7 @@ class Executor:
                 await step(action, pod, spec, engine)
         except KubeError as exc:
             log.warning("%s on %s/%s: API error: %s", action.kind, self.namespace, pod.name, exc)
-            self._backoff(action, engine, "ApiError", str(exc))
+            self._backoff(action, engine, FailureReason.API_ERROR, str(exc))
         except Exception as exc:
             log.exception("%s on %s/%s failed", action.kind, self.namespace, pod.name)
             self._backoff(action, engine, type(exc).__name__, str(exc))
@@ -255,7 +257,7 @@ class Executor:
         await self.label(pod, EngineState.FAILED, engine)
         self.emit(
             "Warning",
-            "WakeGaveUp",
+            EventReason.WAKE_GAVE_UP,
             f"{pod.name}: gave up waking after {engine.wake_failures} failures "
             f"({engine.last_failure_reason}); wake.onFailure is Report. "
             f"{engine.last_failure_message}",
@@ -266,11 +268,11 @@ class Executor:
     ) -> None:
         await self.api.delete(pods_ref(self.namespace), pod.name)
         engine.deleted = True
-        if action.reason == MEMORY_NOT_FREED:
+        if action.reason == FailureReason.MEMORY_NOT_FREED:
             reason = action.reason
             why = "its sleep did not give its GPU pool's device its memory back"
         else:
-            reason = engine.last_failure_reason or "WakeFailed"
+            reason = engine.last_failure_reason or ConditionReason.WAKE_FAILED
             why = (
                 f"its engine failed to wake {engine.wake_failures} time(s) "
                 f"({engine.last_failure_reason})"
@@ -278,7 +280,7 @@ class Executor:
         self.metrics.restarts.labels(self.namespace, self.model, reason).inc()
         self.emit(
             "Warning",
-            "PodRestarted",
+            EventReason.POD_RESTARTED,
             f"deleted {pod.name} so that its controller recreates it: {why}",
         )
 
@@ -306,7 +308,7 @@ class Executor:
         self, action: Action, pod: PodInfo, spec: InferenceModelSpec, engine: EngineMemory
     ) -> None:
         client = self._client(spec, pod, engine)
-        if action.reason == "MakeRoom" and await _busy(client):
+        if action.reason == ActionReason.MAKE_ROOM and await _busy(client):
             # The pool chose it on a probe older than this: a member serving requests is not
             # put to sleep for another; the pool sees it busy now and chooses again.
             now = time.time()
@@ -314,7 +316,7 @@ class Executor:
             self.memory.last_activity = now
             log.info("%s/%s: busy, so not put to sleep to make room", self.namespace, pod.name)
             return
-        if action.reason == "MakeRoom":
+        if action.reason == ActionReason.MAKE_ROOM:
             self.made_room(pod)
         started = time.time()
         # Label first, so that the gateway stops routing here before the drain begins. Any
@@ -335,7 +337,9 @@ class Executor:
             log.info("%s/%s: a wake came before its drain began", self.namespace, pod.name)
             return
         engine.drain_started = started
-        self.emit("Normal", "Draining", f"{pod.name}: {why(action)}; draining before sleep")
+        self.emit(
+            "Normal", EventReason.DRAINING, f"{pod.name}: {why(action)}; draining before sleep"
+        )
         deadline = started + self.settings.drain_timeout
         drained = False
         while time.time() < deadline and not engine.cancel.is_set():
@@ -361,7 +365,7 @@ class Executor:
                 spec.model_name or self.model,
                 engine,
                 process_of(pod, spec.engine.port),
-                weights=action.reason != "MakeRoom",
+                weights=action.reason != ActionReason.MAKE_ROOM,
                 timeout=self.settings.record_timeout,
                 where=f"{self.namespace}/{pod.name}",
             )
@@ -369,7 +373,9 @@ class Executor:
             with urgent():  # a wake is asked: published at once
                 await self.label(pod, EngineState.AWAKE, engine)
             self.emit(
-                "Normal", "SleepCancelled", f"{pod.name}: sleep cancelled, the model is wanted"
+                "Normal",
+                EventReason.SLEEP_CANCELLED,
+                f"{pod.name}: sleep cancelled, the model is wanted",
             )
             return
         level = action.level or spec.sleep.level
@@ -398,7 +404,7 @@ class Executor:
                 await self.label(pod, EngineState.AWAKE, engine, annotations=UNMARKED)
                 self.emit(
                     "Warning",
-                    "SleepFailed",
+                    EventReason.SLEEP_FAILED,
                     f"{pod.name}: cannot sleep, so it stays awake and keeps serving; Snooze "
                     f"tries again once the pod is replaced or the spec changes. {exc}",
                 )
@@ -414,7 +420,7 @@ class Executor:
             delay = retry_delay(engine.sleep_failures)
             self.emit(
                 "Warning",
-                "SleepFailed",
+                EventReason.SLEEP_FAILED,
                 f"{pod.name}: sleep failed ({exc.reason}), next try in {delay:.0f}s at the "
                 f"earliest: {exc}",
             )
@@ -437,7 +443,7 @@ class Executor:
         self.metrics.sleep_duration.labels(self.namespace, str(level)).observe(finished - started)
         self.emit(
             "Normal",
-            "Slept",
+            EventReason.SLEPT,
             f"{pod.name}: asleep at level {level} after {finished - started:.2f}s ({why(action)})",
         )
 
@@ -447,7 +453,9 @@ class Executor:
         client = self._client(spec, pod, engine)
         level = action.level or spec.sleep.level
         await self.label(pod, EngineState.WAKING, engine)
-        self.emit("Normal", "Waking", f"{pod.name}: waking from level {level} ({why(action)})")
+        self.emit(
+            "Normal", EventReason.WAKING, f"{pod.name}: waking from level {level} ({why(action)})"
+        )
         started = time.monotonic()
         done = set(pod.wake_steps)
         if done:
@@ -519,7 +527,9 @@ class Executor:
         # Its pool counts its footprint from now, not from a probe.
         engine.believe(False, AFTER_WAKE, process_of(pod, spec.engine.port), now)
         self.metrics.observe_wake(self.namespace, self.model, str(level), seconds)
-        self.emit("Normal", "Woke", f"{pod.name}: awake after {seconds:.2f}s ({why(action)})")
+        self.emit(
+            "Normal", EventReason.WOKE, f"{pod.name}: awake after {seconds:.2f}s ({why(action)})"
+        )
         if level == 2 and spec.wake.verify:
             # A level-2 wake reloaded the weights: their digests are compared once the engine
             # serves (the check takes seconds; no request waits for it).
@@ -527,7 +537,9 @@ class Executor:
                 client.base_url, engine, process_of(pod, spec.engine.port)
             )
             if weights is not None and weights.failed:
-                await self.gate.failed_check(pod, spec, engine, WEIGHTS_MISMATCH, weights.message)
+                await self.gate.failed_check(
+                    pod, spec, engine, FailureReason.WEIGHTS_MISMATCH, weights.message
+                )
 
     async def _give_up_drain(self, pod: PodInfo, engine: EngineMemory, kind: str) -> None:
         """A drain that timed out on an engine that a /sleep with requests in flight would
@@ -536,7 +548,7 @@ class Executor:
         engine.busy = False
         engine.sleep_failures += 1
         engine.last_sleep_failure = time.time()
-        engine.sleep_failure_reason = "KnownBug"
+        engine.sleep_failure_reason = FailureReason.KNOWN_BUG
         crash = (
             "an SGLang server dies of a release with a request running: not released"
             if kind == "sglang"
@@ -547,13 +559,15 @@ class Executor:
             f"requests were still in flight after {self.settings.drain_timeout:g}s of "
             f"draining, and {crash}"
         )
-        self.metrics.sleep_failures.labels(self.namespace, self.model, "KnownBug").inc()
+        self.metrics.sleep_failures.labels(
+            self.namespace, self.model, FailureReason.KNOWN_BUG
+        ).inc()
         engine.drain_started = None
         await self.label(pod, EngineState.AWAKE, engine, annotations=UNMARKED)
         delay = retry_delay(engine.sleep_failures)
         self.emit(
             "Warning",
-            "SleepFailed",
+            EventReason.SLEEP_FAILED,
             f"{pod.name}: {engine.sleep_failure_message}; it stays awake and serves, next try "
             f"in {delay:.0f}s at the earliest",
         )

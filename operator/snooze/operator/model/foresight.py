@@ -5,7 +5,9 @@ decisions read (a window's minAwake, Auto's keep-alive, a pre-wake), what the tr
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
+from snooze.api.eventreasons import EventReason
 from snooze.api.keepawake import PrewakeStatus, WindowStatus
 from snooze.api.models import AUTO, InferenceModelSpec
 from snooze.api.modelstatus import InferenceModelStatus
@@ -18,6 +20,25 @@ from snooze.policy import schedule as schedule_policy
 from snooze.policy.prewake import GapHistogram, Learnt, Prewake, Profile, ProfileError
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToldWindow:
+    """A keep-awake window as an Event last told it began."""
+
+    name: str
+    end: float | None
+    """Its end, in seconds since the epoch (None: it has none)."""
+
+    def same(self, other: ToldWindow) -> bool:
+        """The same window, ending at the same time: the status keeps milliseconds, so a
+        restored end may differ by less than that."""
+        return (
+            self.name == other.name
+            and self.end is not None
+            and other.end is not None
+            and abs(self.end - other.end) < 0.01
+        )
 
 
 class Foresight:
@@ -40,8 +61,8 @@ class Foresight:
         self.learnt: Learnt | None = None
         """Read from the status once the spec (the profile's time zone) is known."""
         active = status.active_window
-        self.window: tuple[str, float | None] | None = (
-            (active.name, seconds_of(active.end)) if active is not None else None
+        self.window: ToldWindow | None = (
+            ToldWindow(name=active.name, end=seconds_of(active.end)) if active is not None else None
         )
         """The window in force as last told by an Event (restored, so a restart tells no edge
         twice)."""
@@ -104,7 +125,7 @@ class Foresight:
             if fire and learnt.pending is not None:
                 self.emit(
                     "Normal",
-                    "Prewake",
+                    EventReason.PREWAKE,
                     f"woken ahead of the requests expected from {format_time(learnt.pending.slot)} "
                     f"(prewake.lead {spec.prewake.lead})",
                 )
@@ -164,16 +185,16 @@ class Foresight:
         """An Event when a window begins or ends."""
         window = schedule_policy.active(spec.schedule, now)
         self.metrics.window_active.labels(self.namespace, self.name).set(1 if window else 0)
-        current = (window.name, window.end) if window is not None else None
+        current = ToldWindow(name=window.name, end=window.end) if window is not None else None
         told = self.window
-        if current == told or (current is not None and told is not None and _same(current, told)):
+        if current == told or (current is not None and told is not None and current.same(told)):
             return
-        if told is not None and (current is None or current[0] != told[0]):
-            self.emit("Normal", "WindowEnded", f"keep-awake window {told[0]} ended")
+        if told is not None and (current is None or current.name != told.name):
+            self.emit("Normal", EventReason.WINDOW_ENDED, f"keep-awake window {told.name} ended")
         if window is not None:
             self.emit(
                 "Normal",
-                "WindowStarted",
+                EventReason.WINDOW_STARTED,
                 f"keep-awake window {window.name} began: {window.min_awake} engine(s) kept "
                 f"awake until {format_time(window.end)}",
             )
@@ -207,11 +228,6 @@ class Foresight:
                 "prewake": prewake,
             }
         )
-
-
-def _same(a: tuple[str, float | None], b: tuple[str, float | None]) -> bool:
-    # The status keeps milliseconds: a restored end may differ by less than that.
-    return a[0] == b[0] and a[1] is not None and b[1] is not None and abs(a[1] - b[1]) < 0.01
 
 
 def _lead(spec: InferenceModelSpec) -> float:

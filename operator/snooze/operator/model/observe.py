@@ -8,6 +8,7 @@ import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from snooze.api.eventreasons import EventReason
 from snooze.api.models import InferenceModelSpec
 from snooze.engine.client import SleepState
 from snooze.engine.errors import EngineError
@@ -170,7 +171,7 @@ def note_reachability(pod: str, engine: EngineMemory, result: Probe, emit: Emit)
     if engine.unreachable and not was:
         emit(
             "Warning",
-            "EngineUnreachable",
+            EventReason.ENGINE_UNREACHABLE,
             f"{pod}: no usable answer to {UNREACHABLE_AFTER} probes in a row ({result.reason}), "
             f"so it gets no requests, and is neither slept nor woken, until it answers: "
             f"{engine.probe_error}",
@@ -184,4 +185,4 @@ def note_reachability(pod: str, engine: EngineMemory, result: Probe, emit: Emit)
         now = time.time()
         unreachable_for = now - (unanswered_since or now)
         engine.last_activity = min(now, engine.last_activity + unreachable_for)
-        emit("Normal", "EngineReachable", f"{pod}: the engine answers again")
+        emit("Normal", EventReason.ENGINE_REACHABLE, f"{pod}: the engine answers again")

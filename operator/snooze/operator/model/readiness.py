@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from snooze.api.agreed import AWAKE_CONDITION
+from snooze.api.modelstatus import PodState
 from snooze.kube.api import STRATEGIC_MERGE_PATCH, KubeApi, KubeError, pods_ref
 from snooze.kube.pods import PodInfo, condition_patch
 from snooze.operator.memory import EngineMemory, ModelMemory
@@ -43,12 +44,12 @@ def gate_patch(gate: Gate, shown: tuple[bool, str] | None, now: float) -> dict[s
 def engine_state(memory: ModelMemory, pod: PodInfo) -> str:
     """The engine's state as the model's status lists it (status.build)."""
     if not pod.ready:
-        return "unready"
+        return PodState.UNREADY
     engine = memory.engines.get(pod.name)
     if engine is not None and engine.unreachable:
-        return "unreachable"
+        return PodState.UNREACHABLE
     view = status.operator_view(memory, pod)
-    return view.value if view is not None else "unknown"
+    return view.value if view is not None else PodState.UNKNOWN
 
 
 class ReadinessGates:

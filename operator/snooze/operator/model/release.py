@@ -14,6 +14,7 @@ from snooze.api.agreed import (
     STATE_LABEL,
     WAKE_PROGRESS_ANNOTATION,
 )
+from snooze.api.eventreasons import EventReason
 from snooze.api.models import SpecError, parse_spec
 from snooze.api.modelstatus import InferenceModelStatus
 from snooze.engine.client import EngineClient, EngineHttp
@@ -69,7 +70,7 @@ async def release(
                     woken += 1
                 awake = True
             except EngineError as exc:
-                emit("Warning", "ReleaseFailed", f"{pod.name}: could not wake it: {exc}")
+                emit("Warning", EventReason.RELEASE_FAILED, f"{pod.name}: could not wake it: {exc}")
         if awake and pod.gated and pod.gate != RELEASED.shown:
             # Nobody writes its readiness gate from now on: an awake engine is let into its
             # Services for good (one that could not be woken stays out, as it would hang).
@@ -104,10 +105,14 @@ async def release(
                 content_type=MERGE_PATCH,
             )
         except KubeError as exc:
-            emit("Warning", "ReleaseFailed", f"could not restore {scaled_from} replicas: {exc}")
+            emit(
+                "Warning",
+                EventReason.RELEASE_FAILED,
+                f"could not restore {scaled_from} replicas: {exc}",
+            )
     emit(
         "Normal",
-        "Released",
+        EventReason.RELEASED,
         f"the model is deleted: {len(mine)} pod(s) handed back as they were before Snooze "
         f"({woken} woken)",
     )

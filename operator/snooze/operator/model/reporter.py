@@ -7,6 +7,7 @@ import contextlib
 import math
 import time
 
+from snooze.api.eventreasons import EventReason
 from snooze.api.models import DesiredState, EngineState, InferenceModelSpec
 from snooze.api.modelstatus import InferenceModelStatus, merge_patch
 from snooze.api.times import moment
@@ -49,7 +50,7 @@ class StatusReporter:
 
     async def invalid(self, message: str, generation: int | None, now: float) -> None:
         if message != self._invalid:
-            self.emit("Warning", "InvalidSpec", message)
+            self.emit("Warning", EventReason.INVALID_SPEC, message)
             self._invalid = message
         # An invalid spec claims no model name: it must not keep a valid model from its own.
         new = status.build(
@@ -66,7 +67,7 @@ class StatusReporter:
     def valid(self) -> None:
         """The spec is valid: say so once if it was not."""
         if self._invalid is not None:
-            self.emit("Normal", "SpecValid", "the spec is valid again; resuming")
+            self.emit("Normal", EventReason.SPEC_VALID, "the spec is valid again; resuming")
             self._invalid = None
 
     async def write(

@@ -8,7 +8,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from snooze.api.eventreasons import EventReason
 from snooze.api.models import EngineState, InferenceModelSpec, ScaleTargetRef
+from snooze.api.reasons import FailureReason
 from snooze.kube.api import MERGE_PATCH, KubeApi, NotFound
 from snooze.kube.writes import urgent
 from snooze.operator.events.emit import Emit
@@ -73,7 +75,7 @@ class Scaler:
             if not self._missing_reported:
                 self.emit(
                     "Warning",
-                    "ScaleTargetNotFound",
+                    EventReason.SCALE_TARGET_NOT_FOUND,
                     f"{target.kind} {target.name} not found: scale to zero is off until it exists",
                 )
                 self._missing_reported = True
@@ -122,7 +124,7 @@ class Scaler:
             memory.manual_at = now
             self.emit(
                 "Normal",
-                "ScaledByHand",
+                EventReason.SCALED_BY_HAND,
                 f"{what} was scaled to {decision.replicas} by someone else: left as it is "
                 "until the model is next active",
             )
@@ -141,7 +143,7 @@ class Scaler:
             self.metrics.tier_transitions.labels(self.namespace, self.model, "ScaledToZero").inc()
             self.emit(
                 "Normal",
-                "ScaledToZero",
+                EventReason.SCALED_TO_ZERO,
                 f"{what} scaled from {decision.replicas} to 0 replicas: idle longer than "
                 f"scaleToZeroAfter ({spec.scale_to_zero_after})",
             )
@@ -152,7 +154,7 @@ class Scaler:
             self.metrics.tier_transitions.labels(self.namespace, self.model, "ScalingUp").inc()
             self.emit(
                 "Normal",
-                "ScalingUp",
+                EventReason.SCALING_UP,
                 f"{what} scaled back to {decision.replicas} replicas ({decision.reason}); "
                 f"engines have wake.coldStartTimeout ({spec.wake.cold_start_timeout}) to answer",
             )
@@ -167,7 +169,9 @@ class Scaler:
             self.memory.scale_up_time = None
             self.memory.last_wake_time, self.memory.last_wake_seconds = now, now - started
             self.emit(
-                "Normal", "ScaledUp", f"an engine answers {now - started:.1f}s after scale-up"
+                "Normal",
+                EventReason.SCALED_UP,
+                f"an engine answers {now - started:.1f}s after scale-up",
             )
             return
         if now - started > spec.cold_start_timeout_seconds and self.memory.failure is None:
@@ -175,6 +179,8 @@ class Scaler:
                 f"no engine answered within wake.coldStartTimeout ({spec.wake.cold_start_timeout}) "
                 "after scale-up: check the pods' events (scheduling, image pull, model load)"
             )
-            self.memory.failure = ("", "ColdStartTimeout", message)
-            self.metrics.wake_failures.labels(self.namespace, self.model, "ColdStartTimeout").inc()
-            self.emit("Warning", "WakeFailed", message)
+            self.memory.failure = ("", FailureReason.COLD_START_TIMEOUT, message)
+            self.metrics.wake_failures.labels(
+                self.namespace, self.model, FailureReason.COLD_START_TIMEOUT
+            ).inc()
+            self.emit("Warning", EventReason.WAKE_FAILED, message)

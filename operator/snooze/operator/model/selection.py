@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from snooze.api.eventreasons import RESOLVED, EventReason
 from snooze.api.models import InferenceModelSpec, LabelSelector
 from snooze.kube.pods import PodInfo
 from snooze.operator.events.emit import Emit
@@ -60,7 +61,7 @@ class PodChooser:
         self.neighbours = neighbours
         self.memory = memory
         self.emit = emit
-        self._conflicts: dict[str, str] = {}
+        self._conflicts: dict[EventReason, str] = {}
         """The conflicts (kind -> message) last reported by Event, so each is told once."""
         self._no_pods = False
         """A NoPods Event was posted and no pod has matched since."""
@@ -79,10 +80,14 @@ class PodChooser:
         at_zero = self.memory.scaled_from is not None or self.memory.scale_up_time is not None
         if not selected and not self._no_pods and not at_zero:
             selector = spec.selector.to_label_selector()
-            self.emit("Warning", "NoPods", status.no_pods_message(selector, self.namespace))
+            self.emit(
+                "Warning", EventReason.NO_PODS, status.no_pods_message(selector, self.namespace)
+            )
             self._no_pods = True
         elif selected and self._no_pods:
-            self.emit("Normal", "PodsFound", f"{len(selected)} pod(s) match the selector now")
+            self.emit(
+                "Normal", EventReason.PODS_FOUND, f"{len(selected)} pod(s) match the selector now"
+            )
             self._no_pods = False
 
     def _conflicts_of(self, spec: InferenceModelSpec, pods: list[PodInfo]) -> status.Conflicts:
@@ -105,14 +110,14 @@ class PodChooser:
             shared=claims.shared_pods({p.name: p.labels for p in pods}, others),
         )
         for kind, message in (
-            ("ModelNameTaken", found.name_message),
-            ("PodsShared", found.shared_message),
+            (EventReason.MODEL_NAME_TAKEN, found.name_message),
+            (EventReason.PODS_SHARED, found.shared_message),
         ):
             told = self._conflicts.get(kind)
             if message and message != told:
                 self.emit("Warning", kind, message)
                 self._conflicts[kind] = message
             elif not message and told:
-                self.emit("Normal", f"{kind}Resolved", f"resolved: {told}")
+                self.emit("Normal", RESOLVED[kind], f"resolved: {told}")
                 del self._conflicts[kind]
         return found

@@ -8,6 +8,8 @@ import asyncio
 import logging
 from collections.abc import Hashable, Iterable
 
+from snooze.api.eventreasons import EventReason
+from snooze.api.reasons import FailureReason
 from snooze.engine.errors import EngineError, EngineHTTPError
 from snooze.engine.http import EngineHttp
 from snooze.engine.probe import Prober
@@ -22,7 +24,7 @@ from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
 INFO_TIMEOUT = 5.0
-REFUSED = "SleepModeDisabled"
+REFUSED = FailureReason.SLEEP_MODE_DISABLED
 __all__ = ["learn_server_info", "note_refusal", "outstanding_of", "probe", "serve_facts"]
 
 
@@ -80,7 +82,7 @@ def note_refusal(
     engine.sleep_blocked = blocked
     engine.sleep_failures = max(engine.sleep_failures, 1)
     engine.sleep_failure_reason, engine.sleep_failure_message = REFUSED, why
-    emit("Warning", "SleepFailed", f"{pod.name}: never put to sleep: {why}")
+    emit("Warning", EventReason.SLEEP_FAILED, f"{pod.name}: never put to sleep: {why}")
 
 
 async def probe(

@@ -4,7 +4,7 @@ check found."""
 from __future__ import annotations
 
 from snooze.policy.integrity import Verdict
-from snooze.policy.sleep import Action
+from snooze.policy.sleep import Action, ActionReason
 
 # Where the claims of Snooze's own steps come from (policy/brakes.py believes them at once).
 AFTER_SLEEP = "/is_sleeping after its /sleep"
@@ -22,11 +22,16 @@ def with_weights(output: Verdict, weights: Verdict | None) -> str:
 
 def why(action: Action) -> str:
     """Why the policy took `action`, as an Event says it."""
-    return {
-        "Idle": "idle for longer than idle.after",
-        "DesiredAsleep": "desiredState is Asleep",
-        "DesiredAwake": "desiredState is Awake",
-        "WakeRequested": "a wake was requested",
-        "MinAwake": "minAwake engines must stay awake",
-        "Primed": "woken back after a sleep that only pinned its host copy (the pool's prime)",
-    }.get(action.reason, action.reason)
+    return _WHY.get(action.reason, action.reason)
+
+
+_WHY: dict[str, str] = {
+    ActionReason.IDLE: "idle for longer than idle.after",
+    ActionReason.DESIRED_ASLEEP: "desiredState is Asleep",
+    ActionReason.DESIRED_AWAKE: "desiredState is Awake",
+    ActionReason.WAKE_REQUESTED: "a wake was requested",
+    ActionReason.MIN_AWAKE: "minAwake engines must stay awake",
+    ActionReason.PRIMED: (
+        "woken back after a sleep that only pinned its host copy (the pool's prime)"
+    ),
+}

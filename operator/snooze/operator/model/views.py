@@ -8,8 +8,9 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from snooze.api.eventreasons import EventReason
 from snooze.api.models import EngineState, InferenceModelSpec
-from snooze.api.reasons import OUTPUT_MISMATCH, WEIGHTS_MISMATCH
+from snooze.api.reasons import FailureReason
 from snooze.engine.client import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube.pods import PodInfo
@@ -140,7 +141,7 @@ class EngineViews:
                 pace=self.pace,
             )
             if told is not None:
-                self.emit("Warning", "EngineContradicts", f"{pod.name}: {told}")
+                self.emit("Warning", EventReason.ENGINE_CONTRADICTS, f"{pod.name}: {told}")
             pool_name, pool = self.pools.pool_of(self.namespace, pod, spec)
             directive = pool.directive(pod.name) if pool is not None else Directive()
             if spec.engine.kind == SGLANG:
@@ -236,7 +237,10 @@ def _new_run(memory: ModelMemory, pod: str, engine: EngineMemory, process: Proce
     if engine.integrity.process is None or engine.integrity.of(process):
         return
     engine.integrity = Integrity(process=process)
-    if engine.last_failure_reason in (OUTPUT_MISMATCH, WEIGHTS_MISMATCH):
+    if engine.last_failure_reason in (
+        FailureReason.OUTPUT_MISMATCH,
+        FailureReason.WEIGHTS_MISMATCH,
+    ):
         engine.wake_failures, engine.last_failure = 0, None
         engine.last_failure_reason = engine.last_failure_message = ""
         if memory.failure is not None and memory.failure[0] == pod:

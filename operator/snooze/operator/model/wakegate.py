@@ -9,8 +9,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 from snooze.api.agreed import WAKE_PROGRESS_ANNOTATION
+from snooze.api.eventreasons import EventReason
 from snooze.api.models import EngineState, InferenceModelSpec
-from snooze.api.reasons import OUTPUT_MISMATCH
+from snooze.api.reasons import FailureReason
 from snooze.kube.pods import PodInfo
 from snooze.operator.events.emit import Emit
 from snooze.operator.memory import EngineMemory, ModelMemory, process_of
@@ -63,7 +64,7 @@ class WakeGate:
     ) -> None:
         self._emit(
             "Warning",
-            "WakeFailed",
+            EventReason.WAKE_FAILED,
             f"{pod.name}: wake failed ({reason}, failure {engine.wake_failures} of "
             f"{spec.wake.failure_threshold}): {said}",
         )
@@ -104,7 +105,7 @@ class WakeGate:
             why = verdict.message if verdict is not None else "nothing recorded to check it by"
         self._emit(
             "Warning",
-            "WakeFailed",
+            EventReason.WAKE_FAILED,
             f"{pod.name}: wake failed ({reason}) and left the engine awake, unchecked ({why}): "
             f"it gets no requests; {_remedy(spec)}. {said}",
         )
@@ -155,7 +156,7 @@ class WakeGate:
         if verdict is not None and verdict.failed:
             weights = await self.verifier.weights_after_wake(url, engine, process)
             await self.failed_check(
-                pod, spec, engine, OUTPUT_MISMATCH, with_weights(verdict, weights)
+                pod, spec, engine, FailureReason.OUTPUT_MISMATCH, with_weights(verdict, weights)
             )
         return verdict
 
@@ -187,7 +188,7 @@ class WakeGate:
         )
         self._emit(
             "Warning",
-            "WakeFailed",
+            EventReason.WAKE_FAILED,
             f"{pod.name}: wake failed ({reason}): it woke but {what}; it gets no requests; "
             f"{_remedy(spec)}",
         )

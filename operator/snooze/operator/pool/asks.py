@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from snooze.api.eventreasons import EventReason
 from snooze.api.models import InferenceModelSpec
 from snooze.api.quantities import format_gib
 from snooze.kube.pods import PodInfo
@@ -53,7 +54,7 @@ class PoolAsks:
                 self._mismatched.add(pod.name)
                 self.emit(
                     "Warning",
-                    "PoolMismatch",
+                    EventReason.POOL_MISMATCH,
                     f"{pod.name} is a member of GPUPool {name} (its snooze.dev/pool label or "
                     f"ResourceClaim says so), not of {declared} as spec.pool.name says: "
                     "make them agree",

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from snooze.api.eventreasons import EventReason
 from snooze.api.gpupool import GPUPoolSpec, GPUPoolStatus, parse_pool_spec, parse_pool_status
 from snooze.api.models import GROUP, VERSION, InferenceModelSpec, SpecError
 from snooze.api.modelstatus import merge_patch
@@ -159,7 +160,9 @@ class PoolLoop:
         owner = self._owners.get(pod)
         said = making_room(room, self._model_of)
         self.emit(
-            "Normal", "MakingRoom", f"{pod} ({owner.name if owner else '?'}) sleeps to {said}"
+            "Normal",
+            EventReason.MAKING_ROOM,
+            f"{pod} ({owner.name if owner else '?'}) sleeps to {said}",
         )
 
     def waiting_for(self, pods: Iterable[str]) -> Waiting | None:
@@ -278,9 +281,11 @@ class PoolLoop:
                 log.warning(
                     "pool %s/%s: %s did not free its memory", self.namespace, self.name, blame.pod
                 )
-            self.emit("Warning", "MemoryNotFreed", blame_message(blame, self._model_of))
+            self.emit("Warning", EventReason.MEMORY_NOT_FREED, blame_message(blame, self._model_of))
         for pod in followed.unasked:
-            self.emit("Warning", "SleepUnasked", unasked_message(pod, self._model_of(pod)))
+            self.emit(
+                "Warning", EventReason.SLEEP_UNASKED, unasked_message(pod, self._model_of(pod))
+            )
 
     def _publish(self, decided: Decided, now: float) -> None:
         for pod, room in decided.chosen:
@@ -330,7 +335,7 @@ class PoolLoop:
         claim = spec.resource_claim_name
         holder = self.hub.claims(self.namespace).get(claim) if claim else None
         if problem != self._told and problem is not None:
-            self.emit("Warning", "Overcommitted", problem)
+            self.emit("Warning", EventReason.OVERCOMMITTED, problem)
         self._told = problem
         return pool_status(
             spec,
@@ -351,7 +356,7 @@ class PoolLoop:
 
     def _invalid_status(self, message: str, generation: int | None, now: float) -> GPUPoolStatus:
         if message != self._told:
-            self.emit("Warning", "InvalidSpec", message)
+            self.emit("Warning", EventReason.INVALID_SPEC, message)
             self._told = message
         return invalid_pool_status(message, previous=self.written, generation=generation, now=now)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from snooze.api.gpupool import GPUPoolSpec
 from snooze.api.models import DesiredState, EngineState
-from snooze.api.reasons import OUT_OF_MEMORY
+from snooze.api.reasons import FailureReason
 from snooze.kube.pods import PodInfo
 from snooze.operator.pool.snapshot import EngineFacts, ModelSnapshot, PodSnapshot
 from snooze.policy.pool.decision import Member, MemberState, ModelNeeds
@@ -51,7 +51,7 @@ def read_member(
     if (
         state is MemberState.UNKNOWN
         and engine is not None
-        and engine.last_failure_reason == OUT_OF_MEMORY
+        and engine.last_failure_reason == FailureReason.OUT_OF_MEMORY
         and engine.sleeping
         and engine.acting is None
     ):
@@ -113,7 +113,7 @@ def member_state(pod: PodInfo, engine: EngineFacts | None) -> MemberState:
         return MemberState.WAKING
     if engine.acting == "Sleep":
         return MemberState.DRAINING
-    if engine.last_failure_reason == OUT_OF_MEMORY:
+    if engine.last_failure_reason == FailureReason.OUT_OF_MEMORY:
         # A wake that ran out of memory may leave part of the engine mapped on the device.
         return MemberState.UNKNOWN
     if engine.sleeping is None:
@@ -170,7 +170,7 @@ def gather(
             found.processes[pod] = entry.process
             member = read_member(spec, model, entry, copies=copies, traffic=traffic(pod), now=now)
             found.members.append(member)
-            if engine is not None and engine.last_failure_reason == OUT_OF_MEMORY:
+            if engine is not None and engine.last_failure_reason == FailureReason.OUT_OF_MEMORY:
                 found.failures[pod] = engine.last_failure or 0.0
             if (
                 member.state is MemberState.ASLEEP

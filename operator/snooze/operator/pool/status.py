@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from snooze.api.conditions import ConditionReason, ConditionType
 from snooze.api.gpupool import GPUPoolSpec, GPUPoolStatus, PoolMember
 from snooze.api.quantities import format_gib
 from snooze.operator.status.model import ConditionValue, conditions
@@ -42,11 +43,15 @@ def pool_status(
     memory = spec.memory_bytes
     claim = spec.resource_claim_name
     values = [
-        ConditionValue(type="SpecValid", status=True, reason="Valid", message=""),
         ConditionValue(
-            type="ClaimConflict",
+            type=ConditionType.SPEC_VALID, status=True, reason=ConditionReason.VALID, message=""
+        ),
+        ConditionValue(
+            type=ConditionType.CLAIM_CONFLICT,
             status=claim_holder is not None,
-            reason="ClaimNamedTwice" if claim_holder is not None else "NoConflict",
+            reason=ConditionReason.CLAIM_NAMED_TWICE
+            if claim_holder is not None
+            else ConditionReason.NO_CONFLICT,
             message=(
                 f"GPUPool {claim_holder} names ResourceClaim {claim} too and holds its pods: "
                 "give each pool its own claim"
@@ -55,9 +60,9 @@ def pool_status(
             else "no other pool names this pool's ResourceClaim",
         ),
         ConditionValue(
-            type="MemoryNotFreed",
+            type=ConditionType.MEMORY_NOT_FREED,
             status=bool(untrusted),
-            reason="SleepKeepsMemory" if untrusted else "Trusted",
+            reason=ConditionReason.SLEEP_KEEPS_MEMORY if untrusted else ConditionReason.TRUSTED,
             message=(
                 f"not trusted to free their memory asleep, so counted at their whole footprint: "
                 f"{', '.join(sorted(untrusted))} (the pool's Events say why)"
@@ -66,9 +71,9 @@ def pool_status(
             else "every member's sleep is trusted to give its memory back",
         ),
         ConditionValue(
-            type="Overcommitted",
+            type=ConditionType.OVERCOMMITTED,
             status=problem is not None,
-            reason="FootprintsExceedMemory" if problem else "Fits",
+            reason=ConditionReason.FOOTPRINTS_EXCEED_MEMORY if problem else ConditionReason.FITS,
             message=problem or "every member fits awake beside the others asleep",
         ),
     ]
@@ -125,9 +130,9 @@ def invalid_pool_status(
     the pool said before stands)."""
     values = [
         ConditionValue(
-            type="SpecValid",
+            type=ConditionType.SPEC_VALID,
             status=False,
-            reason="InvalidSpec",
+            reason=ConditionReason.INVALID_SPEC,
             message=f"{message}. Fix the spec: its members wake for nobody until then.",
         )
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from snooze.api.conditions import ConditionReason, ConditionType
 from snooze.api.modelstatus import OutputRecord, PodVerification
 from snooze.operator.memory import EngineMemory, Integrity
 from snooze.operator.status.conditions import ConditionValue as Reading
@@ -53,9 +54,9 @@ def wake_verified(engines: Sequence[tuple[str, EngineMemory]], *, verify: bool) 
     Unknown while no engine has been recorded yet (none has slept)."""
     if not verify:
         return Reading(
-            type="WakeVerified",
+            type=ConditionType.WAKE_VERIFIED,
             status=False,
-            reason="VerificationOff",
+            reason=ConditionReason.VERIFICATION_OFF,
             message="spec.wake.verify is false: woken engines serve without being checked",
         )
     records = [(pod, engine.integrity) for pod, engine in engines]
@@ -74,21 +75,24 @@ def wake_verified(engines: Sequence[tuple[str, EngineMemory]], *, verify: bool) 
             return _unverified(found, f"Weights{state.value}", why, answers)
     if not records:
         return Reading(
-            type="WakeVerified",
+            type=ConditionType.WAKE_VERIFIED,
             status=None,
-            reason="NoEngine",
+            reason=ConditionReason.NO_ENGINE,
             message="no engine is ready: there is nothing to check yet",
         )
     if not any(integrity.output in CHECKED for _, integrity in records):
         return Reading(
-            type="WakeVerified",
+            type=ConditionType.WAKE_VERIFIED,
             status=None,
-            reason="NotRecordedYet",
+            reason=ConditionReason.NOT_RECORDED_YET,
             message="no engine has slept yet: each engine's answer is recorded at its first "
             "sleep, and its wakes are checked from then on",
         )
     return Reading(
-        type="WakeVerified", status=True, reason="Verified", message=f"{answers}. {weights}"
+        type=ConditionType.WAKE_VERIFIED,
+        status=True,
+        reason=Check.VERIFIED,
+        message=f"{answers}. {weights}",
     )
 
 
@@ -98,7 +102,10 @@ def _unverified(
     pod = found[0][0]
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
     return Reading(
-        type="WakeVerified", status=False, reason=reason, message=f"{pod}{more}: {why}. {rest}"
+        type=ConditionType.WAKE_VERIFIED,
+        status=False,
+        reason=reason,
+        message=f"{pod}{more}: {why}. {rest}",
     )
 
 
@@ -168,9 +175,9 @@ def known_bug(engines: Sequence[tuple[str, EngineMemory]]) -> Reading:
     ]
     if not found:
         return Reading(
-            type="KnownBug",
+            type=ConditionType.KNOWN_BUG,
             status=False,
-            reason="NoKnownBug",
+            reason=ConditionReason.NO_KNOWN_BUG,
             message="no engine's vLLM release and arguments are in Snooze's table of known "
             "sleep and wake bugs",
         )
@@ -179,10 +186,14 @@ def known_bug(engines: Sequence[tuple[str, EngineMemory]]) -> Reading:
     assert conduct is not None
     more = f" (and {len(found) - 1} more pods)" if len(found) > 1 else ""
     release = engine.version[1] if engine.version is not None else "release not known yet"
-    reason = "KnownBadCombination" if conduct.bugs else "LevelNotSupported"
+    reason = (
+        ConditionReason.KNOWN_BAD_COMBINATION
+        if conduct.bugs
+        else ConditionReason.LEVEL_NOT_SUPPORTED
+    )
     choose = "Set spec.wake.onKnownBug to choose otherwise" if conduct.bugs else "Upgrade vLLM"
     return Reading(
-        type="KnownBug",
+        type=ConditionType.KNOWN_BUG,
         status=True,
         reason=reason,
         message=f"{pod}{more} (vLLM {release}): {conduct.why}. "

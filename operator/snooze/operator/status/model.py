@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from snooze.api.agreed import NO_PODS_REASON
+from snooze.api.conditions import ConditionReason, ConditionType
 from snooze.api.models import EngineState, Phase
 from snooze.api.modelstatus import InferenceModelStatus, PodStatus
 from snooze.api.times import moment
@@ -162,9 +162,9 @@ def build(
     engines = [(p.name, memory.engines[p.name]) for p in ready if p.name in memory.engines]
     values = [
         ConditionValue(
-            type="SpecValid",
+            type=ConditionType.SPEC_VALID,
             status=spec_error is None,
-            reason="Valid" if spec_error is None else "InvalidSpec",
+            reason=ConditionReason.VALID if spec_error is None else ConditionReason.INVALID_SPEC,
             message=""
             if spec_error is None
             else f"{spec_error}. Fix the spec: nothing is slept or woken until then.",
@@ -185,25 +185,27 @@ def build(
             namespace=namespace,
         ),
         ConditionValue(
-            type="Awake",
+            type=ConditionType.AWAKE,
             status=awake > 0,
-            reason="EnginesAwake" if awake else "NoEngineAwake",
+            reason=ConditionReason.ENGINES_AWAKE if awake else ConditionReason.NO_ENGINE_AWAKE,
             message=f"{awake} of {len(ready)} ready engines awake",
         ),
         ConditionValue(
-            type="Asleep",
+            type=ConditionType.ASLEEP,
             status=bool(ready) and asleep == len(ready),
-            reason="AllAsleep" if ready and asleep == len(ready) else "NotAllAsleep",
+            reason=ConditionReason.ALL_ASLEEP
+            if ready and asleep == len(ready)
+            else ConditionReason.NOT_ALL_ASLEEP,
             message=f"{asleep} of {len(ready)} ready engines asleep",
         ),
         _wake_failed(failing or ([memory.failure] if memory.failure else [])),
         _sleep_failed(unable_to_sleep),
         ConditionValue(
-            type="Conflict",
+            type=ConditionType.CONFLICT,
             status=conflicts.name_taken,
-            reason="ModelNameTaken"
+            reason=ConditionReason.MODEL_NAME_TAKEN
             if conflicts.name_taken
-            else ("NameHeld" if model_name else "NoModelName"),
+            else (ConditionReason.NAME_HELD if model_name else ConditionReason.NO_MODEL_NAME),
             message=conflicts.name_message
             or (
                 f"model name {model_name!r} is this model's"
@@ -212,15 +214,15 @@ def build(
             ),
         ),
         ConditionValue(
-            type="WaitingForRoom",
+            type=ConditionType.WAITING_FOR_ROOM,
             status=waiting_for_room is not None,
-            reason="PoolFull" if waiting_for_room else "NotWaiting",
+            reason=ConditionReason.POOL_FULL if waiting_for_room else ConditionReason.NOT_WAITING,
             message=waiting_for_room or "no wake waits for room on a GPU pool",
         ),
         ConditionValue(
-            type="SharedPods",
+            type=ConditionType.SHARED_PODS,
             status=bool(shared),
-            reason="PodsShared" if shared else "NoSharedPods",
+            reason=ConditionReason.PODS_SHARED if shared else ConditionReason.NO_SHARED_PODS,
             message=conflicts.shared_message or "no pod is selected by another model",
         ),
         wake_verified(engines, verify=verify),
@@ -323,48 +325,68 @@ def _ready(serving: Serving, *, selector: str, namespace: str) -> ConditionValue
     )
 
     def ready(status: bool, reason: str, message: str) -> ConditionValue:
-        return ConditionValue(type="Ready", status=status, reason=reason, message=message)
+        return ConditionValue(
+            type=ConditionType.READY, status=status, reason=reason, message=message
+        )
 
     if s.spec_error is not None:
-        return ready(False, "InvalidSpec", "the spec is invalid: see the SpecValid condition")
+        return ready(
+            False, ConditionReason.INVALID_SPEC, "the spec is invalid: see the SpecValid condition"
+        )
     if s.name_taken:
         return ready(
             False,
-            "ModelNameTaken",
+            ConditionReason.MODEL_NAME_TAKEN,
             "another InferenceModel holds this model name: see the Conflict condition",
         )
     if awake:
-        return ready(True, "EnginesAwake", f"{awake} of {s.ready} ready engines awake")
+        return ready(
+            True, ConditionReason.ENGINES_AWAKE, f"{awake} of {s.ready} ready engines awake"
+        )
     if s.scaled_to_zero:
         if s.can_wake:
-            return ready(True, "ScaledToZero", "at zero replicas; a request scales it back up")
-        return ready(False, "ScaledToZero", f"at zero replicas, and {cannot_wake}")
+            return ready(
+                True,
+                ConditionReason.SCALED_TO_ZERO,
+                "at zero replicas; a request scales it back up",
+            )
+        return ready(False, ConditionReason.SCALED_TO_ZERO, f"at zero replicas, and {cannot_wake}")
     if s.scaling_up:
-        return ready(True, "ScalingUp", "scaling back up; requests are held until it answers")
+        return ready(
+            True, ConditionReason.SCALING_UP, "scaling back up; requests are held until it answers"
+        )
     if s.selected == 0 and selector:
-        return ready(False, NO_PODS_REASON, no_pods_message(selector, namespace))
+        return ready(False, ConditionReason.NO_PODS, no_pods_message(selector, namespace))
     if s.ready == 0:
-        return ready(False, "NoEngines", f"{s.selected} pod(s) selected, none Ready yet")
+        return ready(
+            False, ConditionReason.NO_ENGINES, f"{s.selected} pod(s) selected, none Ready yet"
+        )
     if waking:
-        return ready(True, "Waking", f"{waking} of {s.ready} ready engines waking")
+        return ready(True, ConditionReason.WAKING, f"{waking} of {s.ready} ready engines waking")
     if asleep or draining:
         if s.can_wake:
             return ready(
                 True,
-                "AbleToWake",
+                ConditionReason.ABLE_TO_WAKE,
                 f"{asleep} of {s.ready} ready engines asleep, {draining} draining; a request "
                 "wakes one",
             )
-        return ready(False, "WakeDisabled", f"asleep, and {cannot_wake}")
+        return ready(False, ConditionReason.WAKE_DISABLED, f"asleep, and {cannot_wake}")
     if s.count[EngineState.FAILED]:
-        return ready(False, "WakeFailed", "no engine could be woken: see the WakeFailed condition")
+        return ready(
+            False,
+            ConditionReason.WAKE_FAILED,
+            "no engine could be woken: see the WakeFailed condition",
+        )
     if s.unreachable:
         return ready(
             False,
-            "EnginesUnreachable",
+            ConditionReason.ENGINES_UNREACHABLE,
             f"{s.unreachable} of {s.ready} ready engines do not answer: see status.pods",
         )
-    return ready(False, "NoEngineAwake", f"none of {s.ready} ready engines is awake")
+    return ready(
+        False, ConditionReason.NO_ENGINE_AWAKE, f"none of {s.ready} ready engines is awake"
+    )
 
 
 def no_pods_message(selector: str, namespace: str) -> str:
@@ -378,14 +400,17 @@ def no_pods_message(selector: str, namespace: str) -> str:
 def _wake_failed(failing: Sequence[tuple[str, str, str]]) -> ConditionValue:
     if not failing:
         return ConditionValue(
-            type="WakeFailed", status=False, reason="NoFailures", message="no failed wake"
+            type=ConditionType.WAKE_FAILED,
+            status=False,
+            reason=ConditionReason.NO_FAILURES,
+            message="no failed wake",
         )
     pod, reason, message = failing[0]
     more = f" (and {len(failing) - 1} more pods)" if len(failing) > 1 else ""
     return ConditionValue(
-        type="WakeFailed",
+        type=ConditionType.WAKE_FAILED,
         status=True,
-        reason=reason or "WakeFailed",
+        reason=reason or ConditionReason.WAKE_FAILED,
         message=f"{pod}{more}: {message}",
     )
 
@@ -393,7 +418,10 @@ def _wake_failed(failing: Sequence[tuple[str, str, str]]) -> ConditionValue:
 def _sleep_failed(failing: Sequence[EngineMemoryView]) -> ConditionValue:
     if not failing:
         return ConditionValue(
-            type="SleepFailed", status=False, reason="NoFailures", message="no failed sleep"
+            type=ConditionType.SLEEP_FAILED,
+            status=False,
+            reason=ConditionReason.NO_FAILURES,
+            message="no failed sleep",
         )
     pod, engine = failing[0]
     more = f" (and {len(failing) - 1} more pods)" if len(failing) > 1 else ""
@@ -405,9 +433,9 @@ def _sleep_failed(failing: Sequence[EngineMemoryView]) -> ConditionValue:
     else:
         what = "it stays awake meanwhile; Snooze tries again later"
     return ConditionValue(
-        type="SleepFailed",
+        type=ConditionType.SLEEP_FAILED,
         status=True,
-        reason=engine.sleep_failure_reason or "SleepFailed",
+        reason=engine.sleep_failure_reason or ConditionReason.SLEEP_FAILED,
         message=f"{pod}{more} cannot sleep: {what}. {engine.sleep_failure_message}".rstrip(),
     )
 

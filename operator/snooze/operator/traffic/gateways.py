@@ -26,6 +26,7 @@ from snooze.api.agreed import (
     POD_REQUESTS,
     PODS_WENT_IDLE,
 )
+from snooze.api.reasons import FailureReason
 from snooze.engine.activity import REQUESTS_LIMIT
 from snooze.engine.exposition import COUNTER_LIMIT, Labels, Page, checked_count
 from snooze.engine.http import TooLarge, read_bounded
@@ -285,15 +286,21 @@ class GatewayTraffic:
         """Count a replica's failed scrape by reason; log it once, until it answers again or
         fails for another reason."""
         if isinstance(error, TooLarge):
-            reason, what = "AnswerTooLarge", f"its page is {error}, more than the operator reads"
+            reason, what = (
+                FailureReason.ANSWER_TOO_LARGE,
+                f"its page is {error}, more than the operator reads",
+            )
         elif isinstance(error, TimeoutError):
-            reason, what = "Timeout", f"its page took longer than {self.timeout:g}s"
+            reason, what = FailureReason.TIMEOUT, f"its page took longer than {self.timeout:g}s"
         elif isinstance(error, aiohttp.ClientResponseError):
-            reason, what = "HTTPError", f"it answered {error.status}"
+            reason, what = FailureReason.HTTP_ERROR, f"it answered {error.status}"
         elif isinstance(error, aiohttp.ClientError):
-            reason, what = "Unreachable", str(error) or type(error).__name__
+            reason, what = FailureReason.UNREACHABLE, str(error) or type(error).__name__
         else:
-            reason, what = "InvalidAnswer", f"its page cannot be read or believed ({error})"
+            reason, what = (
+                FailureReason.INVALID_ANSWER,
+                f"its page cannot be read or believed ({error})",
+            )
         if self.metrics is not None:
             self.metrics.gateway_scrape_failures.labels(reason).inc()
         if self._failing.get(url) != reason:

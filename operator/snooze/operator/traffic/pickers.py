@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from snooze.api.conditions import ConditionReason
+from snooze.api.reasons import FailureReason
 from snooze.engine.http import TooLarge, read_bounded
 from snooze.kube.api import KubeApi, KubeError, NotFound
 from snooze.kube.inferencepools import (
@@ -289,11 +291,11 @@ class PickerQueues:
                 label_selector=f"kubernetes.io/service-name={service}",
             )
         except NotFound:
-            return Target(problem=Problem("PickerNotFound", f"there is no {where}"))
+            return Target(problem=Problem(ConditionReason.PICKER_NOT_FOUND, f"there is no {where}"))
         except KubeError as exc:
             return Target(
                 problem=Problem(
-                    "ApiError",
+                    ConditionReason.API_ERROR,
                     f"cannot read {where} and its EndpointSlices: {exc}; the operator needs get "
                     "on services and list on endpointslices there (the chart's "
                     "inferenceGateway.enabled grants them)",
@@ -302,7 +304,8 @@ class PickerQueues:
         if (body.get("spec") or {}).get("type") == "ExternalName":
             return Target(
                 problem=Problem(
-                    "NotAService", f"{where} is an ExternalName: a picker's Service has endpoints"
+                    ConditionReason.NOT_A_SERVICE,
+                    f"{where} is an ExternalName: a picker's Service has endpoints",
                 )
             )
         listed, has_port = ready_addresses(slices.get("items") or [], port_name)
@@ -311,7 +314,7 @@ class PickerQueues:
         if not has_port:
             return Target(
                 problem=Problem(
-                    "NoMetricsPort",
+                    ConditionReason.NO_METRICS_PORT,
                     f"{where} has no port named {port_name!r}: name the picker's metrics port "
                     "so, or give its name in the pool's annotation snooze.dev/picker-metrics-port",
                 )
@@ -319,14 +322,17 @@ class PickerQueues:
         if listed and not addresses:
             return Target(
                 problem=Problem(
-                    "NotAPod",
+                    ConditionReason.NOT_A_POD,
                     f"{where}'s endpoints are no addresses of pods of its namespace: Snooze "
                     "reads a picker at its pods only",
                 )
             )
         if not addresses:
             return Target(
-                problem=Problem("NoEndpoints", f"{where} has no ready endpoint: is its picker up?")
+                problem=Problem(
+                    ConditionReason.NO_ENDPOINTS,
+                    f"{where} has no ready endpoint: is its picker up?",
+                )
             )
         urls = tuple(f"http://{address}/metrics" for address in sorted(set(addresses)))
         if len(urls) > REPLICAS_LIMIT:
@@ -347,13 +353,14 @@ class PickerQueues:
                 raw = source.read(TOKEN_LIMIT + 1)
         except OSError as exc:
             return None, Problem(
-                "TokenUnreadable",
+                ConditionReason.TOKEN_UNREADABLE,
                 f"cannot read the token file {self.token_file} ({exc.strerror}): {TOKEN_FIX}",
             )
         token = raw.strip()
         if not token or len(raw) > TOKEN_LIMIT or not all(33 <= b < 127 for b in token):
             return None, Problem(
-                "TokenUnreadable", f"the token file {self.token_file} holds no token: {TOKEN_FIX}"
+                ConditionReason.TOKEN_UNREADABLE,
+                f"the token file {self.token_file} holds no token: {TOKEN_FIX}",
             )
         return token.decode(), None
 
@@ -395,13 +402,17 @@ class PickerQueues:
                 await read_bounded(response, limit=PAGE_LIMIT, sink=page.feed)
             return page.result(), None
         except TooLarge as exc:
-            return None, Problem("AnswerTooLarge", f"{url} answered {exc}, more than is read")
+            return None, Problem(
+                FailureReason.ANSWER_TOO_LARGE, f"{url} answered {exc}, more than is read"
+            )
         except TimeoutError:
-            return None, Problem("Timeout", f"{url} took longer than {self.timeout:g}s")
+            return None, Problem(FailureReason.TIMEOUT, f"{url} took longer than {self.timeout:g}s")
         except aiohttp.ClientError as exc:
-            return None, Problem("Unreachable", f"{url}: {exc or type(exc).__name__}")
+            return None, Problem(FailureReason.UNREACHABLE, f"{url}: {exc or type(exc).__name__}")
         except ValueError as exc:
-            return None, Problem("InvalidAnswer", f"{url}'s page cannot be read or believed: {exc}")
+            return None, Problem(
+                FailureReason.INVALID_ANSWER, f"{url}'s page cannot be read or believed: {exc}"
+            )
 
     # -- What the models read ------------------------------------------------------------------
 
@@ -431,7 +442,7 @@ class PickerQueues:
         if len(serving) > POOLS_LIMIT:
             problems.append(
                 Problem(
-                    "TooManyPools",
+                    ConditionReason.TOO_MANY_POOLS,
                     f"{len(serving)} InferencePools select its pods: the first {POOLS_LIMIT} by "
                     "name are read",
                 )
@@ -442,7 +453,9 @@ class PickerQueues:
         for pool in serving:
             if pool.problem:
                 problems.append(
-                    Problem("InvalidPool", f"InferencePool {pool.name}: {pool.problem}")
+                    Problem(
+                        ConditionReason.INVALID_POOL, f"InferencePool {pool.name}: {pool.problem}"
+                    )
                 )
                 continue
             key = (namespace, pool.picker, pool.port_name)
@@ -477,12 +490,12 @@ class PickerQueues:
 def _refused(url: str, status: int, *, sent_token: bool) -> Problem:
     if status == 401:
         said = "refused the token it was given" if sent_token else "asks for a token"
-        return Problem("Unauthorized", f"{url} {said} (401): {TOKEN_FIX}")
+        return Problem(ConditionReason.UNAUTHORIZED, f"{url} {said} (401): {TOKEN_FIX}")
     if status == 403:
         return Problem(
-            "Forbidden",
+            ConditionReason.FORBIDDEN,
             f"{url} denied get on /metrics to the token's ServiceAccount (403): bind it to a "
             "ClusterRole with nonResourceURLs [/metrics] and verb get (the chart's "
             "inferenceGateway.enabled does)",
         )
-    return Problem("HTTPError", f"{url} answered {status}, not its metrics page")
+    return Problem(FailureReason.HTTP_ERROR, f"{url} answered {status}, not its metrics page")

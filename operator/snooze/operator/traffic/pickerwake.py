@@ -11,6 +11,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
+from snooze.api.conditions import ConditionReason, ConditionType
+from snooze.api.eventreasons import EventReason
 from snooze.api.models import DesiredState, EngineState, InferenceModelSpec
 from snooze.api.times import format_time
 from snooze.kube.api import KubeApi, KubeError, models_ref
@@ -28,7 +30,6 @@ RECENT = 5.0
 """A wake request this recent is never written again (as the gateway's replicas agree)."""
 RETRY = 5.0
 """After a wake request the API refused, the least wait before the next."""
-CONDITION = "PickerReadable"
 
 
 class PickerWaker:
@@ -114,7 +115,7 @@ class PickerWaker:
         self.asked = now
         self.emit(
             "Normal",
-            "WakeRequested",
+            EventReason.WAKE_REQUESTED,
             f"{reading.queued} request(s) queued for it at the endpoint picker of InferencePool "
             f"{', '.join(reading.pools)}: waking it",
         )
@@ -128,7 +129,7 @@ class PickerWaker:
         if reading.problems:
             said = "; ".join(p.message for p in reading.problems)
             return ConditionValue(
-                type=CONDITION,
+                type=ConditionType.PICKER_READABLE,
                 status=False,
                 reason=reading.problems[0].reason,
                 message=f"{said}. Until it is read, a request queued there may not wake the model",
@@ -136,9 +137,9 @@ class PickerWaker:
         if reading.queued is None:
             return None  # not read yet: said at the next status write
         return ConditionValue(
-            type=CONDITION,
+            type=ConditionType.PICKER_READABLE,
             status=True,
-            reason="Read",
+            reason=ConditionReason.READ,
             message=f"the picker of InferencePool {pools} is read: a request queued there "
             "wakes the model",
         )
