@@ -21,7 +21,7 @@ from processes import GatewayProcess, running_gateway
 from stand_in import write_status
 from waits import wait_for
 
-from snooze.gateway.stalls import AVOID_FIRST
+from snooze.gateway.bounds.stalls import AVOID_FIRST
 from snooze.sandbox import Sandbox
 from snooze.sim import SimulatedEngine
 

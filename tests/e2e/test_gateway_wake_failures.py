@@ -21,7 +21,7 @@ from waits import wait_for
 from snooze.api import rbac
 from snooze.api.agreed import SLEEP_STARTED_ANNOTATION as SLEEP_STARTED
 from snooze.api.times import format_time, parse_time
-from snooze.gateway.model import Key
+from snooze.gateway.models.model import Key
 from snooze.kube.api import KubeApi
 from snooze.sandbox import Sandbox
 

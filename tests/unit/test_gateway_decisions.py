@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from builders import pod_info
 
-from snooze.gateway.headers import forward_headers
-from snooze.gateway.hold import known_failure, nothing_to_wake
-from snooze.gateway.model import Model, model_from
-from snooze.gateway.router import Router, pick
-from snooze.gateway.wake import wake_pending
+from snooze.gateway.models.hold import known_failure, nothing_to_wake
+from snooze.gateway.models.model import Model, model_from
+from snooze.gateway.models.wake import wake_pending
+from snooze.gateway.request.headers import forward_headers
+from snooze.gateway.request.router import Router, pick
 from snooze.kube.pods import PodInfo
 
 NOW = 1000.0
@@ -183,8 +183,8 @@ def test_known_failure(
 def test_a_failed_wait_says_which_kubectl_command_shows_why(outcome: str) -> None:
     """`kubectl describe im NAME -n NS` (`inferencemodel` alone is ambiguous where the Gateway
     API Inference Extension is installed); the namespace only with --expose-model-status."""
-    from snooze.gateway.hold import Outcome, Waited
-    from snooze.gateway.inference import _failure
+    from snooze.gateway.models.hold import Outcome, Waited
+    from snooze.gateway.request.inference import _failure
 
     model = model_from(
         {
@@ -250,7 +250,7 @@ def test_nothing_to_wake_only_when_nothing_will_come(
 
 def test_no_engines_says_what_shows_the_pods() -> None:
     """The selector, quoted for a shell, and the namespace only with --expose-model-status."""
-    from snooze.gateway.inference import no_engines
+    from snooze.gateway.request.inference import no_engines
 
     model = without_pods(
         selector={"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]}

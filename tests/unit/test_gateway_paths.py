@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from snooze.gateway.paths import INFERENCE_PATHS, refusal
+from snooze.gateway.request.paths import INFERENCE_PATHS, refusal
 
 
 @pytest.mark.parametrize("path", INFERENCE_PATHS)

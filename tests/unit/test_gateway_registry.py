@@ -12,8 +12,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from waits import until
 
-from snooze.gateway.model import model_from
-from snooze.gateway.registry import (
+from snooze.gateway.models.model import model_from
+from snooze.gateway.models.registry import (
     MODELS,
     POD_RETURN_SECONDS,
     PODS,
@@ -21,7 +21,7 @@ from snooze.gateway.registry import (
     Registry,
     resolve,
 )
-from snooze.gateway.watch import follow
+from snooze.gateway.models.watch import follow
 from snooze.kube.pods import pod_info
 
 

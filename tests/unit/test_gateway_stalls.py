@@ -1,4 +1,4 @@
-"""When the gateway takes an engine as stuck (gateway/stalls.py), on a real event loop with a
+"""When the gateway takes an engine as stuck (gateway/bounds/stalls.py), on a real event loop with a
 start timeout of a tenth of a second: a stream that waits that long on an engine that sends
 nothing; not one whose engine answers others meanwhile; an answer that comes whole only once
 the gateway's own one-token stream has waited as long; and how long the engine is avoided."""
@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from snooze.gateway.bounds.stalls import AVOID_FIRST, AVOID_MOST, EngineStuck, Stalls
 from snooze.gateway.metrics import GatewayMetrics
-from snooze.gateway.stalls import AVOID_FIRST, AVOID_MOST, EngineStuck, Stalls
 
 BOUND = 0.1
 ENGINE = ("default", "chat-0")

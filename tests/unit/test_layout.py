@@ -44,7 +44,7 @@ def test_the_rows_of_the_core_packages_name_each_of_their_modules() -> None:
     # A module of a subpackage is named in the subpackage's own row, if it has one, or else
     # in its package's.
     rows = {row.split("`")[1]: row for row in layout_rows()}
-    for package in ("policy", "operator", "engine", "kube"):
+    for package in ("policy", "operator", "gateway", "engine", "kube"):
         for module in (PACKAGE / package).rglob("*.py"):
             if module.name == "__init__.py":
                 continue

@@ -250,7 +250,7 @@ class GatewayMetrics:
                 self.idle.went_idle()
 
     def engine_stalled(self, namespace: str, pod: str) -> None:
-        """An engine was found stuck (stalls.py)."""
+        """An engine was found stuck (bounds/stalls.py)."""
         self.pod_stalls.labels(namespace, pod).inc()
 
     def pod_gone(self, namespace: str, pod: str) -> None:

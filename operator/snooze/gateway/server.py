@@ -14,19 +14,19 @@ import aiohttp
 from aiohttp import web
 
 from snooze.api.listening import CannotListen
-from snooze.gateway import paths
-from snooze.gateway.body import BodyBudget, Parser
-from snooze.gateway.connection import GatewayConnection
+from snooze.gateway.bounds.connection import GatewayConnection
+from snooze.gateway.bounds.stalls import Stalls
 from snooze.gateway.errors import error_response
-from snooze.gateway.hold import Holds
-from snooze.gateway.inference import Inference, unknown_model
 from snooze.gateway.metrics import GatewayMetrics
-from snooze.gateway.registry import MODELS, PODS, Registry
-from snooze.gateway.router import Router
+from snooze.gateway.models.hold import Holds
+from snooze.gateway.models.registry import MODELS, PODS, Registry
+from snooze.gateway.models.wake import WakeRequests
+from snooze.gateway.models.watch import follow
+from snooze.gateway.request import paths
+from snooze.gateway.request.body import BodyBudget, Parser
+from snooze.gateway.request.inference import Inference, unknown_model
+from snooze.gateway.request.router import Router
 from snooze.gateway.settings import GatewaySettings
-from snooze.gateway.stalls import Stalls
-from snooze.gateway.wake import WakeRequests
-from snooze.gateway.watch import follow
 from snooze.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ class Gateway:
                 loop=loop,
                 head_timeout=self.settings.client_header_timeout,
                 access_log=None,
-                auto_decompress=False,  # body.py decodes, within the body limit
+                auto_decompress=False,  # request/body.py decodes, within the body limit
             )
 
         try:

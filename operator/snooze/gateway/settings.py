@@ -33,7 +33,7 @@ class GatewaySettings:
     upstream_start_timeout: float = 90.0
     """How long an engine with requests waiting on it may start no answer at all (no stream's
     first event, no answer that comes whole): then it is taken as stuck (asleep, frozen), the
-    requests waiting on it get 502, and it gets no request for a while (stalls.py). Longer
+    requests waiting on it get 502, and it gets no request for a while (bounds/stalls.py). Longer
     than the longest prefill of one prompt with nothing else running: a 128k-token prompt
     on a 70B model takes about 4e16 FLOPs, a minute on four A100s at half their peak."""
     client_read_timeout: float = 30.0

@@ -4,7 +4,7 @@ holds its name, hold it while that model wakes, forward it to an awake pod.
 Choices a user can observe:
 - A request waits for a wake only when no pod is routable (Ready, labelled `awake`, and
   listed awake on the model's status); it then costs at most one wake annotation per wake,
-  per replica (wake.py).
+  per replica (models/wake.py).
 - The wait shows: non-streaming answers carry `x-snooze-held-seconds`; a streaming request
   gets its 200 at once, `: waiting for model X to wake` comments every `--keepalive-seconds`,
   then `: held N.NNNs while the model woke` before the engine's first event.
@@ -29,21 +29,21 @@ from aiohttp import web
 from yarl import URL
 
 from snooze.api.conditions import ConditionReason
-from snooze.gateway import paths, proxy
-from snooze.gateway import stalls as stalls_
-from snooze.gateway.body import BodyBudget, Parser, Reservation, read_body
-from snooze.gateway.clients import ClientStalled, ClientWatches, abandon, bounded_write
-from snooze.gateway.deadlines import Bounds
+from snooze.gateway.bounds import stalls as stalls_
+from snooze.gateway.bounds.clients import ClientStalled, ClientWatches, abandon, bounded_write
+from snooze.gateway.bounds.deadlines import Bounds
+from snooze.gateway.bounds.stalls import PROBE_PATH, PROBED_PATHS, Probe, Stalls, probe_engine
 from snooze.gateway.errors import REASONS, REJECTED, error_response, sse_error
-from snooze.gateway.hold import Holds, Outcome, Waited, nothing_to_wake
 from snooze.gateway.metrics import GatewayMetrics
-from snooze.gateway.model import Model
-from snooze.gateway.registry import Claim, Registry
-from snooze.gateway.router import Router
+from snooze.gateway.models.hold import Holds, Outcome, Waited, nothing_to_wake
+from snooze.gateway.models.model import Model
+from snooze.gateway.models.registry import Claim, Registry
+from snooze.gateway.models.wake import WakeRequestFailed, WakeRequests
+from snooze.gateway.models.watch import CRD_CHECK_SECONDS
+from snooze.gateway.request import paths, proxy
+from snooze.gateway.request.body import BodyBudget, Parser, Reservation, read_body
+from snooze.gateway.request.router import Router
 from snooze.gateway.settings import GatewaySettings
-from snooze.gateway.stalls import PROBE_PATH, PROBED_PATHS, Probe, Stalls, probe_engine
-from snooze.gateway.wake import WakeRequestFailed, WakeRequests
-from snooze.gateway.watch import CRD_CHECK_SECONDS
 
 log = logging.getLogger(__name__)
 # How long a request that comes before the first lists of models and pods waits for them;

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from snooze.api.models import EngineState, LabelSelector
-from snooze.gateway.model import Key, Model, model_from
+from snooze.gateway.models.model import Key, Model, model_from
 from snooze.kube.index import Index, PodIndex
 from snooze.kube.pods import PodInfo, pod_info
 

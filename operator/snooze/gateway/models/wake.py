@@ -18,8 +18,8 @@ from collections.abc import Callable
 from snooze.api.agreed import WAKE_REQUESTED_ANNOTATION
 from snooze.api.times import format_time
 from snooze.gateway.metrics import GatewayMetrics
-from snooze.gateway.model import Key, Model
-from snooze.gateway.registry import Registry
+from snooze.gateway.models.model import Key, Model
+from snooze.gateway.models.registry import Registry
 from snooze.kube.api import KubeApi, models_ref
 from snooze.policy.wakes import wake_pending
 

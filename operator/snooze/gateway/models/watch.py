@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from snooze.gateway.registry import MODELS, Registry
+from snooze.gateway.models.registry import MODELS, Registry
 from snooze.kube.api import KubeApi, NotFound, Ref, models_ref, pods_ref
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from yarl import URL
 
-from snooze.gateway.interruptible import Interruptible
+from snooze.gateway.bounds.interruptible import Interruptible
 from snooze.gateway.metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)

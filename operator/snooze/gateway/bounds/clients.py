@@ -12,8 +12,8 @@ import struct
 
 from aiohttp import web
 
+from snooze.gateway.bounds.interruptible import Interruptible
 from snooze.gateway.errors import REJECTED
-from snooze.gateway.interruptible import Interruptible
 
 CLIENT_FLAG = "--client-read-timeout"
 

@@ -8,9 +8,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from snooze.gateway.model import Key, Model, WakeFailure
-from snooze.gateway.registry import Registry
-from snooze.gateway.wake import WakeRequestFailed, WakeRequests
+from snooze.gateway.models.model import Key, Model, WakeFailure
+from snooze.gateway.models.registry import Registry
+from snooze.gateway.models.wake import WakeRequestFailed, WakeRequests
 from snooze.kube.pods import PodInfo
 from snooze.policy.sleep import NOT_RETRIED
 

@@ -23,11 +23,11 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from snooze.gateway.clients import ClientStalled, ClientWatches, abandon, bounded_write
-from snooze.gateway.deadlines import FIRST_BYTE_FLAG, Bounds, Deadlines, UpstreamSilent
+from snooze.gateway.bounds.clients import ClientStalled, ClientWatches, abandon, bounded_write
+from snooze.gateway.bounds.deadlines import FIRST_BYTE_FLAG, Bounds, Deadlines, UpstreamSilent
+from snooze.gateway.bounds.stalls import EngineStuck, Waiting
 from snooze.gateway.errors import REJECTED, error_response, sse_error
-from snooze.gateway.headers import forward_headers, forwarded_for
-from snooze.gateway.stalls import EngineStuck, Waiting
+from snooze.gateway.request.headers import forward_headers, forwarded_for
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from concurrent.futures.process import BrokenProcessPool
 from aiohttp import web
 
 from snooze.gateway.errors import error_response
-from snooze.gateway.skim import skim
+from snooze.gateway.request.skim import skim
 
 log = logging.getLogger(__name__)
 
