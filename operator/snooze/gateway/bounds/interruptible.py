@@ -5,12 +5,13 @@ into TimeoutError. Any other cancellation (the client left) goes through as it i
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from types import TracebackType
 from typing import Self
 
 
-class Interruptible:
+class Interruptible(abc.ABC):
     """The base of such watches; `_enter`, `_leave` and `_error` are theirs to say."""
 
     interrupted = False
@@ -42,11 +43,12 @@ class Interruptible:
         self.interrupted = True
         self._task.cancel()
 
-    def _enter(self) -> None:
+    def _enter(self) -> None:  # noqa: B027 (an optional hook: most watches need none)
         """The task has entered."""
 
-    def _leave(self) -> None:
+    def _leave(self) -> None:  # noqa: B027 (an optional hook)
         """The task leaves, however."""
 
+    @abc.abstractmethod
     def _error(self) -> Exception:
-        raise NotImplementedError
+        """What the interrupted task raises: each kind of watch says why it cut the task."""
