@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from ports import free_port
 from prometheus_client import CollectorRegistry, start_http_server
 from rendering import NAMESPACE, VALUE_SETS, render
 
@@ -134,19 +134,11 @@ def discovered(service: dict[str, Any], pod: str, container: str, port: int) -> 
     return {"targets": [f"127.0.0.1:{port}"], "labels": labels}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextmanager
 def serving(registry: CollectorRegistry) -> Iterator[int]:
-    port = free_port()
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
     try:
-        yield port
+        yield int(server.server_port)
     finally:
         server.shutdown()
         server.server_close()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 from pki import Authority, Pair, service_account_keys
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "tests" / "k8s" / "build"
@@ -39,13 +40,6 @@ def binaries(group: str = "controlplane") -> Path:
             f"tests/k8s/build {group} failed (exit {done.returncode}): see its output above"
         )
     return Path(done.stdout.strip().splitlines()[-1])
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def check_free(host: str, port: int, who: str) -> None:

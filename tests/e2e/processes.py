@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+from ports import free_port
 
 SNOOZE = [sys.executable, "-m", "snooze.cli"]
 
@@ -43,13 +43,6 @@ class Process:
 
     def wait(self, timeout: float = 30.0) -> int:
         return self.popen.wait(timeout)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class GatewayProcess(Process):

@@ -28,7 +28,7 @@ from check_install import (
     start_operator_pods,
 )
 from check_runs import Run, check
-from processes import free_port
+from ports import free_port
 from waits import wait_for
 
 from snooze.api import rbac

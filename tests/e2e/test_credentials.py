@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from processes import Process, free_port
+from ports import free_port
+from processes import Process
 from waits import wait_for
 
 from snooze.kube.api import KubeApi, models_ref

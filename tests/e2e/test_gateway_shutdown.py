@@ -6,7 +6,6 @@ its wake of the held request's model."""
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import socket
 import subprocess
@@ -16,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from ports import free_ports
 from stand_in import set_label, write_status
 from waits import wait_for
 
@@ -23,15 +23,6 @@ from .conftest import Cluster
 from .test_gateway import MESSAGES, engine_config
 
 CHAT = "/v1/chat/completions"
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free now, all different (each socket is held until all are chosen)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
 
 
 class GatewayProcess:

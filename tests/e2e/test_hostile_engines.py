@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-from processes import Process, free_port
+from ports import free_port
+from processes import Process
 from waits import wait_for
 
 from snooze.engine.exposition import Labels

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from processes import Process, free_port
+from ports import free_port
+from processes import Process
 from waits import wait_for
 
 from snooze.metricsport.connections import HEAD_TIMEOUT, MOST_CLOSING, MOST_CONNECTIONS

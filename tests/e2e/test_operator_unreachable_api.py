@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from processes import SNOOZE, free_port
+from ports import free_port
+from processes import SNOOZE
 from waits import wait_for
 
 from snooze.sandbox import Sandbox

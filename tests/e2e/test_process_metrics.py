@@ -7,7 +7,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from processes import Process, free_port
+from ports import free_port
+from processes import Process
 from waits import wait_for
 
 from .conftest import Cluster

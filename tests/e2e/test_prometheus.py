@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ import httpx
 import pytest
 import yaml
 from gateway_fixtures import GatewayThread, routable_pods
+from ports import free_port
 from prometheus_client import CollectorRegistry, start_http_server
 from waits import wait_for
 
@@ -45,21 +45,13 @@ OPERATOR_JOB = "snooze-operator-metrics"
 GATEWAY_JOB = "snooze-gateway-metrics"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextmanager
 def serving(registry: CollectorRegistry) -> Iterator[int]:
     """A registry's /metrics on a free loopback port, shut down afterwards."""
-    port = free_port()
     server: WSGIServer
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
     try:
-        yield port
+        yield int(server.server_port)
     finally:
         server.shutdown()
         server.server_close()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+from ports import free_port
 from waits import until
 
 from snooze.engine.activity import PROBE_METRICS
@@ -66,13 +66,6 @@ async def complete(engine: SimulatedEngine, tokens: int = 4) -> str:
     response.raise_for_status()
     text: str = response.json()["choices"][0]["text"]
     return text
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_level_1_sleep_and_wake(http: EngineHttp) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from waits import until
 
@@ -342,9 +342,7 @@ def test_cli_serves_consecutive_addresses() -> None:
 
 async def test_loading_engine_does_not_listen_yet() -> None:
     host_address = next(_hosts)
-    with socket.socket() as probe:  # a free port on that address, known before the engine binds
-        probe.bind((host_address, 0))
-        port = probe.getsockname()[1]
+    port = free_port(host_address)  # known before the engine binds
     config = replace(FAST, host=host_address, port=port, startup_seconds=0.3)
     with SimulatorHost() as host:
         adding = asyncio.create_task(asyncio.to_thread(host.add, config))

@@ -12,18 +12,12 @@ from pathlib import Path
 import docs_pages
 import httpx
 import pytest
+from ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from waits import wait_for
 
 SNOOZE_SIM = [sys.executable, "-m", "snooze.cli", "sim"]
 GIB = 1024**3
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def answers(url: str) -> int | None:
