@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Collection
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from snooze.engine.activity import (
     ACTIVITY_METRICS,
@@ -26,7 +25,7 @@ from snooze.engine.errors import (
     InvalidAnswerError,
     classify_answer,
 )
-from snooze.engine.http import ANSWER_LIMIT, Answer, EngineHttp, Params, Sink
+from snooze.engine.http import ANSWER_LIMIT, Answer, EngineHttp, OverHttp, Params, Sink
 from snooze.engine.metricspath import Query
 
 __all__ = [
@@ -59,7 +58,7 @@ def new_http_client(*, max_connections: int = 64, lease: float | None = None) ->
     return EngineHttp(limit=max_connections, lease=lease)
 
 
-class EngineClient:
+class EngineClient(OverHttp):
     """Talks to one vLLM engine; every method raises only `EngineError` subclasses.
 
     Pass `client` (from `new_http_client`) to share one session among many engines; then
@@ -77,24 +76,7 @@ class EngineClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self._owns_client = client is None
-        self._client = client if client is not None else new_http_client()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the session if this client owns it."""
-        if self._owns_client:
-            await self._client.aclose()
+        super().__init__(client, new_http_client)
 
     async def health(self) -> bool:
         """Return whether the engine is alive: False when it answers 5xx (dead engine core).

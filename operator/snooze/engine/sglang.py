@@ -14,8 +14,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from snooze.api.reasons import FailureReason
 from snooze.engine.activity import METRICS_LIMIT, ActivitySnapshot
@@ -27,7 +26,7 @@ from snooze.engine.errors import (
     SleepModeDisabledError,
     error_message,
 )
-from snooze.engine.http import ANSWER_LIMIT, Answer, EngineHttp
+from snooze.engine.http import ANSWER_LIMIT, Answer, EngineHttp, OverHttp
 from snooze.engine.sglangfacts import (
     PAUSED,
     PROBE_METRICS,
@@ -65,7 +64,7 @@ class RequestsInFlightError(EngineError):
     reason = FailureReason.REQUESTS_IN_FLIGHT
 
 
-class SGLangClient:
+class SGLangClient(OverHttp):
     """Talks to one SGLang server; every method raises only `EngineError` subclasses.
 
     `outstanding` is what its owner recorded as released or paused on the server (tags, and
@@ -88,26 +87,10 @@ class SGLangClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self._owns_client = client is None
-        self._client = client if client is not None else EngineHttp(limit=8)
+        super().__init__(client, lambda: EngineHttp(limit=8))
         self.outstanding: frozenset[str] = frozenset(outstanding)
         self._record = record
         self._facts = facts
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        if self._owns_client:
-            await self._client.aclose()
 
     # --- what the server says -------------------------------------------------------------------
 
