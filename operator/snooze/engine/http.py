@@ -311,31 +311,6 @@ class EngineHttp:
             self._slow.popitem(last=False)
 
 
-class OverHttp:
-    """An engine's client over an EngineHttp: a shared one when given (then `aclose` leaves
-    it open, its owner closes it), else one of its own, closed with the client."""
-
-    def __init__(self, client: EngineHttp | None, own: Callable[[], EngineHttp]) -> None:
-        self._owns_client = client is None
-        self._client = client if client is not None else own()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the session if this client owns it."""
-        if self._owns_client:
-            await self._client.aclose()
-
-
 class _Lease:
     """A request's hold on a shared slot, given back when the lease runs out (the request goes
     on without it, and its engine is slow from then on), as long as fewer than OVERTIME slots'
