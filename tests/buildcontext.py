@@ -3,12 +3,14 @@ images/operator/Dockerfile.dockerignore keeps, so that tests run what the image 
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = ROOT / "images" / "operator" / "Dockerfile"
 DOCKERIGNORE = ROOT / "images" / "operator" / "Dockerfile.dockerignore"
 
 
@@ -54,7 +56,29 @@ def copy(to: Path, names: list[str]) -> Path:
     return to
 
 
+def copied_sources() -> list[str]:
+    """The sources of the Dockerfile's COPY lines that take from the build context (its
+    build stage copies each to the same path under its WORKDIR)."""
+    sources = []
+    for line in DOCKERFILE.read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not any(w.startswith("--from") for w in words):
+            sources += [w for w in words[1:-1] if not w.startswith("--")]
+    return sources
+
+
+def copied(name: str, sources: list[str]) -> bool:
+    return any(
+        fnmatch.fnmatchcase(name, source) or name.startswith(source.rstrip("/") + "/")
+        for source in sources
+    )
+
+
 def image_context(to: Path) -> Path:
-    """The files `docker build -f images/operator/Dockerfile .` sends, copied to TO."""
-    patterns = rules()
-    return copy(to, [name for name in tracked() if not ignored(name, patterns)])
+    """The files the image's `pip install .` builds from, copied to TO: those that `docker
+    build -f images/operator/Dockerfile .` sends and its COPY lines take."""
+    patterns, sources = rules(), copied_sources()
+    return copy(
+        to,
+        [name for name in tracked() if not ignored(name, patterns) and copied(name, sources)],
+    )

@@ -266,3 +266,48 @@ def test_an_engine_checked_and_cycled_in_its_pod(kube: Kube, release: str) -> No
         assert re.search(sleeps, metrics), metrics
     finally:
         kube.kubectl("delete", "pod", name, "-n", OTHER_TENANT, "--ignore-not-found", "--wait")
+
+
+@pytest.mark.local_only  # the server's address: the harness's host reaches its pods
+def test_an_sglang_server_checked_and_cycled_in_its_pod(kube: Kube) -> None:
+    """The page's SGLang command, pointed at a pod's own address: a simulated SGLang server
+    run as docs/sglang.md says (memory saver, metrics, and a host copy for level 1), in a pod
+    no model selects."""
+    repository, tag = image()
+    name = "check-sglang"
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": OTHER_TENANT, "labels": {"app": name}},
+        "spec": {"automountServiceAccountToken": False, "containers": [{
+            "name": "sglang", "image": f"{repository}:{tag}",
+            "args": ["sim", "--engine", "sglang", "--host", "0.0.0.0", "--port", "30000",
+                     "--model", "m", "--weights-cpu-backup", "--checksum-seconds-per-gib",
+                     "0.05"],
+            "ports": [{"containerPort": 30000}],
+            "readinessProbe": {"httpGet": {"path": "/health", "port": 30000},
+                               "periodSeconds": 1},
+        }]},
+    }  # fmt: skip
+    kube.apply(pod)
+    try:
+        [ready] = wait_for("the server's pod", lambda: kube.ready_pods(OTHER_TENANT, f"app={name}"))
+        url = f"http://{ready.status.pod_ip}:30000"
+        [printed] = [c for c in page_commands() if "30000" in c]
+        command = printed.replace("http://127.0.0.1:30000", url)
+        assert command != printed and "--cycle" in command
+        done = run(command, env_for(kube))
+        assert done.returncode == 0, done.stdout + done.stderr
+        found = {check: level for (_, check), level in lines(done.stdout).items()}
+        assert found == {
+            "engine": "ok", "api-keys": "ok", "memory-saver": "ok", "cpu-backup": "ok",
+            "known-bugs": "ok", "weight-checker": "ok", "metrics": "ok", "cycle-sleep": "ok",
+            "cycle-wake": "ok", "cycle-output": "ok", "cycle-weights": "ok",
+        }, done.stdout  # fmt: skip
+        assert "slept at level 1" in done.stdout
+        # The server answered the output check's requests, before its sleep and after.
+        with kube.http() as http:
+            metrics = http.get(f"{url}/metrics").text
+        answered = re.findall(r"^sglang:num_requests_total\{[^}]*\} (\S+)$", metrics, re.M)
+        assert sum(float(count) for count in answered) >= 2, metrics
+    finally:
+        kube.kubectl("delete", "pod", name, "-n", OTHER_TENANT, "--ignore-not-found", "--wait")

@@ -120,6 +120,12 @@ async def vllm_then_nothing(request: web.Request) -> web.StreamResponse:
     return web.Response()
 
 
+async def login_wall(request: web.Request) -> web.StreamResponse:
+    """A proxy in front of something: a login page, 401, at every path."""
+    page = "<html><body><h1>401 Authorization Required</h1></body></html>"
+    return web.Response(text=page, status=401, content_type="text/html")
+
+
 SGLANG_INFO = {
     "version": "0.5.23",
     "model_path": "m",

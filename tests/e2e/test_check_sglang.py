@@ -14,6 +14,7 @@ import pytest
 from check_hostile import (
     Hostile,
     hostile_servers,  # noqa: F401 (the fixture `hostile`)
+    login_wall,
     sglang_then_nothing,
     sglang_without_end,
 )
@@ -258,3 +259,12 @@ def test_hostile_sglang_servers_give_failure_lines_within_the_timeout(hostile: H
     # Asked once each, and never an admin route: the cycle did not run.
     assert not any(path.startswith("POST") for path in hostile.asked(stalls)), hostile.seen
     assert hostile.asked(stalls)["GET /server_info"] == 1
+
+
+def test_a_login_wall_is_not_taken_for_sglang_wanting_its_key(hostile: Hostile) -> None:
+    """SGLang refuses for want of its key in words of its own; a proxy's 401 is neither kind."""
+    wall = hostile.serve(next_address(), login_wall)
+    run = check("--engine", wall)
+    assert run.code == 1 and "Traceback" not in run.err, run.err
+    said = run.line("engine")
+    assert "neither as vLLM" in said and "wants a key" not in said, said

@@ -115,6 +115,8 @@ def test_the_image_holds_what_a_cluster_runs(base: Path, tmp_path: Path) -> None
     for part in RUNS_IN_A_CLUSTER:
         assert f"snooze/{part}/__init__.py" in names, part
     assert not [n for n in names if n.startswith(("snooze/sandbox/", "snooze/demo/"))]
+    # The licence goes wherever the package goes (a missing one is only a warning to setuptools).
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
     done = run(base / "bin" / "pip", "install", "-q", "--no-deps", "--force-reinstall",
                "--disable-pip-version-check", built)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -2,7 +2,8 @@
 as when its metrics lie) fails them fast: after --upstream-start-timeout (a second here)
 rather than the first-byte timeout's ten minutes, with a 502 that says so; it then gets no
 request for a while (another pod of its model gets them; with none, a 502 at once, with
-Retry-After), and the gateway's page counts it for the operator. An engine busy with other
+Retry-After), and the gateway's page counts it for the operator, which then asks the engine,
+relabels it asleep, and wakes it for the next request. An engine busy with other
 requests is not stuck, however long one request waits in its queue, nor one whose answer
 comes whole after a long generation. The gateway is a `snooze gateway` process; the engines
 are simulated, one of them put to sleep behind the operator's back (the test writes the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from snooze.gateway.bounds.stalls import AVOID_FIRST
 from snooze.sandbox import Sandbox
 from snooze.sim import SimulatedEngine
 
-from .conftest import Cluster
+from .conftest import FAST, Cluster, OperatorThread
 from .test_gateway import MESSAGES
 
 START = 1.0
@@ -140,3 +142,39 @@ def test_an_engine_busy_with_others_is_not_stuck(cluster: Cluster, gateway: Gate
     assert took > 2 * START
     for pod in ("busy-0", "long-0"):
         assert gateway.sample("snooze_gateway_pod_stalls_total", pod=pod) == 0
+
+
+@pytest.fixture
+def operator(gateway: GatewayProcess) -> Iterator[OperatorThread]:
+    """The operator, reading the gateway's page as the chart has it do, and probing an awake
+    engine whose traffic the gateway counts only near its idle deadline (10 minutes here)
+    or at the drift interval (made as long): what it learns sooner, a stall told it."""
+    settings = replace(FAST, gateway_metrics=(gateway.metrics,), drift_interval=600.0)
+    thread = OperatorThread(settings).start()
+    yield thread
+    thread.stop()
+
+
+def test_an_engine_found_asleep_behind_its_label_is_relabelled_and_woken(
+    cluster: Cluster, gateway: GatewayProcess, operator: OperatorThread
+) -> None:
+    """The gateway finds the engine stuck; the operator, told so by the gateway's page, asks
+    the engine (/is_sleeping), relabels it asleep, and the next request wakes it."""
+    engine = cluster.create_pod("napper-0", labels={"app": "napper"}, model="napper")
+    cluster.create_model("napper", {"selector": {"matchLabels": {"app": "napper"}},
+                                    "idle": {"after": "10m"}})  # fmt: skip
+    wait_for("routable", lambda: gateway.routable("napper"), timeout=30)
+    answer, _ = chat(gateway, "napper")
+    assert answer.status_code == 200, answer.text
+    put_to_sleep(engine)
+
+    answer, _ = chat(gateway, "napper", stream=True)
+    assert answer.status_code == 502, answer.text
+    assert gateway.sample("snooze_gateway_pod_stalls_total", pod="napper-0") == 1
+    wait_for("the pod relabelled asleep", lambda: cluster.pod_state("napper-0") == "asleep")
+
+    # Not avoided any more (the operator's word explains the stall): held, woken, answered.
+    answer, _ = chat(gateway, "napper")
+    assert answer.status_code == 200, answer.text
+    assert float(answer.headers["x-snooze-held-seconds"]) > 0
+    assert not engine.is_sleeping

@@ -26,6 +26,10 @@ def run_as_printed(command: str) -> dict[str, Any]:
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    # Said on the test's stdout, which pytest shows when any assertion below fails: a noisy
+    # scene's ratio is read best beside the benchmark's own log and the whole report.
+    print(done.stderr[-20000:])
+    print(done.stdout.splitlines()[-1])
     report: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return report
 

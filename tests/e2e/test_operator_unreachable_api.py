@@ -30,7 +30,7 @@ RETRY = re.compile(
 class Operator:
     """The operator as a process, its stderr in a file of its own."""
 
-    def __init__(self, tmp_path: Path, server: str) -> None:
+    def __init__(self, tmp_path: Path, server: str, *python: str) -> None:
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(
             yaml.safe_dump(
@@ -47,7 +47,12 @@ class Operator:
         self.stderr_path = tmp_path / "stderr"
         with self.stderr_path.open("wb") as stderr:
             self.popen = subprocess.Popen(
-                [*SNOOZE, "operator", "--kubeconfig", str(kubeconfig), "--probe-interval", "1s"],
+                [
+                    *SNOOZE[:1],
+                    *python,
+                    *SNOOZE[1:],
+                    *("operator", "--kubeconfig", str(kubeconfig), "--probe-interval", "1s"),
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
             )
@@ -93,6 +98,20 @@ def test_an_api_that_does_not_answer_is_one_line_per_retry(operator: Operator, p
         assert f"127.0.0.1:{port}" in retry["why"]
     assert [retry["wait"] for retry in retries[:4]] == ["1s", "2s", "4s", "8s"]
     assert operator.popen.poll() is None, "it keeps trying"
+
+
+def test_stopped_while_the_api_does_not_answer_it_closes_its_clients(
+    tmp_path: Path, port: int
+) -> None:
+    """kopf runs no cleanup after a start-up it cancelled: start-up closes what it opened."""
+    operator = Operator(tmp_path, f"http://127.0.0.1:{port}", "-W", "always::ResourceWarning")
+    try:
+        wait_for("two attempts", lambda: len(operator.retries()) >= 2, timeout=60)
+    finally:
+        assert operator.stop() == 0
+    said = "\n".join(operator.lines)
+    assert "ResourceWarning" not in said, said
+    assert "Traceback" not in said, said
 
 
 def test_the_operator_serves_once_the_api_answers(operator: Operator, port: int) -> None:

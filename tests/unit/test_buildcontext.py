@@ -37,3 +37,12 @@ def test_the_images_context_leaves_out_the_tools() -> None:
     assert buildcontext.ignored("operator/snooze/demo/run.py", rules)
     assert not buildcontext.ignored("operator/snooze/sim/cli.py", rules)
     assert not buildcontext.ignored("pyproject.toml", rules)
+
+
+def test_the_image_builds_from_what_its_dockerfile_copies() -> None:
+    sources = buildcontext.copied_sources()
+    assert buildcontext.copied("operator/snooze/cli.py", sources)
+    assert buildcontext.copied("README.md", sources)
+    assert buildcontext.copied("LICENSE", sources)
+    assert not buildcontext.copied("charts/snooze/values.yaml", sources)
+    assert not buildcontext.ignored("LICENSE", buildcontext.rules())

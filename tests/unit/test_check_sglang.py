@@ -22,6 +22,7 @@ from snooze.check.sglangjudge import (
     paused,
     serve_facts,
     server_said,
+    wants_key,
     weight_checker,
 )
 from snooze.engine.activity import ActivitySnapshot
@@ -169,3 +170,19 @@ def test_the_cycle_sleeps_at_the_level_the_flags_make(
     assert bool(why) is moved
     if moved:
         assert "an SGLang server sleeps at the level its flags make" in why
+
+
+@pytest.mark.parametrize(
+    ("asked", "sglangs"),
+    [
+        (answer(401, {"error": "Unauthorized"}), True),
+        (answer(403, {"error": "Forbidden"}), True),
+        (answer(401, {"error": "Forbidden"}), False),
+        (answer(401, {"error": "Unauthorized", "login": "/sso"}), False),
+        (answer(401, {"detail": "Not authenticated"}), False),
+        (Asked(status=401, body=b"<h1>401 Authorization Required</h1>"), False),
+        (answer(200, {"error": "Unauthorized"}), False),
+    ],
+)
+def test_only_sglangs_own_refusal_says_it_wants_a_key(asked: Asked, sglangs: bool) -> None:
+    assert wants_key(asked) is sglangs

@@ -49,6 +49,18 @@ def test_a_malformed_page_is_refused() -> None:
         read_page('snooze_gateway_pod_requests_total{namespace="a",pod="b"} many\n')
 
 
+def test_an_engine_found_stuck_is_counted_for_the_operator() -> None:
+    metrics = GatewayMetrics()
+    with metrics.sending("team-a", "chat-0", wall=lambda: 1234.5):
+        metrics.engine_stalled("team-a", "chat-0")
+    metrics.engine_stalled("team-a", "chat-0")
+    page = read_page(generate_latest(metrics.registry).decode())
+    assert page[("team-a", "chat-0")].stalls == 2
+    one = {("ns", "p"): Traffic(sent=1, in_flight=0, last=None, at=10.0, stalls=1)}
+    two = {("ns", "p"): Traffic(sent=0, in_flight=0, last=None, at=10.0, stalls=2)}
+    assert merge([one, two])[("ns", "p")].stalls == 3
+
+
 def test_replicas_add_their_counts_and_the_latest_end_wins() -> None:
     one = {("ns", "p"): Traffic(sent=3, in_flight=1, last=100.0, at=10.0)}
     two = {

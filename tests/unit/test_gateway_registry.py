@@ -288,3 +288,15 @@ def test_indexed_lookups_answer_as_a_scan_of_everything(events: list[tuple[Any, 
         assert sorted(registry.pods_of(known), key=lambda p: p.name) == sorted(
             scanned, key=lambda p: p.name
         )
+
+
+def test_a_pod_relabelled_is_told_and_no_other_change_is() -> None:
+    told: list[tuple[str, str]] = []
+    registry = Registry(
+        scopes=[None], on_pod_relabelled=lambda namespace, name: told.append((namespace, name))
+    )
+    registry.apply(PODS, "ADDED", pod("chat-0", "chat"))
+    registry.apply(PODS, "MODIFIED", pod("chat-0", "chat", ready=False))
+    assert told == []
+    registry.apply(PODS, "MODIFIED", pod("chat-0", "chat", "asleep", ready=False))
+    assert told == [("ns", "chat-0")]

@@ -160,3 +160,20 @@ def test_a_request_cancelled_otherwise_is_not_taken_for_a_stuck_engine() -> None
         assert stalled(s) == 0
 
     asyncio.run(main())
+
+
+def test_an_engine_the_operator_relabels_is_judged_afresh() -> None:
+    """Found stuck twice, then relabelled (found asleep, or woken): no longer avoided, and
+    a new stall is avoided as a first one is."""
+
+    async def main() -> None:
+        s = stalls()
+        for _ in range(2):
+            await wait_on(s, stream=True, seconds=10)
+        assert s.avoided(ENGINE) > AVOID_FIRST
+        s.pardon(*ENGINE)
+        assert s.avoided(ENGINE) == 0
+        said = await wait_on(s, stream=True, seconds=10)
+        assert float(said.split()[-1].rstrip("s")) == AVOID_FIRST
+
+    asyncio.run(main())

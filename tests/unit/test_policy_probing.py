@@ -91,6 +91,7 @@ def due(f: ProbeFacts, idle_after: float = IDLE) -> bool:
             facts(followed=True, sleeping=True, label=ASLEEP),
             False,
         ),
+        ("found stuck by a gateway since its last probe", facts(stalled=True), True),
     ],
 )
 def test_probe_due(case: str, f: ProbeFacts, expected: bool) -> None:
@@ -107,6 +108,7 @@ FACTS = st.builds(
     direct_activity=st.booleans(),
     last_activity=st.floats(NOW - 2000, NOW),
     followed=st.booleans(),
+    stalled=st.booleans(),
 )
 
 

@@ -20,10 +20,11 @@ from snooze.api.conditions import (
     GateReason,
 )
 from snooze.api.eventreasons import RESOLVED, EventReason
-from snooze.api.gpupool import GPUPoolStatus
+from snooze.api.gpupool import GPUPoolStatus, PoolMember, PoolMemberState
 from snooze.api.models import EngineState, Phase
 from snooze.api.modelstatus import Condition, PodState, PodStatus
 from snooze.api.reasons import FailureReason
+from snooze.policy.pool.types import MemberState
 from snooze.policy.sleep import ActionReason
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,6 +192,16 @@ def test_the_crd_lists_the_pod_states_the_status_writes() -> None:
     described = PodStatus.model_fields["state"].description or ""
     states = {s.value for s in EngineState} | {s.value for s in PodState}
     assert _listed(described, states) == states
+
+
+def test_the_crd_and_the_pools_page_list_the_member_states_the_pool_writes() -> None:
+    described = PoolMember.model_fields["state"].description or ""
+    states = {s.value for s in PoolMemberState}
+    assert _listed(described, states) == states
+    page = (ROOT / "docs" / "pools.md").read_text()
+    assert all(f"`{state}`" in page for state in states)
+    # What the policy says of a member is one of them, as it is shown.
+    assert {s.value for s in MemberState} <= states
 
 
 # Backticked CamelCase words in the docs that are no word of Snooze's own: other programs'

@@ -54,6 +54,10 @@ PODS_WENT_IDLE = "snooze_gateway_pods_went_idle_total"
 """Times an engine's last request in flight through the replica ended: what /idle counts."""
 HELD_REQUESTS = "snooze_gateway_held_requests"
 """Requests waiting now for their model to wake."""
+POD_STALLS = "snooze_gateway_pod_stalls_total"
+"""Times each engine (pod) was found stuck: it started no answer while requests waited on it
+(asleep while the operator's view says awake, frozen, or wedged). The operator then probes it
+at once, asking /is_sleeping too, rather than trusting the gateway's counters."""
 
 # -- The gateway's /idle --------------------------------------------------------------------
 

@@ -111,6 +111,23 @@ def parse_pool_spec(raw: dict[str, Any]) -> GPUPoolSpec:
         raise SpecError(describe_validation_error(exc, prefix="spec")) from None
 
 
+class PoolMemberState(StrEnum):
+    """The values of a GPUPool member's `state`: where its engine is, as the pool sees it."""
+
+    AWAKE = "awake"
+    WAKING = "waking"
+    DRAINING = "draining"
+    EVICTING = "evicting"
+    """Chosen to make room: put to sleep now."""
+    ASLEEP = "asleep"
+    STARTING = "starting"
+    """Its pod is up, its engine loading."""
+    WAITING_FOR_ROOM = "waitingForRoom"
+    """Starting, and the device has no room for it yet (vLLM would refuse to load)."""
+    UNKNOWN = "unknown"
+    """Not probed yet, or its last wake ran out of memory: counted at its footprint."""
+
+
 class PoolMember(Status):
     """One member engine, as the pool last saw it."""
 
@@ -119,7 +136,9 @@ class PoolMember(Status):
     model: str
     """The InferenceModel it serves."""
     state: str
-    """awake, waking, draining, asleep, starting, unknown or failed."""
+    """awake, waking, draining, evicting (chosen to make room), asleep, starting (its engine
+    loading), waitingForRoom (starting, and the device has no room for it yet) or unknown (not
+    probed yet, or its last wake ran out of memory)."""
     footprint_bytes: int = 0
     """Device memory it takes awake."""
     holds_bytes: int = 0

@@ -32,7 +32,7 @@ async def identify(http: EngineHttp, url: str, timeout: float) -> tuple[str | No
         asked = await ask(http, "GET", url + path, timeout=timeout, limit=SERVER_INFO_LIMIT)
         if asked.status != 404:
             break
-    if asked.status in (401, 403):
+    if sglangjudge.wants_key(asked):
         return "", asked
     said = sglangjudge.server_said(asked)
     return (said.facts.version if said.facts is not None else None), asked

@@ -40,6 +40,19 @@ class ServerSaid:
     keys: tuple[str, ...] = ()
 
 
+KEY_REFUSALS = {401: "Unauthorized", 403: "Forbidden"}
+"""How SGLang's API-key check refuses a request without its key, and nothing else: the same
+in every release Snooze speaks to (0.4.9 `srt/utils.py`, 0.5.23 `srt/utils/auth.py`)."""
+
+
+def wants_key(asked: Asked) -> bool:
+    """Whether an answer to /server_info is SGLang's own refusal for want of its API key; a
+    proxy or another server that asks for a login refuses in other words."""
+    if asked.status not in KEY_REFUSALS:
+        return False
+    return json_object(asked) == {"error": KEY_REFUSALS[asked.status]}
+
+
 def server_said(asked: Asked) -> ServerSaid:
     """The facts of an SGLang /server_info (or /get_server_info) answer, or why there are none."""
     if asked.status != 200:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
+
+import httpx
 
 from snooze.api.listening import CannotListen
 
@@ -19,6 +22,10 @@ def check_port(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as exc:
             raise CannotListen(host, port, exc) from None
+
+
+ATTEMPTS = 3
+READY_SECONDS = 60.0
 
 
 def free_port() -> int:
@@ -57,6 +64,17 @@ class Prometheus:
             f"global: {{scrape_interval: {self.interval}s, evaluation_interval: "
             f"{self.interval}s}}\nscrape_configs:\n{jobs}"
         )
+        # The port was free when chosen, but another process may bind it before Prometheus
+        # does (the kernel hands a released port to the next to ask): then choose again.
+        for _ in range(ATTEMPTS):
+            self._launch(binary, config)
+            if self._answers():
+                return self
+            self.port = free_port()
+        tail = (self.out / "prometheus.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"prometheus did not start ({ATTEMPTS} ports tried); its log:\n{tail}")
+
+    def _launch(self, binary: str, config: Path) -> None:
         log = (self.out / "prometheus.log").open("wb")
         self.process = subprocess.Popen(
             [
@@ -70,7 +88,23 @@ class Prometheus:
             # Its own process group: the terminal's Ctrl-C reaches the demo, which stops it.
             start_new_session=True,
         )
-        return self
+        log.close()
+
+    def _answers(self) -> bool:
+        """Wait until it answers /-/ready (True), or exits (False); a minute at most."""
+        assert self.process is not None
+        deadline = time.monotonic() + READY_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False
+            try:
+                if httpx.get(self.url + "/-/ready", timeout=2).status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        return False
 
     def stop(self) -> None:
         if self.process is None:

@@ -78,6 +78,20 @@ class ActivitySnapshot:
         return None if self.sleep_state is None else _DEPTH[self.sleep_state]
 
 
+@dataclass(frozen=True)
+class ActivityNames:
+    """Where an engine's page says its work: the gauges of requests running and waiting, the
+    counter of requests finished, and every family a reader asks for."""
+
+    running: str
+    waiting: str
+    success: str
+    wanted: tuple[str, ...]
+
+
+VLLM_NAMES = ActivityNames(RUNNING, WAITING, SUCCESS, ACTIVITY_METRICS)
+
+
 class ActivityReader:
     """Reads an engine's `/metrics` answer a chunk at a time (`feed`) into an ActivitySnapshot
     (`result`), with every value checked: the page is untrusted, and a value no engine can
@@ -87,8 +101,10 @@ class ActivityReader:
     bytes and its time.
     """
 
+    names = VLLM_NAMES
+
     def __init__(self) -> None:
-        self._page = Page(ACTIVITY_METRICS, self._sample, series_limit=SERIES_LIMIT)
+        self._page = Page(self.names.wanted, self._sample, series_limit=SERIES_LIMIT)
         self._running = self._waiting = self._success = 0.0
         self._seen_gauge = False
         self._state: SleepState | None = None
@@ -103,9 +119,10 @@ class ActivityReader:
         self._page.close()
         if not self._seen_gauge:
             return None
-        running = checked_count(RUNNING, self._running, REQUESTS_LIMIT, summed=True)
-        waiting = checked_count(WAITING, self._waiting, REQUESTS_LIMIT, summed=True)
-        success = checked_count(SUCCESS, self._success, COUNTER_LIMIT, summed=True)
+        names = self.names
+        running = checked_count(names.running, self._running, REQUESTS_LIMIT, summed=True)
+        waiting = checked_count(names.waiting, self._waiting, REQUESTS_LIMIT, summed=True)
+        success = checked_count(names.success, self._success, COUNTER_LIMIT, summed=True)
         return ActivitySnapshot(
             running=round(running),
             waiting=round(waiting),
@@ -117,13 +134,13 @@ class ActivityReader:
 
     def _sample(self, name: str, labels: Labels, value: float) -> None:
         # Summed over label sets: a data-parallel engine publishes one per `engine` label.
-        if name == RUNNING:
+        if name == self.names.running:
             self._running += checked_count(name, value, REQUESTS_LIMIT)
             self._seen_gauge = True
-        elif name == WAITING:
+        elif name == self.names.waiting:
             self._waiting += checked_count(name, value, REQUESTS_LIMIT)
             self._seen_gauge = True
-        elif name == SUCCESS:
+        elif name == self.names.success:
             self._success += checked_count(name, value, COUNTER_LIMIT)
         elif name == OPERATIONS:
             value = checked_count(name, value, REQUESTS_LIMIT)

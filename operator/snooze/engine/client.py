@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable, Collection
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from snooze.engine.activity import (
     ACTIVITY_METRICS,
@@ -28,6 +26,7 @@ from snooze.engine.errors import (
 )
 from snooze.engine.http import ANSWER_LIMIT, Answer, EngineHttp, Params, Sink
 from snooze.engine.metricspath import Query
+from snooze.engine.overhttp import OverHttp
 
 __all__ = [
     "ACTIVITY_METRICS",
@@ -59,7 +58,7 @@ def new_http_client(*, max_connections: int = 64, lease: float | None = None) ->
     return EngineHttp(limit=max_connections, lease=lease)
 
 
-class EngineClient:
+class EngineClient(OverHttp):
     """Talks to one vLLM engine; every method raises only `EngineError` subclasses.
 
     Pass `client` (from `new_http_client`) to share one session among many engines; then
@@ -75,26 +74,7 @@ class EngineClient:
         client: EngineHttp | None = None,
         timeout: float = 5.0,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
-        self._owns_client = client is None
-        self._client = client if client is not None else new_http_client()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the session if this client owns it."""
-        if self._owns_client:
-            await self._client.aclose()
+        super().__init__(base_url, timeout, client, new_http_client)
 
     async def health(self) -> bool:
         """Return whether the engine is alive: False when it answers 5xx (dead engine core).
@@ -229,35 +209,13 @@ class EngineClient:
     ) -> Answer:
         """Send one request with a total deadline, read at most `limit` bytes of its answer
         (to `sink`, if given), and turn every failure into an EngineError."""
-        total = self.timeout if budget is None else budget
-        url = self.base_url + path
-        try:
-            # Connecting is quick or hopeless, even during a minutes-long wake. The deadline
-            # counts from the request's turn in the shared session (see EngineHttp).
-            response = await self._client.request(
-                method,
-                url,
-                total=total,
-                connect=min(total, self.timeout),
-                params=params,
-                json=json,
-                limit=limit,
-                sink=sink,
-            )
-        except TimeoutError as error:
-            raise self._timed_out(path, total) from error
+        response = await self._send(
+            method, path, budget=budget, params=params, json=json, limit=limit, sink=sink
+        )
         if response.is_success or (ok_statuses is not None and response.status in ok_statuses):
             return response
+        url = self.base_url + path
         raise classify_answer(response.status, response.text, url=url, path=path)
-
-    def _json(self, response: Answer, path: str) -> dict[str, Any]:
-        try:
-            data = json.loads(response.body)
-        except ValueError as error:
-            raise self._unreadable(path, "not JSON", status=response.status) from error
-        if not isinstance(data, dict):
-            raise self._unreadable(path, "not a JSON object", status=response.status)
-        return data
 
     def _unreadable(self, path: str, what: str, *, status: int = 200) -> EngineError:
         return InvalidAnswerError(

@@ -10,12 +10,10 @@ can keep it where a restart of the operator finds it (the pod's annotation).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from snooze.api.reasons import FailureReason
 from snooze.engine.activity import METRICS_LIMIT, ActivitySnapshot
@@ -28,6 +26,7 @@ from snooze.engine.errors import (
     error_message,
 )
 from snooze.engine.http import ANSWER_LIMIT, Answer, EngineHttp
+from snooze.engine.overhttp import OverHttp
 from snooze.engine.sglangfacts import (
     PAUSED,
     PROBE_METRICS,
@@ -65,7 +64,7 @@ class RequestsInFlightError(EngineError):
     reason = FailureReason.REQUESTS_IN_FLIGHT
 
 
-class SGLangClient:
+class SGLangClient(OverHttp):
     """Talks to one SGLang server; every method raises only `EngineError` subclasses.
 
     `outstanding` is what its owner recorded as released or paused on the server (tags, and
@@ -86,28 +85,10 @@ class SGLangClient:
         record: Record | None = None,
         facts: SGLangFacts | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
-        self._owns_client = client is None
-        self._client = client if client is not None else EngineHttp(limit=8)
+        super().__init__(base_url, timeout, client, lambda: EngineHttp(limit=8))
         self.outstanding: frozenset[str] = frozenset(outstanding)
         self._record = record
         self._facts = facts
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        if self._owns_client:
-            await self._client.aclose()
 
     # --- what the server says -------------------------------------------------------------------
 
@@ -321,21 +302,9 @@ class SGLangClient:
         sink: Callable[[bytes], None] | None = None,
         allow_404: bool = False,
     ) -> Answer:
-        total = self.timeout if budget is None else budget
-        url = self.base_url + path
-        try:
-            answer = await self._client.request(
-                method,
-                url,
-                total=total,
-                connect=min(total, self.timeout),
-                params=params,
-                json=json,
-                limit=limit,
-                sink=sink,
-            )
-        except TimeoutError as error:
-            raise self._timed_out(path, total) from error
+        answer = await self._send(
+            method, path, budget=budget, params=params, json=json, limit=limit, sink=sink
+        )
         if answer.is_success or (allow_404 and answer.status == 404):
             return answer
         if path == "/weights_checker" and b"Unsupported action" in answer.body:
@@ -376,21 +345,12 @@ class SGLangClient:
             f"{self.base_url} cannot sleep: {why}", url=url, status=200, message=why
         )
 
-    def _json(self, answer: Answer, path: str) -> dict[str, Any]:
-        try:
-            data = json.loads(answer.body)
-        except ValueError as error:
-            raise self._unreadable(path, "not JSON") from error
-        if not isinstance(data, dict):
-            raise self._unreadable(path, "not a JSON object")
-        return data
-
-    def _unreadable(self, path: str, what: str) -> EngineError:
+    def _unreadable(self, path: str, what: str, *, status: int = 200) -> EngineError:
         return InvalidAnswerError(
             f"{self.base_url}{path} answered something the client cannot read or believe "
             f"({what}). Is this port an SGLang server's, and spec.engine.kind right?",
             url=self.base_url + path,
-            status=200,
+            status=status,
             message=what,
         )
 

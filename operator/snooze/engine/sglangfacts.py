@@ -10,8 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from snooze.engine.activity import REQUESTS_LIMIT, SERIES_LIMIT, ActivitySnapshot
-from snooze.engine.exposition import COUNTER_LIMIT, Labels, Page, checked_count
+from snooze.engine.activity import ActivityNames, ActivityReader, ActivitySnapshot
 
 RUNNING = "sglang:num_running_reqs"
 QUEUED = "sglang:num_queue_reqs"
@@ -116,40 +115,11 @@ def parse_server_info(data: Any) -> SGLangFacts:
     )
 
 
-class SGLangActivityReader:
-    """Reads an SGLang server's `/metrics` a chunk at a time into an ActivitySnapshot (its
-    sleep state left unknown: SGLang publishes none), every value checked as
-    engine/activity.py's ActivityReader does; summed over ranks' series."""
+class SGLangActivityReader(ActivityReader):
+    """Reads an SGLang server's `/metrics` as ActivityReader reads vLLM's, by SGLang's names;
+    its sleep state stays unknown (SGLang publishes none)."""
 
-    def __init__(self) -> None:
-        self._page = Page(PROBE_METRICS, self._sample, series_limit=SERIES_LIMIT)
-        self._running = self._queued = self._requests = 0.0
-        self._seen_gauge = False
-
-    def feed(self, chunk: bytes) -> None:
-        self._page.feed(chunk)
-
-    def result(self) -> ActivitySnapshot | None:
-        """The activity on the page, or None if it has no request gauges."""
-        self._page.close()
-        if not self._seen_gauge:
-            return None
-        running = checked_count(RUNNING, self._running, REQUESTS_LIMIT, summed=True)
-        queued = checked_count(QUEUED, self._queued, REQUESTS_LIMIT, summed=True)
-        requests = checked_count(REQUESTS, self._requests, COUNTER_LIMIT, summed=True)
-        return ActivitySnapshot(
-            running=round(running), waiting=round(queued), success_total=requests, sleep_state=None
-        )
-
-    def _sample(self, name: str, labels: Labels, value: float) -> None:
-        if name == RUNNING:
-            self._running += checked_count(name, value, REQUESTS_LIMIT)
-            self._seen_gauge = True
-        elif name == QUEUED:
-            self._queued += checked_count(name, value, REQUESTS_LIMIT)
-            self._seen_gauge = True
-        elif name == REQUESTS:
-            self._requests += checked_count(name, value, COUNTER_LIMIT)
+    names = ActivityNames(RUNNING, QUEUED, REQUESTS, PROBE_METRICS)
 
 
 def parse_sglang_activity(text: str) -> ActivitySnapshot | None:

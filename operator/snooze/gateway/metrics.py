@@ -28,13 +28,10 @@ from snooze.api.agreed import (
     POD_IN_FLIGHT,
     POD_LAST_REQUEST,
     POD_REQUESTS,
+    POD_STALLS,
     PODS_WENT_IDLE,
 )
 from snooze.gateway.metrics_port import IdleSignal
-
-POD_STALLS = "snooze_gateway_pod_stalls_total"
-"""Times an engine was found stuck: what the gateway tells of an engine that lies about
-being awake (the operator may read it beside the per-engine traffic of api/agreed.py)."""
 
 # `_created` samples double every counter's and histogram's series and no panel or rule
 # reads them: at a thousand models the page is megabytes, scraped every few seconds.

@@ -50,7 +50,11 @@ class Gateway:
         self.router = Router()
         self.stalls = Stalls(bound=settings.upstream_start_timeout, metrics=self.metrics)
         self.registry = Registry(
-            scopes=scopes, on_pod_gone=self._pod_gone, on_model_gone=self.router.forget
+            scopes=scopes,
+            on_pod_gone=self._pod_gone,
+            on_model_gone=self.router.forget,
+            # The operator relabelled it (found asleep, woken, ...): judged afresh from here.
+            on_pod_relabelled=self.stalls.pardon,
         )
         self.wakes = WakeRequests(
             api=api,

@@ -131,6 +131,8 @@ class EngineMemory:
     """It has answered a probe since the operator first saw its pod."""
     last_probe: float | None = None
     """When it was last probed (None: never, or an action since wants it confirmed)."""
+    stalls_seen: float = 0.0
+    """The gateways' count of its stalls at its last probe: a larger count asks for one."""
     busy_at: float | None = None
     """When a check before a sleep last found it busy (kept apart from last_probe, which the
     action's end clears): a fact newer than a scrape of the gateway's counters may be."""

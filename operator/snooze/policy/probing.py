@@ -10,7 +10,8 @@ interval (so that a sleep is always decided on a probe at most one interval old,
 catches traffic that bypassed the gateway), its label and its last answer disagree or are
 left over from a step in flight, its last probe got no answer, it has served requests
 the gateway does not account for (traffic straight to the engine, whose end only probes
-can time), or it is an awake GPU pool member that no gateway counters follow (the pool
+can time), a gateway found it stuck since its last probe (requests waited on it and it
+started no answer), or it is an awake GPU pool member that no gateway counters follow (the pool
 chooses whom to put to sleep by their latest activity, at any moment). Everything else is
 probed at the slow drift interval, to notice what nobody told the operator. `interval` is
 thus the longest an engine goes unobserved while a decision could depend on it.
@@ -44,6 +45,9 @@ class ProbeFacts:
     """Its activity matters at every moment, not only near its idle deadline (a GPU pool
     member: the pool orders its evictions by it and spares the busy), and no gateway counters
     tell it: it is probed every interval."""
+    stalled: bool = False
+    """A gateway found it stuck since its last probe: requests waited on it and it started
+    no answer, so its counters say nothing of whether it is awake."""
 
 
 def probe_due(
@@ -59,6 +63,8 @@ def probe_due(
         return True  # no label yet, or a draining/waking label: a step to settle
     if (facts.label is EngineState.AWAKE) == facts.sleeping:
         return True  # the label says one thing, the engine the other
+    if facts.stalled:
+        return True  # it may sleep behind its label, or not answer at all: ask it
     if facts.sleeping or since < interval:
         return False
     if facts.direct_activity or facts.followed:
@@ -78,6 +84,8 @@ class Traffic:
     """When the last of them ended."""
     at: float
     """When the scrape that saw these began (the counters are at least this recent)."""
+    stalls: float = 0.0
+    """Times it was found stuck: it started no answer while requests waited on it."""
 
 
 @dataclass(frozen=True, kw_only=True)

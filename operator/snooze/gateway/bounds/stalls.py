@@ -16,7 +16,9 @@ requests name), and judges the engine by it.
 
 The gateway never calls an engine's admin routes and trusts only the operator for what is
 awake: it only stops sending for a while, and says so on its metrics page
-(`snooze_gateway_pod_stalls_total`), which the operator and Prometheus read.
+(`snooze_gateway_pod_stalls_total`), which Prometheus reads, and the operator too: it probes
+the engine at once, asking /is_sleeping, and relabels one it finds asleep. A pod the operator
+relabels is judged afresh (`pardon`): what it said before explained the stall.
 """
 
 from __future__ import annotations
@@ -112,6 +114,15 @@ class Stalls:
         if engine is None:
             return 0.0
         return max(0.0, engine.avoid_until - asyncio.get_running_loop().time())
+
+    def pardon(self, namespace: str, pod: str) -> None:
+        """The operator changed what it says of the engine (it found it asleep, or woke it):
+        its stalls are explained, so it is no longer avoided, and a new stall counts as the
+        first. Requests under way on it go on as they were."""
+        engine = self._engines.get((namespace, pod))
+        if engine is not None:
+            engine.avoid_until, engine.avoid_for, engine.strikes = 0.0, 0.0, 0
+            self._prune((namespace, pod), engine)
 
     def forget(self, namespace: str, pod: str) -> None:
         """A deleted pod."""

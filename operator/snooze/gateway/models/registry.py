@@ -107,6 +107,7 @@ class Registry:
         scopes: Iterable[str | None],
         on_pod_gone: Callable[[str, str], None] = lambda namespace, name: None,
         on_model_gone: Callable[[Key], None] = lambda key: None,
+        on_pod_relabelled: Callable[[str, str], None] = lambda namespace, name: None,
     ) -> None:
         self.models: dict[Key, Model] = {}
         self.pods: dict[Key, PodInfo] = {}
@@ -117,6 +118,8 @@ class Registry:
         """Told of each pod that is gone (deleted, or missing from a fresh list)."""
         self._on_model_gone = on_model_gone
         """Told of each model that is gone, likewise."""
+        self._on_pod_relabelled = on_pod_relabelled
+        """Told of each pod whose published state (its snooze.dev/state label) changed."""
         # Each (kind, namespace scope) must be listed once before the gateway is ready.
         self._unlisted = {(kind, scope) for kind in (MODELS, PODS) for scope in scopes}
         self._changed = asyncio.Event()
@@ -172,8 +175,11 @@ class Registry:
             self._by_name.put(model.key, {name: model for name in names if name})
         else:
             pod = pod_info(obj)
+            before = self.pods.get((pod.namespace, pod.name))
             self.pods[(pod.namespace, pod.name)] = pod
             self._pod_index.put(pod)
+            if before is not None and before.state is not pod.state:
+                self._on_pod_relabelled(pod.namespace, pod.name)
 
     def _drop(self, kind: str, key: Key) -> Model | PodInfo | None:
         """Forget one object; what was known of it."""

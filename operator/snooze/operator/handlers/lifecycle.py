@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 
 from snooze.api import models
-from snooze.engine.client import ACTION_LEASE_SECONDS, new_http_client
+from snooze.engine.client import ACTION_LEASE_SECONDS, EngineHttp, new_http_client
 from snooze.engine.probe import Prober
 from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi
@@ -125,7 +125,13 @@ async def startup(settings: kopf.OperatorSettings, memo: Memo, **_: Any) -> None
     )
     # Before kopf watches anything: no model's loop starts on a partial view of the pods
     # and of the other models' claims. kopf's events keep them from here on.
-    indexes, missing = await first_reads(api, runtime.namespaces)
+    try:
+        indexes, missing = await first_reads(api, runtime.namespaces)
+    except BaseException:
+        # kopf runs the cleanup handler only after a start-up that finished: a SIGTERM while
+        # the API does not answer cancels this one, and would leave the clients open.
+        await close(recorder, api, action_http, prober)
+        raise
     pickers = (
         PickerQueues(
             api=api,
@@ -177,7 +183,14 @@ async def cleanup(memo: Memo, **_: Any) -> None:
         task.cancel()
     # An error a task ended with is no reason to leave the clients below open.
     await asyncio.gather(*started.tasks, return_exceptions=True)
-    await started.recorder.stop()
-    await started.api.aclose()
-    await started.action_http.aclose()
-    await started.prober.aclose()
+    await close(started.recorder, started.api, started.action_http, started.prober)
+
+
+async def close(
+    recorder: EventRecorder, api: KubeApi, action_http: EngineHttp, prober: Prober
+) -> None:
+    """The Events' recorder (before its client closes), then the clients."""
+    await recorder.stop()
+    await api.aclose()
+    await action_http.aclose()
+    await prober.aclose()

@@ -72,6 +72,10 @@ class EngineViews:
         # its engine look idle with the answer it gave before that step (a finished sleep
         # would look like a drain cut off, and be sent again).
         acting = {p.name for p in pods if self.memory.engine(p.name, now=now).acting}
+        stalls = {p.name: self._stalls(p, self.memory.engine(p.name, now=now)) for p in pods}
+        stalled = {
+            p.name for p in pods if stalls[p.name] > self.memory.engine(p.name, now=now).stalls_seen
+        }
         targets = [
             p
             for p in pods
@@ -87,6 +91,7 @@ class EngineViews:
                     direct_activity=engine.direct_activity,
                     last_activity=engine.last_activity,
                     followed=spec.pool is not None and self.traffic(self.namespace, p.name) is None,
+                    stalled=p.name in stalled,
                 ),
                 idle_after=spec.idle_after_seconds,
                 now=now,
@@ -95,8 +100,13 @@ class EngineViews:
             )
         ]
         probes = await asyncio.gather(
-            *(self._probe(spec, p, self.memory.engine(p.name, now=now)) for p in targets)
+            *(
+                self._probe(spec, p, self.memory.engine(p.name, now=now), stalled=p.name in stalled)
+                for p in targets
+            )
         )
+        for p in targets:
+            self.memory.engine(p.name, now=now).stalls_seen = stalls[p.name]
         results = {p.pod: p for p in probes}
         probed_at = time.time()  # the answers are no older than this
         port = spec.engine.port
@@ -188,7 +198,17 @@ class EngineViews:
             )
         return views
 
-    async def _probe(self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory) -> Probe:
+    def _stalls(self, pod: PodInfo, engine: EngineMemory) -> float:
+        """The gateways' count of the engine's stalls now; a count lower than the one seen at
+        its last probe (a replica restarted) is seen afresh from here."""
+        traffic = self.traffic(self.namespace, pod.name)
+        count = traffic.stalls if traffic is not None else 0.0
+        engine.stalls_seen = min(engine.stalls_seen, count)
+        return count
+
+    async def _probe(
+        self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory, *, stalled: bool
+    ) -> Probe:
         if spec.engine.kind == SGLANG:
             return await self._probe_sglang(spec, pod, engine)
         port = spec.engine.port
@@ -202,8 +222,12 @@ class EngineViews:
             urgent=first_try(engine),
             # Models take turns: one with many slow engines delays this one by a turn at most.
             owner=(self.namespace, self.name),
-            confirm_awake=engine.label_of(pod) in DOUBTED
-            and not awake_gauge_believed(facts_of(pod, engine, process_of(pod, port)).release),
+            # Found stuck by a gateway: its gauge's awake may be a lie, /is_sleeping is not.
+            confirm_awake=stalled
+            or (
+                engine.label_of(pod) in DOUBTED
+                and not awake_gauge_believed(facts_of(pod, engine, process_of(pod, port)).release)
+            ),
         )
         if result.reason:
             self.metrics.probe_failures.labels(self.namespace, self.name, result.reason).inc()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from snooze.api.conditions import ConditionReason, ConditionType
-from snooze.api.gpupool import GPUPoolSpec, GPUPoolStatus, PoolMember
+from snooze.api.gpupool import GPUPoolSpec, GPUPoolStatus, PoolMember, PoolMemberState
 from snooze.api.quantities import format_gib
 from snooze.operator.status.model import ConditionValue, conditions
 from snooze.policy.pool.decision import (
@@ -144,9 +144,9 @@ def invalid_pool_status(
     )
 
 
-def _shown_state(member: Member, decision: PoolDecision) -> str:
+def _shown_state(member: Member, decision: PoolDecision) -> PoolMemberState:
     if member.pod in decision.evict:
-        return "evicting"
+        return PoolMemberState.EVICTING
     if member.pod in decision.unplaced:
-        return "waitingForRoom"  # starting, and refused by the device until room is made
-    return member.state.value
+        return PoolMemberState.WAITING_FOR_ROOM  # refused by the device until room is made
+    return PoolMemberState(member.state.value)

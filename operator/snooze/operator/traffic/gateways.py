@@ -1,6 +1,7 @@
 """What the gateway's replicas say of each engine's traffic: one scrape of each replica per
 probe interval tells the operator which engines served requests and when, so that it need
-not probe an engine whose requests all come through the gateway (policy/probing.py). While a
+not probe an engine whose requests all come through the gateway (policy/probing.py), unless
+a replica found it stuck since (it started no answer while requests waited on it). While a
 GPU pool waits for a busy member, each replica is also asked to answer the moment an engine's
 last request ends (its /idle), and is scraped again then. What a replica answers is read as
 an engine's answers are: bounded in size and time, a chunk at a time, every value checked."""
@@ -24,6 +25,7 @@ from snooze.api.agreed import (
     POD_IN_FLIGHT,
     POD_LAST_REQUEST,
     POD_REQUESTS,
+    POD_STALLS,
     PODS_WENT_IDLE,
 )
 from snooze.api.reasons import FailureReason
@@ -36,7 +38,7 @@ from snooze.operator.metrics import OperatorMetrics
 from snooze.policy.probing import Traffic
 
 log = logging.getLogger(__name__)
-FAMILIES = frozenset({POD_REQUESTS, POD_IN_FLIGHT, POD_LAST_REQUEST})
+FAMILIES = frozenset({POD_REQUESTS, POD_IN_FLIGHT, POD_LAST_REQUEST, POD_STALLS})
 # While a GPU pool waits for a busy member to finish, the replicas are scraped this many times
 # per interval, and also as soon as one says an engine went idle: a burst's idle gaps last
 # seconds, and the pool must see one to use it...
@@ -67,6 +69,7 @@ class ReplicaPage:
             POD_REQUESTS: {},
             POD_IN_FLIGHT: {},
             POD_LAST_REQUEST: {},
+            POD_STALLS: {},
         }
         self._went_idle: int | None = None
         self._held: dict[Key, int] = {}
@@ -76,8 +79,9 @@ class ReplicaPage:
 
     def result(self) -> tuple[dict[Key, Traffic], int | None, dict[Key, int]]:
         self._page.close()
-        sent, flight, last = (
-            self._values[name] for name in (POD_REQUESTS, POD_IN_FLIGHT, POD_LAST_REQUEST)
+        sent, flight, last, stalls = (
+            self._values[name]
+            for name in (POD_REQUESTS, POD_IN_FLIGHT, POD_LAST_REQUEST, POD_STALLS)
         )
         traffic = {
             key: Traffic(
@@ -85,8 +89,9 @@ class ReplicaPage:
                 in_flight=round(flight.get(key, 0.0)),
                 last=last.get(key),
                 at=self.at,
+                stalls=stalls.get(key, 0.0),
             )
-            for key in sent.keys() | flight.keys() | last.keys()
+            for key in sent.keys() | flight.keys() | last.keys() | stalls.keys()
         }
         return traffic, self._went_idle, self._held
 
@@ -156,6 +161,7 @@ def merge(pages: Iterable[dict[tuple[str, str], Traffic]]) -> dict[tuple[str, st
                 in_flight=known.in_flight + traffic.in_flight,
                 last=max(lasts) if lasts else None,
                 at=min(known.at, traffic.at),
+                stalls=known.stalls + traffic.stalls,
             )
     return merged
 
