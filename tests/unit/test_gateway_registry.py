@@ -300,3 +300,8 @@ def test_a_pod_relabelled_is_told_and_no_other_change_is() -> None:
     assert told == []
     registry.apply(PODS, "MODIFIED", pod("chat-0", "chat", "asleep", ready=False))
     assert told == [("ns", "chat-0")]
+    # A fresh list after a watch was lost tells of what changed meanwhile, as events would.
+    registry.replace(PODS, None, [pod("chat-0", "chat", "asleep")])
+    assert told == [("ns", "chat-0")]
+    registry.replace(PODS, None, [pod("chat-0", "chat", "awake")])
+    assert told == [("ns", "chat-0"), ("ns", "chat-0")]

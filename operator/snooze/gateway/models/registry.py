@@ -22,6 +22,12 @@ rollout, an eviction, the operator's restart of a pod whose wake failed) within 
 so, and meanwhile its model's selector may match no pod at all."""
 
 
+def key_of(obj: Mapping[str, Any]) -> Key:
+    """An object's (namespace, name), as its metadata says."""
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
 def routable(pod: PodInfo, model: Model) -> bool:
     """Ready (loaded, running, not deleting), labelled awake, and listed awake by the operator
     in the model's status: the label alone is writable by anyone with rights on the pod."""
@@ -137,7 +143,7 @@ class Registry:
         for key in before:
             self._drop(kind, key)
         for item in items:
-            self._put(kind, item)
+            self._put(kind, item, before.get(key_of(item)))
         for key, known in before.items():
             if key not in store:
                 self._gone(kind, key, known)
@@ -147,8 +153,7 @@ class Registry:
     def apply(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> None:
         """One watch event (ADDED, MODIFIED, DELETED)."""
         if event_type == "DELETED":
-            meta = obj.get("metadata") or {}
-            key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+            key = key_of(obj)
             known = self._drop(kind, key)
             if known is not None:
                 self._gone(kind, key, known)
@@ -167,7 +172,11 @@ class Registry:
         """An object this gateway just wrote: known before its watch event arrives."""
         self.apply(MODELS, "MODIFIED", body)
 
-    def _put(self, kind: str, obj: Mapping[str, Any]) -> None:
+    def _put(
+        self, kind: str, obj: Mapping[str, Any], listed_before: Model | PodInfo | None = None
+    ) -> None:
+        """Keep one object; `listed_before` is what was known of it before a fresh list
+        dropped it (its relabelling is told as a watch event's would be)."""
         if kind == MODELS:
             model = model_from(obj)
             self.models[model.key] = model
@@ -176,6 +185,8 @@ class Registry:
         else:
             pod = pod_info(obj)
             before = self.pods.get((pod.namespace, pod.name))
+            if before is None and isinstance(listed_before, PodInfo):
+                before = listed_before
             self.pods[(pod.namespace, pod.name)] = pod
             self._pod_index.put(pod)
             if before is not None and before.state is not pod.state:
