@@ -4,6 +4,8 @@ and a clock the test moves: who is admitted, who makes room, who is closed when.
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -70,8 +72,11 @@ def test_threads_still_ending_are_bounded(
     pairs: list[tuple[socket.socket, socket.socket]],
 ) -> None:
     """A flood faster than replaced connections' threads end is refused past `most_closing`
-    of them, and admitted again as they end."""
-    connections = Connections(most=2, most_closing=2, head_timeout=5, lifetime=45)
+    of them (once it has waited `closing_wait` for one to end), and admitted again as they
+    end."""
+    connections = Connections(
+        most=2, most_closing=2, head_timeout=5, lifetime=45, closing_wait=0.05
+    )
     idle = [connect(pairs) for _ in range(2)]
     for server, _ in idle:
         assert connections.admit(server)
@@ -83,6 +88,27 @@ def test_threads_still_ending_are_bounded(
     assert connections.admit(flood[2][0])
     assert closed(flood[0][1]) and not closed(flood[2][1])
     assert connections.closed_early == 4  # three replaced, one refused
+
+
+def test_past_the_closing_bound_a_connection_waits_for_a_thread_to_end(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    """On a busy machine shut-down threads end late: the connection that comes then (the
+    scrape after a flood) waits for one of them, and is admitted, not refused."""
+    connections = Connections(most=1, most_closing=1, head_timeout=5, lifetime=45, closing_wait=30)
+    idle = connect(pairs)
+    assert connections.admit(idle[0])
+    flood = connect(pairs)
+    assert connections.admit(flood[0])  # the idle one is shut down; its thread is ending
+    scrape = connect(pairs)
+    ending = threading.Timer(0.2, connections.release, [idle[0]])  # as its thread ends
+    ending.start()
+    began = time.monotonic()
+    assert connections.admit(scrape[0])
+    waited = time.monotonic() - began
+    ending.join()
+    assert waited >= 0.1, "admitted before the ending thread released its connection"
+    assert closed(flood[1]) and not closed(scrape[1])
 
 
 def test_a_port_whose_connections_are_all_answered_refuses_a_new_one(

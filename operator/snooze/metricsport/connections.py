@@ -11,7 +11,7 @@ new one takes the place of the one that has waited longest for its request (an i
 trickling client), so that such clients cannot lock the scraper, the operator or the kubelet
 out; it is refused only when every open connection is being answered. The one replaced is
 shut down and left to its thread to end: a flood is shed as fast as it comes, not a thread's
-end at a time.
+end at a time, and only past MOST_CLOSING such threads does a new connection wait for one.
 """
 
 from __future__ import annotations
@@ -29,8 +29,13 @@ HEAD_TIMEOUT = 5.0
 IO_TIMEOUT = 5.0
 """Seconds any one read or write may block: a client that stops reading its answer."""
 MOST_CLOSING = 16
-"""Connections shut down whose threads have not ended yet: past it, a new connection is
-refused rather than let threads pile up (they end within milliseconds of their shutdown)."""
+"""Connections shut down whose threads have not ended yet: past it, a new connection waits
+for one of them to end, then is refused rather than let threads pile up."""
+CLOSING_WAIT = 1.0
+"""Seconds a new connection waits, past MOST_CLOSING, for a shut-down one's thread to end. They
+end within milliseconds of their shutdown, later on a busy machine: refused at once, the
+scrape that came just after a flood was refused with it (the kernel's accept queue holds
+what comes meanwhile)."""
 
 
 @dataclass
@@ -57,14 +62,18 @@ class Connections:
         most: int = MOST_CONNECTIONS,
         most_closing: int = MOST_CLOSING,
         head_timeout: float = HEAD_TIMEOUT,
+        closing_wait: float = CLOSING_WAIT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.most = most
         self.head_timeout = head_timeout
         self.lifetime = lifetime
         self.most_closing = most_closing
+        self.closing_wait = closing_wait
         self._clock = clock
         self._lock = threading.Lock()
+        self._ended = threading.Condition(self._lock)
+        """Told when a connection's thread ends."""
         self._open: dict[socket.socket, _Open] = {}
         self._closing = 0
         self.closed_early = 0
@@ -78,9 +87,14 @@ class Connections:
         """List a new connection. When `most` are open, the one that has waited longest for
         its request is shut down (its thread ends by itself) and the new one takes its place
         at once. False (refuse it) when every open one is being answered, or when
-        `most_closing` shut down are still ending."""
+        `most_closing` shut down are still ending after `closing_wait` seconds."""
         with self._lock:
-            if len(self._open) - self._closing >= self.most:
+            if self._full() and self._closing >= self.most_closing:
+                self._ended.wait_for(
+                    lambda: not self._full() or self._closing < self.most_closing,
+                    self.closing_wait,
+                )
+            if self._full():
                 waiting = [
                     (o.accepted, s) for s, o in self._open.items() if not (o.answering or o.closing)
                 ]
@@ -91,6 +105,11 @@ class Connections:
             now = self._clock()
             self._open[sock] = _Open(accepted=now, deadline=now + self.head_timeout)
             return True
+
+    def _full(self) -> bool:
+        """With the lock held: whether `most` connections are open, not counting those shut
+        down whose threads are ending."""
+        return len(self._open) - self._closing >= self.most
 
     def answering(self, sock: socket.socket) -> None:
         """Its request's head is in: from now on only its lifetime bounds it."""
@@ -106,6 +125,7 @@ class Connections:
             entry = self._open.pop(sock, None)
             if entry is not None and entry.closing:
                 self._closing -= 1
+            self._ended.notify_all()
 
     def reap(self) -> None:
         """Close the connections past their deadline."""
