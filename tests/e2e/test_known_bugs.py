@@ -84,13 +84,18 @@ def test_sleep_anyway_is_told_and_sleeps(cluster: Cluster, operator: OperatorThr
     assert engine.sleep_level == 1
 
 
-def stream(engine: SimulatedEngine, tokens: int, done: list[httpx.Response]) -> threading.Thread:
+def stream(
+    engine: SimulatedEngine, tokens: int, done: list[httpx.Response | httpx.HTTPError]
+) -> threading.Thread:
     """A long request straight to the engine (not through the gateway: the drain cannot stop
-    it), in a thread of its own."""
+    it), in a thread of its own; `done` gets its answer, or the error its client saw."""
 
     def run() -> None:
         body = {"model": "m", "prompt": "x", "max_tokens": tokens}
-        done.append(httpx.post(engine.url + "/v1/completions", json=body, timeout=60))
+        try:
+            done.append(httpx.post(engine.url + "/v1/completions", json=body, timeout=60))
+        except httpx.HTTPError as error:  # the engine died under it
+            done.append(error)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -115,7 +120,7 @@ def test_a_drain_that_times_out_is_given_up_where_sleep_would_kill_the_engine(
     model(cluster, idle={"after": "1h"})
     wait_for("awake", lambda: cluster.pod_state("chat-0") == "awake")
     assert "in-flight-sleep-parallel" in known_bug(cluster)["message"]
-    answers: list[httpx.Response] = []
+    answers: list[httpx.Response | httpx.HTTPError] = []
     thread = stream(engine, tokens=120, done=answers)  # 6 s of tokens
     cluster.patch_model("chat", {"spec": {"desiredState": "Asleep"}})
     wait_for("the drain given up", lambda: cluster.events("SleepFailed"), timeout=10)
@@ -123,7 +128,9 @@ def test_a_drain_that_times_out_is_given_up_where_sleep_would_kill_the_engine(
     assert "requests were still in flight" in event["message"], event["message"]
     assert engine.sleep_calls == 0 and not engine.crashed
     thread.join(30)
-    assert answers and answers[0].json()["choices"][0]["finish_reason"] == "length"
+    [answer] = answers
+    assert isinstance(answer, httpx.Response), answer
+    assert answer.json()["choices"][0]["finish_reason"] == "length"
     # Drained now: the next try sleeps it, safely.
     wait_for("asleep", lambda: cluster.pod_state("chat-0") == "asleep", timeout=30)
     assert not engine.crashed
@@ -145,10 +152,15 @@ def test_sleep_anyway_sends_it_and_the_engine_dies(
     )
     model(cluster, idle={"after": "1h"}, wake={"onKnownBug": "SleepAnyway"})
     wait_for("awake", lambda: cluster.pod_state("chat-0") == "awake")
-    answers: list[httpx.Response] = []
-    stream(engine, tokens=120, done=answers)
+    answers: list[httpx.Response | httpx.HTTPError] = []
+    thread = stream(engine, tokens=120, done=answers)
     cluster.patch_model("chat", {"spec": {"desiredState": "Asleep"}})
     wait_for("the engine dead", lambda: engine.crashed, timeout=15)
+    # Its client's request died with it, unfinished: aborted, or cut off.
+    thread.join(30)
+    [answer] = answers
+    if isinstance(answer, httpx.Response):
+        assert answer.json()["choices"][0]["finish_reason"] == "abort", answer.text
 
 
 def test_level_2_where_the_release_cannot_reload_sleeps_at_level_1(
