@@ -223,23 +223,29 @@ def test_an_operator_whose_account_lacks_permissions_fails_them_by_name(
                      "-n", OTHER_TENANT, "--ignore-not-found")  # fmt: skip
 
 
+def engine_pod(name: str, container: str, port: int, args: list[str]) -> dict[str, Any]:
+    """A pod of the tests' image running `snooze` with `args`, Ready once /health answers on
+    `port`, in a namespace no model selects from (the cycle must not meet an operator)."""
+    repository, tag = image()
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": OTHER_TENANT, "labels": {"app": name}},
+        "spec": {"automountServiceAccountToken": False, "containers": [{
+            "name": container, "image": f"{repository}:{tag}", "args": args,
+            "ports": [{"containerPort": port}],
+            "readinessProbe": {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 1},
+        }]},
+    }  # fmt: skip
+
+
 @pytest.mark.local_only  # the engine's address: the harness's host reaches its pods
 def test_an_engine_checked_and_cycled_in_its_pod(kube: Kube, release: str) -> None:
     """The page's engine command, pointed at a pod's own address where the page forwards a
     port: a simulated vLLM in a pod no model selects (the cycle must not meet an operator)."""
-    repository, tag = image()
     name = "check-engine"
-    pod = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": OTHER_TENANT, "labels": {"app": name}},
-        "spec": {"automountServiceAccountToken": False, "containers": [{
-            "name": "vllm", "image": f"{repository}:{tag}",
-            "args": ["sim", "--host", "0.0.0.0", "--port", "8000", "--model", "m",
-                     "--sleep-seconds", "0.3", "--wake-seconds", "0.2"],
-            "ports": [{"containerPort": 8000}],
-            "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 1},
-        }]},
-    }  # fmt: skip
+    args = ["sim", "--host", "0.0.0.0", "--port", "8000", "--model", "m",
+            "--sleep-seconds", "0.3", "--wake-seconds", "0.2"]  # fmt: skip
+    pod = engine_pod(name, "vllm", 8000, args)
     kube.apply(pod)
     try:
         [ready] = wait_for("the engine's pod", lambda: kube.ready_pods(OTHER_TENANT, f"app={name}"))
@@ -273,21 +279,10 @@ def test_an_sglang_server_checked_and_cycled_in_its_pod(kube: Kube) -> None:
     """The page's SGLang command, pointed at a pod's own address: a simulated SGLang server
     run as docs/sglang.md says (memory saver, metrics, and a host copy for level 1), in a pod
     no model selects."""
-    repository, tag = image()
     name = "check-sglang"
-    pod = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": OTHER_TENANT, "labels": {"app": name}},
-        "spec": {"automountServiceAccountToken": False, "containers": [{
-            "name": "sglang", "image": f"{repository}:{tag}",
-            "args": ["sim", "--engine", "sglang", "--host", "0.0.0.0", "--port", "30000",
-                     "--model", "m", "--weights-cpu-backup", "--checksum-seconds-per-gib",
-                     "0.05"],
-            "ports": [{"containerPort": 30000}],
-            "readinessProbe": {"httpGet": {"path": "/health", "port": 30000},
-                               "periodSeconds": 1},
-        }]},
-    }  # fmt: skip
+    args = ["sim", "--engine", "sglang", "--host", "0.0.0.0", "--port", "30000", "--model", "m",
+            "--weights-cpu-backup", "--checksum-seconds-per-gib", "0.05"]  # fmt: skip
+    pod = engine_pod(name, "sglang", 30000, args)
     kube.apply(pod)
     try:
         [ready] = wait_for("the server's pod", lambda: kube.ready_pods(OTHER_TENANT, f"app={name}"))

@@ -94,8 +94,11 @@ def test_each_release_names_a_commit_of_its_date_and_version_in_order() -> None:
         version, commit = landed[1], landed[2]
         if _git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
             shallow = _git("rev-parse", "--is-shallow-repository").stdout.strip() == "true"
-            assert shallow, f"Release {number}: no commit {commit} in this repository"
-            pytest.skip(f"a shallow clone does not hold {commit}")
+            assert not shallow, (
+                f"a shallow clone does not hold Release {number}'s {commit}: run "
+                "`git fetch --unshallow` (bash tests/run does it)"
+            )
+            raise AssertionError(f"Release {number}: no commit {commit} in this repository")
         date = _git("show", "-s", "--format=%ad", "--date=short", commit).stdout.strip()
         assert date == day.isoformat(), f"Release {number} is dated {day}, {commit} {date}"
         ancestor = _git("merge-base", "--is-ancestor", commit, later).returncode == 0

@@ -66,13 +66,18 @@ class Prometheus:
         )
         # The port was free when chosen, but another process may bind it before Prometheus
         # does (the kernel hands a released port to the next to ask): then choose again.
+        # Any other failure is said at once, with Prometheus's own words.
         for _ in range(ATTEMPTS):
             self._launch(binary, config)
             if self._answers():
                 return self
+            said = (self.out / "prometheus.log").read_text(errors="replace")
+            if "address already in use" not in said:
+                raise RuntimeError(f"prometheus did not start; its log:\n{said[-2000:]}")
             self.port = free_port()
-        tail = (self.out / "prometheus.log").read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"prometheus did not start ({ATTEMPTS} ports tried); its log:\n{tail}")
+        raise RuntimeError(
+            f"prometheus did not start ({ATTEMPTS} ports tried); its log:\n{said[-2000:]}"
+        )
 
     def _launch(self, binary: str, config: Path) -> None:
         log = (self.out / "prometheus.log").open("wb")

@@ -12,7 +12,8 @@ from typing import Any
 import kopf
 
 from snooze.api import models
-from snooze.engine.client import ACTION_LEASE_SECONDS, EngineHttp, new_http_client
+from snooze.engine.client import ACTION_LEASE_SECONDS, new_http_client
+from snooze.engine.http import EngineHttp
 from snooze.engine.probe import Prober
 from snooze.kube import api as kube_api
 from snooze.kube.api import KubeApi

@@ -72,10 +72,14 @@ class EngineViews:
         # its engine look idle with the answer it gave before that step (a finished sleep
         # would look like a drain cut off, and be sent again).
         acting = {p.name for p in pods if self.memory.engine(p.name, now=now).acting}
-        stalls = {p.name: self._stalls(p, self.memory.engine(p.name, now=now)) for p in pods}
-        stalled = {
-            p.name for p in pods if stalls[p.name] > self.memory.engine(p.name, now=now).stalls_seen
-        }
+        stalls = {p.name: self._stall_count(p) for p in pods}
+        stalled = set()
+        for p in pods:
+            engine = self.memory.engine(p.name, now=now)
+            # A count below the one seen at its last probe: a replica restarted; seen afresh.
+            engine.stalls_seen = min(engine.stalls_seen, stalls[p.name])
+            if stalls[p.name] > engine.stalls_seen:
+                stalled.add(p.name)
         targets = [
             p
             for p in pods
@@ -198,13 +202,10 @@ class EngineViews:
             )
         return views
 
-    def _stalls(self, pod: PodInfo, engine: EngineMemory) -> float:
-        """The gateways' count of the engine's stalls now; a count lower than the one seen at
-        its last probe (a replica restarted) is seen afresh from here."""
+    def _stall_count(self, pod: PodInfo) -> float:
+        """The gateways' count of the engine's stalls now (0 where no gateway counts)."""
         traffic = self.traffic(self.namespace, pod.name)
-        count = traffic.stalls if traffic is not None else 0.0
-        engine.stalls_seen = min(engine.stalls_seen, count)
-        return count
+        return traffic.stalls if traffic is not None else 0.0
 
     async def _probe(
         self, spec: InferenceModelSpec, pod: PodInfo, engine: EngineMemory, *, stalled: bool
