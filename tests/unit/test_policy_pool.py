@@ -328,6 +328,22 @@ def test_host_memory_sends_the_overflow_to_level_two() -> None:
     assert dict(decide_pool(view).levels) == {"a-0": 1, "b-0": 2}
 
 
+def test_the_member_chosen_to_make_room_gets_the_host_memory_first() -> None:
+    # a is first in eviction order but was woken a moment ago (minResidency): b makes room
+    # for c. c's copy takes 16 of the 32 GiB, so one more fits: it goes to b, which sleeps
+    # now, not to a, which stays awake.
+    view = pool(
+        member("a-0", weights=16 * GIB, last_used=NOW - 900, awake_since=NOW - 1),
+        member("b-0", weights=16 * GIB, last_used=NOW - 100),
+        member("c-0", ASLEEP, weights=16 * GIB),
+        asks={"c-0": NOW - 1},
+        host_memory=32 * GIB,
+    )
+    decision = decide_pool(view)
+    assert set(decision.evict) == {"b-0"}
+    assert dict(decision.levels) == {"a-0": 2, "b-0": 1}
+
+
 def test_a_member_that_cannot_discard_keeps_its_host_memory_and_the_others_go_to_two() -> None:
     # b's release cannot wake from level 2: it sleeps at level 1 whatever it is told, so its
     # 16 GiB are counted first and a, first in eviction order, is told level 2.

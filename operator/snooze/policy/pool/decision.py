@@ -253,7 +253,7 @@ def decide_pool(view: PoolView) -> PoolDecision:
         )
         for candidate in spare:
             evict[candidate.pod] = HEADROOM
-    levels = sleep_levels(view)
+    levels = sleep_levels(view, list(evict))
     live = [a for a in view.asks if not a.lazy and not a.abandoned]
     if view.prime is not None and quiet and not evict and not grant and not live:
         candidates = [c for c in room.candidates if not young(c, view)]

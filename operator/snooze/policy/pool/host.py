@@ -3,7 +3,7 @@ the level each member sleeps at so that they fit in the pool's hostMemory."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from snooze.policy.pool.order import eviction_order
 from snooze.policy.pool.types import Member, MemberState, PoolView
@@ -37,10 +37,12 @@ def pinned_fits(member: Member, view: PoolView) -> bool:
     return host_memory_used(view.members) + awake <= view.host_memory
 
 
-def sleep_levels(view: PoolView) -> dict[str, int]:
+def sleep_levels(view: PoolView, sleeping_now: Sequence[str] = ()) -> dict[str, int]:
     """The level each awake member would sleep at: 1 while the pool's host memory holds its
     weights besides what the members hold there already (their copies, kept after a wake),
-    else 2. A member whose process keeps a copy sleeps at level 1 at no further cost."""
+    else 2. A member whose process keeps a copy sleeps at level 1 at no further cost.
+    `sleeping_now`: the members a decision puts to sleep, in its order; they are served
+    first."""
     if view.host_memory is None:
         return {m.pod: m.level for m in view.members if m.state is MemberState.AWAKE}
     host_used = host_memory_used(view.members)
@@ -52,9 +54,12 @@ def sleep_levels(view: PoolView) -> dict[str, int]:
         if member.level == 1 and not member.discards:
             levels[member.pod] = 1
             host_used += 0 if member.host_copy else member.weights
-    for member in eviction_order(
-        (m for m in awake if m.pod not in levels), view.eviction, view.now
-    ):
+    # The host memory goes first to the members that sleep now, then to the others in the
+    # order they would be put to sleep: a member first in that order but kept awake (woken
+    # less than minResidency ago, busy) must not take the room of one that sleeps now.
+    now_first = {pod: i for i, pod in enumerate(sleeping_now)}
+    rest = eviction_order((m for m in awake if m.pod not in levels), view.eviction, view.now)
+    for member in sorted(rest, key=lambda m: now_first.get(m.pod, len(now_first))):
         if member.level == 1 and member.host_copy:
             levels[member.pod] = 1
         elif member.level == 1 and host_used + member.weights <= view.host_memory:
