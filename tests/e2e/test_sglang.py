@@ -80,6 +80,32 @@ def test_an_idle_sglang_server_is_released_and_woken_on_request(
     assert "Weights recorded on 1 engine: compared after level-2 wakes" in integrity["message"]
 
 
+def test_a_spec_level_the_servers_flags_do_not_make_is_said_once(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    """spec.sleep.level asks 1 of a server without --enable-weights-cpu-backup: it sleeps at
+    level 2 (its weights dropped, reloaded at the wake), and one Warning says so and what to
+    change, however many times the operator looks at it."""
+    engine = sglang_pod(cluster)
+    cluster.create_model("sg", {**SPEC, "sleep": {"level": 1}})
+    wait_for("the pod labelled asleep", lambda: cluster.pod_state("sg-0") == "asleep")
+    cluster.request_wake("sg")
+    wait_for("the pod labelled awake", lambda: cluster.pod_state("sg-0") == "awake")
+    assert engine.calls["update_weights_from_disk"] == 1  # level 2: reloaded
+    wait_for("asleep again", lambda: cluster.pod_state("sg-0") == "asleep")
+    [told] = cluster.events("ServerSetsLevel")
+    assert told["type"] == "Warning"
+    assert told["message"] == (
+        "sg-0: sleeps at level 2, not the level 1 spec.sleep.level asks: an SGLang server's "
+        "level is its own flag, and it runs without --enable-weights-cpu-backup: its weights "
+        "are reloaded at each wake. Set spec.sleep.level: 2, or add the flag"
+    )
+    cluster.patch_model("sg", {"spec": {"sleep": {"level": 2}}})
+    cluster.request_wake("sg")
+    wait_for("the pod labelled awake", lambda: cluster.pod_state("sg-0") == "awake")
+    assert len(cluster.events("ServerSetsLevel")) == 1  # the spec now asks what it does
+
+
 def test_a_server_without_the_memory_saver_is_never_paused_and_says_why(
     cluster: Cluster, operator: OperatorThread
 ) -> None:
