@@ -179,7 +179,7 @@ class EngineMemory:
     """How it sleeps given the known vLLM bugs its release and arguments are in (its last
     cycle's reading: the KnownBug condition says it)."""
     sleeps_at: dict[int, int | None] = field(default_factory=dict)
-    """The level it sleeps at for each level a pool may ask (operator/knownbugs.py); empty
+    """The level it sleeps at for each level a pool may ask (operator/model/knownbugs.py); empty
     until its first cycle."""
     version: tuple[Process, str] | None = None
     """(engine run, its vLLM version from /version), asked once per run."""
