@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import os
 import re
 import socket
@@ -24,7 +25,6 @@ from snooze.sandbox.emulator import SandboxEmulator
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "inferencemodels.snooze.dev.yaml"
 NS = "default"
-ENGINE_HOST = "127.0.77.2"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 # /api/v1/namespaces/NS/pods/NAME/status, /apis/GROUP/VERSION/namespaces/NS/PLURAL/NAME...
 _RESOURCE = re.compile(r"^/apis?/(?:[^/]+/)?[^/]+/namespaces/([^/]+)/([^/]+)(?:/[^/]+(/[^/]+)?)?$")
@@ -53,6 +53,40 @@ class WriteCounter(SandboxEmulator):
             if namespace is None or where == namespace:
                 found[what] += n
         return found
+
+
+OCTETS = range(220, 250)
+
+
+@functools.cache
+def _claimed_octet() -> tuple[int, socket.socket]:
+    """A second octet of 127.x.y.z that no other benchmark or test run on this machine uses,
+    and the socket that claims it while this process lives (listening on 127.x.255.254,
+    which no engine takes; tests/e2e/conftest.py claims 127.20 to 127.219 the same way)."""
+    for step in range(len(OCTETS)):
+        octet = OCTETS[(os.getpid() + step) % len(OCTETS)]
+        claim = socket.socket()
+        try:
+            claim.bind((f"127.{octet}.255.254", 19999))
+            claim.listen()
+        except OSError:
+            claim.close()
+            continue
+        return octet, claim
+    raise RuntimeError(
+        f"every loopback octet from 127.{OCTETS[0]} to 127.{OCTETS[-1]} is claimed by another run"
+    )
+
+
+def loopback(third: int, fourth: int) -> str:
+    """An engine's loopback address, under the octet this process claims: a benchmark run
+    beside another, or beside the tests, never binds an address the other has."""
+    return f"127.{_claimed_octet()[0]}.{third}.{fourth}"
+
+
+def engine_host() -> str:
+    """The address of the gateway benchmarks' one simulated engine."""
+    return loopback(77, 2)
 
 
 def free_port() -> int:
@@ -98,9 +132,10 @@ class Bench:
         model: str,
         token_seconds: float,
         wake_seconds: float = 0.3,
-        host: str = ENGINE_HOST,
+        host: str | None = None,
         extra: tuple[str, ...] = (),
     ) -> str:
+        host = host or engine_host()
         # The weights' digests an engine's first sleep takes are left out (0 s): these
         # benchmarks measure the gateway and the operator; verify.py measures the checks.
         self.spawn(
@@ -118,8 +153,9 @@ class Bench:
         self.api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
 
     def pod_and_model(
-        self, name: str, *, state: str | None, spec: dict[str, Any], host: str = ENGINE_HOST
+        self, name: str, *, state: str | None, spec: dict[str, Any], host: str | None = None
     ) -> None:
+        host = host or engine_host()
         self.install_crd()
         labels = {"app": name, **({"snooze.dev/state": state} if state else {})}
         pods = f"/api/v1/namespaces/{NS}/pods"
