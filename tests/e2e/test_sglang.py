@@ -11,10 +11,11 @@ import httpx
 from waits import wait_for
 
 from snooze.api.agreed import RELEASED_ANNOTATION
+from snooze.policy import prewake
 from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
 
-from .conftest import Cluster, OperatorThread, next_address
-from .test_keepawake import daily_from_now
+from .conftest import FAST, Cluster, OperatorThread, next_address
+from .test_keepawake import MODELS, daily_from_now
 
 LABELS = {"app": "sg"}
 SPEC = {
@@ -164,3 +165,37 @@ def test_a_keep_awake_window_resumes_a_released_server_before_any_request(
     wait_for("a WindowStarted event", lambda: cluster.events("WindowStarted"))
     wait_for("released after the window", lambda: engine.released, timeout=30)
     assert not engine.dead
+
+
+def test_a_prewake_resumes_a_released_server_before_any_request(cluster: Cluster) -> None:
+    """Pre-wake is engine-blind: a profile that expects requests in every slot, kept on the
+    status by an earlier operator, has a released SGLang server resumed with no request."""
+    engine = sglang_pod(cluster)
+    cluster.create_model("sg", {**SPEC, "prewake": {"lead": "10m"}})
+    learnt = {"prewake": {"profile": "9" * prewake.SLOTS, "prewakes": 4, "hits": 3, "misses": 1}}
+    response = cluster.http.patch(
+        f"{MODELS}/sg/status",
+        json={"status": learnt},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status_code == 200, response.text
+    thread = OperatorThread(FAST).start()
+    try:
+        wait_for("released", lambda: engine.sleep_calls > 0, timeout=30)
+        wait_for(
+            "resumed ahead of requests",
+            lambda: engine.calls.get("resume_memory_occupation", 0) > 0,
+            timeout=30,
+        )
+        event = wait_for("a Prewake event", lambda: cluster.events("Prewake"))
+        assert "woken ahead of the requests expected from" in event[0]["message"]
+        assert "snooze.dev/wake-requested-at" not in (
+            cluster.model("sg")["metadata"].get("annotations") or {}
+        )  # no request asked for it
+        wait_for(
+            "the pod labelled awake",
+            lambda: cluster.pod_state("sg-0") == "awake" and not engine.released,
+        )
+        assert not engine.dead
+    finally:
+        thread.stop()
