@@ -21,6 +21,7 @@ import yaml
 
 from snooze.sandbox import Sandbox
 from snooze.sandbox.emulator import SandboxEmulator
+from snooze.sim.loopback import claim_octet
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "inferencemodels.snooze.dev.yaml"
@@ -56,26 +57,13 @@ class WriteCounter(SandboxEmulator):
 
 
 OCTETS = range(220, 250)
+"""The benchmarks' second octets of 127.x.y.z; the e2e tests claim 127.20 to 127.219."""
 
 
 @functools.cache
 def _claimed_octet() -> tuple[int, socket.socket]:
-    """A second octet of 127.x.y.z that no other benchmark or test run on this machine uses,
-    and the socket that claims it while this process lives (listening on 127.x.255.254,
-    which no engine takes; tests/e2e/conftest.py claims 127.20 to 127.219 the same way)."""
-    for step in range(len(OCTETS)):
-        octet = OCTETS[(os.getpid() + step) % len(OCTETS)]
-        claim = socket.socket()
-        try:
-            claim.bind((f"127.{octet}.255.254", 19999))
-            claim.listen()
-        except OSError:
-            claim.close()
-            continue
-        return octet, claim
-    raise RuntimeError(
-        f"every loopback octet from 127.{OCTETS[0]} to 127.{OCTETS[-1]} is claimed by another run"
-    )
+    """The octet this process claims, once, while it lives."""
+    return claim_octet(OCTETS)
 
 
 def loopback(third: int, fourth: int) -> str:

@@ -11,11 +11,10 @@ import httpx
 from waits import wait_for
 
 from snooze.api.agreed import RELEASED_ANNOTATION
-from snooze.policy import prewake
 from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
 
 from .conftest import FAST, Cluster, OperatorThread, next_address
-from .test_keepawake import MODELS, daily_from_now
+from .test_keepawake import daily_from_now, learnt_everywhere
 
 LABELS = {"app": "sg"}
 SPEC = {
@@ -172,13 +171,7 @@ def test_a_prewake_resumes_a_released_server_before_any_request(cluster: Cluster
     status by an earlier operator, has a released SGLang server resumed with no request."""
     engine = sglang_pod(cluster)
     cluster.create_model("sg", {**SPEC, "prewake": {"lead": "10m"}})
-    learnt = {"prewake": {"profile": "9" * prewake.SLOTS, "prewakes": 4, "hits": 3, "misses": 1}}
-    response = cluster.http.patch(
-        f"{MODELS}/sg/status",
-        json={"status": learnt},
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status_code == 200, response.text
+    learnt_everywhere(cluster, "sg")
     thread = OperatorThread(FAST).start()
     try:
         wait_for("released", lambda: engine.sleep_calls > 0, timeout=30)
