@@ -37,14 +37,13 @@ from typing import Any
 import httpx
 import yaml
 from fleet_load import PodStates, Traffic, cpu_seconds, memory_mb, percentiles
-from harness import CRD, NS, Bench, free_port, wait_until
+from harness import CRD, NS, Bench, free_port, loopback, wait_until
 
 from snooze.operator.traffic.gateways import read_page
 from snooze.sandbox import Sandbox
 from snooze.sandbox.emulator import SandboxEmulator
 
 HERE = Path(__file__).resolve().parent
-FIRST_ENGINE = ipaddress.ip_address("127.1.0.1")
 # One process of simulated engines serves at most this many (file descriptors, see measure).
 ENGINES_PER_PROCESS = 2500
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -64,6 +63,11 @@ class CountingEmulator(SandboxEmulator):
         return super()._take_fault(method, path_qs)
 
 
+def first_engine() -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The first engine's address; the others follow it (harness.loopback's octet)."""
+    return ipaddress.ip_address(loopback(0, 1))
+
+
 def pod_name(engine: int, per_model: int) -> str:
     return f"m{engine // per_model:04d}-{engine % per_model}"
 
@@ -73,7 +77,7 @@ def create_fleet(setup: Bench, models: int, per_model: int, idle_after: float) -
     crd = yaml.safe_load(CRD.read_text())
     setup.api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
     pods = f"/api/v1/namespaces/{NS}/pods"
-    hosts = [str(FIRST_ENGINE + i) for i in range(per_model * models)]
+    hosts = [str(first_engine() + i) for i in range(per_model * models)]
 
     def one_model(index: int) -> None:
         name = f"m{index:04d}"
@@ -185,7 +189,7 @@ def measure(
                 setup,
                 logs / f"engines-{chunk}.log",
                 str(HERE / "fleet_engines.py"),
-                *("--host", str(FIRST_ENGINE + begin), "--count", str(count)),
+                *("--host", str(first_engine() + begin), "--count", str(count)),
                 *("--per-model", str(per), "--first-index", str(begin)),
                 *("--control-port", str(control)),
             )

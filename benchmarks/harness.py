@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import os
 import re
 import socket
@@ -20,11 +21,11 @@ import yaml
 
 from snooze.sandbox import Sandbox
 from snooze.sandbox.emulator import SandboxEmulator
+from snooze.sim.loopback import claim_octet
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "inferencemodels.snooze.dev.yaml"
 NS = "default"
-ENGINE_HOST = "127.0.77.2"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 # /api/v1/namespaces/NS/pods/NAME/status, /apis/GROUP/VERSION/namespaces/NS/PLURAL/NAME...
 _RESOURCE = re.compile(r"^/apis?/(?:[^/]+/)?[^/]+/namespaces/([^/]+)/([^/]+)(?:/[^/]+(/[^/]+)?)?$")
@@ -53,6 +54,27 @@ class WriteCounter(SandboxEmulator):
             if namespace is None or where == namespace:
                 found[what] += n
         return found
+
+
+OCTETS = range(220, 250)
+"""The benchmarks' second octets of 127.x.y.z; the e2e tests claim 127.20 to 127.219."""
+
+
+@functools.cache
+def _claimed_octet() -> tuple[int, socket.socket]:
+    """The octet this process claims, once, while it lives."""
+    return claim_octet(OCTETS)
+
+
+def loopback(third: int, fourth: int) -> str:
+    """An engine's loopback address, under the octet this process claims: a benchmark run
+    beside another, or beside the tests, never binds an address the other has."""
+    return f"127.{_claimed_octet()[0]}.{third}.{fourth}"
+
+
+def engine_host() -> str:
+    """The address of the gateway benchmarks' one simulated engine."""
+    return loopback(77, 2)
 
 
 def free_port() -> int:
@@ -98,9 +120,10 @@ class Bench:
         model: str,
         token_seconds: float,
         wake_seconds: float = 0.3,
-        host: str = ENGINE_HOST,
+        host: str | None = None,
         extra: tuple[str, ...] = (),
     ) -> str:
+        host = host or engine_host()
         # The weights' digests an engine's first sleep takes are left out (0 s): these
         # benchmarks measure the gateway and the operator; verify.py measures the checks.
         self.spawn(
@@ -118,8 +141,9 @@ class Bench:
         self.api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
 
     def pod_and_model(
-        self, name: str, *, state: str | None, spec: dict[str, Any], host: str = ENGINE_HOST
+        self, name: str, *, state: str | None, spec: dict[str, Any], host: str | None = None
     ) -> None:
+        host = host or engine_host()
         self.install_crd()
         labels = {"app": name, **({"snooze.dev/state": state} if state else {})}
         pods = f"/api/v1/namespaces/{NS}/pods"

@@ -34,11 +34,10 @@ from typing import Any
 
 import hostile_gateway
 import httpx
-from harness import NS, Bench, WriteCounter, bench, free_port, wait_until
+from harness import NS, Bench, WriteCounter, bench, free_port, loopback, wait_until
 
 from snooze.api.times import format_time
 
-HOSTILE = ipaddress.ip_address("127.0.79.2")
 HONEST = 'vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:engine_sleep_state{sleep_state="awake"} 1\n'  # noqa: E501
 IDLE_AFTER = 2.0
 MODELS = f"/apis/snooze.dev/v1alpha1/namespaces/{NS}/inferencemodels"
@@ -124,7 +123,7 @@ class Hostiles:
     def address(self) -> Any:
         """An address no hostile engine had yet."""
         self.next += 1
-        return HOSTILE + self.next - 1
+        return ipaddress.ip_address(loopback(79, 2)) + self.next - 1
 
     @contextmanager
     def model(self, name: str, count: int, **behaviour: Any) -> Iterator[list[str]]:

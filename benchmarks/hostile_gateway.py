@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import NS, Bench, bench, free_port, wait_until
+from harness import NS, Bench, bench, free_port, loopback, wait_until
 
 ENGINES = Path(__file__).with_name("hostile_engines.py")
 HONEST = 'vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:engine_sleep_state{sleep_state="awake"} 1\n'  # noqa: E501
@@ -275,16 +275,16 @@ def scenes(huge_mb: int) -> dict[str, Any]:
         setup.spawn(str(ENGINES), "--control-port", str(port))
         control = f"http://127.0.0.1:{port}/engines"
         wait_until("the hostile engines", lambda: httpx.get(control).status_code == 200)
-        engines = {"calm": "127.0.81.2", "reader": "127.0.81.3", "unread": "127.0.81.4"}
+        engines = {"calm": loopback(81, 2), "reader": loopback(81, 3), "unread": loopback(81, 4)}
         for name, host in engines.items():
             slow = name != "calm"
             setup.engine(model=name, host=host, token_seconds=0.0005 if slow else 0.002)
             spec = {"idle": {"after": "1s" if slow else "10m"}}
             setup.pod_and_model(name, state=None, spec=spec, host=host)
-        hostile(setup, control, "huge", "127.0.81.10", answer="huge",
+        hostile(setup, control, "huge", loopback(81, 10), answer="huge",
                 bytes=huge_mb * 1_000_000, length=True)  # fmt: skip
-        hostile(setup, control, "liar", "127.0.81.11", answer="silent")
-        hostile(setup, control, "liar-whole", "127.0.81.12", answer="silent")
+        hostile(setup, control, "liar", loopback(81, 11), answer="silent")
+        hostile(setup, control, "liar-whole", loopback(81, 12), answer="silent")
         gateway = Gateway(setup)
         metrics = f"http://127.0.0.1:{gateway.metrics_port}/metrics"
         setup.spawn("-m", "snooze.cli", "operator", "--probe-interval", "0.5",

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-from harness import Bench, WriteCounter, free_port, wait_until
+from harness import Bench, WriteCounter, free_port, loopback, wait_until
 from hostile import Hostiles, cpu_seconds, rounds_of
 
 from snooze.api.times import format_time
@@ -338,7 +338,7 @@ def record(setup: Bench, counter: WriteCounter, args: argparse.Namespace) -> dic
     slow = []
     per_gib = str(CHECKSUM_SECONDS / SIM_GIB)
     for i in range(args.rounds):
-        name, host = f"slow{i}", f"127.0.78.{i + 2}"
+        name, host = f"slow{i}", loopback(78, i + 2)
         setup.engine(model=name, token_seconds=0.002, host=host,
                      extra=("--checksum-seconds-per-gib", per_gib))  # fmt: skip
         setup.pod_and_model(name, state=None, spec={"idle": {"after": "2s"}}, host=host)

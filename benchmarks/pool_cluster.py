@@ -4,7 +4,6 @@ simulated engines behind them, started as a kubelet would; all delays divided by
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import threading
 import time
@@ -12,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
-from harness import NS, ROOT, Bench
+from harness import NS, ROOT, Bench, loopback
 from pool_trace import Request, TraceShape, forced_waits, generate
 
 from snooze.api.durations import parse_duration
@@ -40,10 +39,9 @@ DRIFT_INTERVAL = 60.0  # the same
 
 
 def address(kind: int, index: int) -> str:
-    """The loopback address of a pooled (kind 0) or baseline (kind 1) engine; the second octet
-    comes from the process id, so that a run beside another (or beside the tests) does not
-    collide with it."""
-    return f"127.{220 + os.getpid() % 30}.{kind}.{index + 2}"
+    """The loopback address of a pooled (kind 0) or baseline (kind 1) engine, under the octet
+    this process claims (harness.loopback)."""
+    return loopback(kind, index + 2)
 
 
 def footprints(models: int) -> list[int]:

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from functools import partial
 
 import httpx
+from harness import loopback
 
 from snooze.engine.activity import PROBE_METRICS
 from snooze.engine.client import ACTIVITY_METRICS, parse_activity
 from snooze.engine.probe import Prober
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
 
-HOST = "127.0.78.2"
 FILTER = {"name[]": list(ACTIVITY_METRICS)}
 RELEASES = ("0.8.4", "0.33.0")
 """The last release whose GET /metrics filters, and the default one."""
@@ -51,14 +51,14 @@ def serving(
 ) -> tuple[SimulatedEngine, str]:
     config = EngineConfig(
         model="m",
-        host=HOST,
+        host=loopback(78, 2),
         port=0,
         token_seconds=0.0,
         full_metrics=True,
         vllm_version=version,
     )
     engine = host.add(config)
-    url = f"http://{HOST}:{engine.port}"
+    url = f"http://{config.host}:{engine.port}"
     body = {"model": "m", "prompt": "hello there", "max_tokens": 8}
     for _ in range(requests):  # fill the histograms, as a serving engine's would be
         client.post(url + "/v1/completions", json=body).raise_for_status()

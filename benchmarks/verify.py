@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import ROOT, Bench, bench, free_port, wait_until
+from harness import ROOT, Bench, bench, free_port, loopback, wait_until
 from wake import first_data_seconds
 
 WHEELS = ROOT / ".cache" / "vllm-wheels"
@@ -38,7 +38,7 @@ LAYER_SHAPES = {
 MODELS = {"1B": 2.3, "8B": 15.0, "32B": 61.0, "70B": 131.0}
 """bf16 weights in GiB (Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-32B, Llama-3.1-70B)."""
 TP_SIZES = (1, 8)
-MODELS_SERVED = {"plain": ("127.0.77.3", False), "checked": ("127.0.77.4", True)}
+MODELS_SERVED = {"plain": ((77, 3), False), "checked": ((77, 4), True)}
 
 
 def wheel(version: str) -> Path:
@@ -100,7 +100,8 @@ def asleep(setup: Bench, model: str) -> bool:
 
 def check_cost(rounds: int, token_seconds: float) -> dict[str, Any]:
     with bench() as setup:
-        for model, (host, verify) in MODELS_SERVED.items():
+        for model, (place, verify) in MODELS_SERVED.items():
+            host = loopback(*place)
             setup.engine(model=model, token_seconds=token_seconds, host=host)
             spec = {"idle": {"after": "1s"}, "wake": {"verify": verify}}
             setup.pod_and_model(model, state=None, spec=spec, host=host)

@@ -3,8 +3,11 @@ machine will take them between the choice and the server's own bind."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import random
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 # Why not bind port 0 and hand the number on: the kernel gives that port back to the next
@@ -50,3 +53,20 @@ def first_free(host: str, candidates: list[int]) -> int:
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` different free ports."""
     return [free_port(host) for _ in range(count)]
+
+
+# Commands run as the docs print them listen where the docs say (the demo's gateway on 8080,
+# the walkthrough's API server on 6443): two runs side by side take turns at them, holding one
+# lock file every run on the machine opens (/tmp, whatever TMPDIR a run has).
+PRINTED_ADDRESSES = Path("/tmp/snooze-tests-printed-addresses.lock")
+
+
+@contextlib.contextmanager
+def printed_addresses() -> Iterator[None]:
+    """Hold the machine's turn at the addresses the docs print, waiting for another run's."""
+    with PRINTED_ADDRESSES.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

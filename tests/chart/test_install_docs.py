@@ -65,8 +65,24 @@ def merge(base: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
     for key, value in more.items():
         if isinstance(value, dict) and isinstance(result.get(key), dict):
             result[key] = merge(result[key], value)
+        elif isinstance(value, list) and isinstance(result.get(key), list):
+            result[key] = _merge_list(result[key], value)
         else:
             result[key] = value
+    return result
+
+
+def _merge_list(base: list[Any], more: list[Any]) -> list[Any]:
+    """`--set a[1]=...` after `--set a[0]=...`: Helm sets the one element and keeps the others
+    (the parser fills the indexes before it with None)."""
+    result = list(base) + [None] * (len(more) - len(base))
+    for i, value in enumerate(more):
+        if value is None:
+            continue
+        if isinstance(value, dict) and isinstance(result[i], dict):
+            result[i] = merge(result[i], value)
+        else:
+            result[i] = value
     return result
 
 
@@ -181,8 +197,9 @@ def test_the_documented_install_fences_off_the_engines_and_the_metrics_ports(
 
 def test_the_install_behind_the_inference_gateway_lets_the_picker_reach_the_engines() -> None:
     """docs/inference-gateway.md's install: the operator reads the pickers (its flag and its
-    token), and the example's picker, which scrapes vLLM's metrics, reaches the engines' port,
-    where a tenant's pod still does not."""
+    token); the example's picker, which scrapes vLLM's metrics, and the gateway's proxies
+    (labelled with their Gateway's name, as GEP-1762 asks), which send it the requests, reach
+    the engines' port, where a tenant's pod and another Gateway's proxies still do not."""
     [words] = [w for p, w in INSTALLS if p == ROOT / "docs/inference-gateway.md"]
     namespace, objects = install(words)
     [operator] = [
@@ -213,6 +230,10 @@ def test_the_install_behind_the_inference_gateway_lets_the_picker_reach_the_engi
     port = engines["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
     epp = Pod(picker["metadata"]["namespace"], picker["spec"]["template"]["metadata"]["labels"])
     assert reaches(policies, epp, engine, port)
+    proxy = {"gateway.networking.k8s.io/gateway-name": "inference-gateway"}
+    assert reaches(policies, Pod(engine.namespace, proxy), engine, port)
+    other = {"gateway.networking.k8s.io/gateway-name": "another"}
+    assert not reaches(policies, Pod(engine.namespace, other), engine, port)
     assert not reaches(policies, Pod(engine.namespace, {"app": "curious"}), engine, port)
     assert reaches(policies, pod_of(objects, "operator", namespace), engine, port)
 

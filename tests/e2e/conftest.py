@@ -8,8 +8,6 @@ it would in a cluster.
 from __future__ import annotations
 
 import itertools
-import os
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ from snooze.operator.metrics import OperatorMetrics
 from snooze.operator.settings import Settings
 from snooze.sandbox import Sandbox
 from snooze.sim import EngineConfig, SimulatedEngine, SimulatorHost
+from snooze.sim.loopback import claim_octet
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "inferencemodels.snooze.dev.yaml"
@@ -32,26 +31,9 @@ MODELS = "/apis/snooze.dev/v1alpha1/namespaces/{ns}/inferencemodels"
 PODS = "/api/v1/namespaces/{ns}/pods"
 
 
-def _claimed_octet() -> tuple[int, socket.socket]:
-    """A second octet of 127.x.y.z that no other run on this machine uses, and the socket that
-    claims it for the whole run: one listening on 127.x.255.254, an address no engine takes,
-    at a port below those tests/ports.py chooses. Tried from the process id on."""
-    for step in range(200):
-        octet = 20 + (os.getpid() + step) % 200
-        claim = socket.socket()
-        try:
-            claim.bind((f"127.{octet}.255.254", 19999))
-            claim.listen()
-        except OSError:
-            claim.close()
-            continue
-        return octet, claim
-    raise RuntimeError("every loopback octet from 127.20 to 127.219 is claimed by another run")
-
-
 # Each engine gets an address of its own, never reused within a run, under an octet claimed
 # for this run, so that test runs side by side do not collide.
-_OCTET, _CLAIM = _claimed_octet()
+_OCTET, _CLAIM = claim_octet(range(20, 220))  # the benchmarks claim 127.220 and up
 _addresses = (f"127.{_OCTET}.{n // 250}.{n % 250 + 2}" for n in itertools.count())
 
 

@@ -156,6 +156,34 @@ def test_a_300_mb_answer_passes_through_as_it_comes(
     assert codes and set(codes) == {200}, codes
 
 
+def test_three_300_mb_answers_at_once_cost_no_more_than_one(
+    cluster: Cluster, hostiles: Hostiles, tenant: Cluster, gateway_process: Gateway
+) -> None:
+    """Three at once took the gateway to 2,348 MiB when it held each answer whole: two such
+    answers were enough to have the chart's 1 GiB limit kill it, and every tenant's requests
+    with it. Passed on as they come, three cost what one costs."""
+    hostile_model(cluster, hostiles, "huge", answer="huge", bytes=HUGE, length=True)
+    wait_for("both models routable", lambda: gateway_process.routable("huge")
+             and gateway_process.routable("calm"))  # fmt: skip
+    control = control_peak(gateway_process, tenant)
+
+    readers = [Reader(gateway_process, "huge") for _ in range(3)]
+    gateway_process.reset_peak()
+    for reader in readers:
+        reader.start()
+    limit = int(control * MOST_MEMORY_RATIO)
+    peak = max(peak_while(gateway_process, reader, limit) for reader in readers)
+    for reader in readers:
+        reader.join(120)
+    figures = {"control_mib": control / MIB, "peak_mib": peak / MIB, "ratio": peak / control}
+    assert peak / control < MOST_MEMORY_RATIO, figures
+    for reader in readers:
+        assert reader.error is None, reader.error
+        assert (reader.status, reader.length) == (200, HUGE), figures
+        assert reader.last.endswith(TAIL)
+    assert chat(gateway_process, "calm").status_code == 200  # the gateway lives on
+
+
 def test_an_endless_answer_costs_no_more_and_ends_when_its_client_leaves(
     cluster: Cluster, hostiles: Hostiles, tenant: Cluster, gateway_process: Gateway
 ) -> None:

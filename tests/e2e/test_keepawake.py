@@ -80,6 +80,18 @@ def later_operator(cluster: Cluster) -> Iterator[list[OperatorThread]]:
         thread.stop()
 
 
+def learnt_everywhere(cluster: Cluster, model: str) -> None:
+    """What an earlier operator learnt, as it left it on the model's status: requests come
+    after idleness in every slot of the week."""
+    learnt = {"prewake": {"profile": "9" * prewake.SLOTS, "prewakes": 4, "hits": 3, "misses": 1}}
+    response = cluster.http.patch(
+        f"{MODELS}/{model}/status",
+        json={"status": learnt},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status_code == 200, response.text
+
+
 def test_a_prewake_fires_from_the_profile_kept_on_the_status(
     cluster: Cluster, later_operator: list[OperatorThread]
 ) -> None:
@@ -92,15 +104,7 @@ def test_a_prewake_fires_from_the_profile_kept_on_the_status(
             "prewake": {"lead": "10m"},
         },
     )
-    # What an earlier operator learnt, as it left it on the status: requests come after
-    # idleness in every slot of the week. The operator starts only now and reads it.
-    learnt = {"prewake": {"profile": "9" * prewake.SLOTS, "prewakes": 4, "hits": 3, "misses": 1}}
-    response = cluster.http.patch(
-        f"{MODELS}/chat/status",
-        json={"status": learnt},
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status_code == 200, response.text
+    learnt_everywhere(cluster, "chat")  # the operator starts only now, and reads it
     thread = OperatorThread(FAST).start()
     later_operator.append(thread)
 

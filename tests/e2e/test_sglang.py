@@ -13,8 +13,8 @@ from waits import wait_for
 from snooze.api.agreed import RELEASED_ANNOTATION
 from snooze.sim.sglang.engine import SGLangConfig, SGLangEngine
 
-from .conftest import Cluster, OperatorThread, next_address
-from .test_keepawake import daily_from_now
+from .conftest import FAST, Cluster, OperatorThread, next_address
+from .test_keepawake import daily_from_now, learnt_everywhere
 
 LABELS = {"app": "sg"}
 SPEC = {
@@ -80,6 +80,32 @@ def test_an_idle_sglang_server_is_released_and_woken_on_request(
     assert "Weights recorded on 1 engine: compared after level-2 wakes" in integrity["message"]
 
 
+def test_a_spec_level_the_servers_flags_do_not_make_is_said_once(
+    cluster: Cluster, operator: OperatorThread
+) -> None:
+    """spec.sleep.level asks 1 of a server without --enable-weights-cpu-backup: it sleeps at
+    level 2 (its weights dropped, reloaded at the wake), and one Warning says so and what to
+    change, however many times the operator looks at it."""
+    engine = sglang_pod(cluster)
+    cluster.create_model("sg", {**SPEC, "sleep": {"level": 1}})
+    wait_for("the pod labelled asleep", lambda: cluster.pod_state("sg-0") == "asleep")
+    cluster.request_wake("sg")
+    wait_for("the pod labelled awake", lambda: cluster.pod_state("sg-0") == "awake")
+    assert engine.calls["update_weights_from_disk"] == 1  # level 2: reloaded
+    wait_for("asleep again", lambda: cluster.pod_state("sg-0") == "asleep")
+    [told] = cluster.events("ServerSetsLevel")
+    assert told["type"] == "Warning"
+    assert told["message"] == (
+        "sg-0: sleeps at level 2, not the level 1 spec.sleep.level asks: an SGLang server's "
+        "level is its own flag, and it runs without --enable-weights-cpu-backup: its weights "
+        "are reloaded at each wake. Set spec.sleep.level: 2, or add the flag"
+    )
+    cluster.patch_model("sg", {"spec": {"sleep": {"level": 2}}})
+    cluster.request_wake("sg")
+    wait_for("the pod labelled awake", lambda: cluster.pod_state("sg-0") == "awake")
+    assert len(cluster.events("ServerSetsLevel")) == 1  # the spec now asks what it does
+
+
 def test_a_server_without_the_memory_saver_is_never_paused_and_says_why(
     cluster: Cluster, operator: OperatorThread
 ) -> None:
@@ -138,3 +164,31 @@ def test_a_keep_awake_window_resumes_a_released_server_before_any_request(
     wait_for("a WindowStarted event", lambda: cluster.events("WindowStarted"))
     wait_for("released after the window", lambda: engine.released, timeout=30)
     assert not engine.dead
+
+
+def test_a_prewake_resumes_a_released_server_before_any_request(cluster: Cluster) -> None:
+    """Pre-wake is engine-blind: a profile that expects requests in every slot, kept on the
+    status by an earlier operator, has a released SGLang server resumed with no request."""
+    engine = sglang_pod(cluster)
+    cluster.create_model("sg", {**SPEC, "prewake": {"lead": "10m"}})
+    learnt_everywhere(cluster, "sg")
+    thread = OperatorThread(FAST).start()
+    try:
+        wait_for("released", lambda: engine.sleep_calls > 0, timeout=30)
+        wait_for(
+            "resumed ahead of requests",
+            lambda: engine.calls.get("resume_memory_occupation", 0) > 0,
+            timeout=30,
+        )
+        event = wait_for("a Prewake event", lambda: cluster.events("Prewake"))
+        assert "woken ahead of the requests expected from" in event[0]["message"]
+        assert "snooze.dev/wake-requested-at" not in (
+            cluster.model("sg")["metadata"].get("annotations") or {}
+        )  # no request asked for it
+        wait_for(
+            "the pod labelled awake",
+            lambda: cluster.pod_state("sg-0") == "awake" and not engine.released,
+        )
+        assert not engine.dead
+    finally:
+        thread.stop()

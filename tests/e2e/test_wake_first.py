@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from waits import wait_for
@@ -110,6 +111,16 @@ def test_a_first_record_longer_than_its_bound_is_cut_and_said(
     found = verification(cluster, "slow")
     assert found.get("weights") == "Unavailable", found
     assert "took longer than 1s" in found.get("message", ""), found
+
+    # The model's status claims no more than was checked: the weights were not.
+    def unverified() -> dict[str, Any] | None:
+        found = cluster.condition("slow", "WakeVerified")
+        return found if found is not None and found["status"] != "True" else None
+
+    verified = wait_for("WakeVerified not True", unverified, timeout=10)
+    assert (verified["status"], verified["reason"]) == ("False", "Unavailable"), verified
+    assert verified["message"].startswith("slow-0: its record before its first sleep"), verified
+    assert "Weights not checked on any engine" in verified["message"], verified
     # Taken again at its next sleep.
     cluster.request_wake("slow")
     wait_for("a second try", lambda: slow.checksum_calls == 2, timeout=30)

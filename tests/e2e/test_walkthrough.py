@@ -12,6 +12,7 @@ and removes the kubeconfig the walkthrough wrote, so that nothing is left in /tm
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ports import printed_addresses
 from waits import wait_for
 
 pytestmark = pytest.mark.needs("kubectl", "curl", "bash")
@@ -214,6 +216,8 @@ class Machine:
         """The terminals' TMPDIR when they share this machine's /tmp."""
         self.writes_kubeconfig = False
         """The walkthrough's kubeconfig is this run's to remove (none was there before)."""
+        self.turn = contextlib.ExitStack()
+        """This run's turn at the printed addresses, when it shares this machine's."""
         if str(ROOT).startswith("/tmp/") or not all(
             shutil.which(p) for p in ("unshare", "nsenter", "ip")
         ):
@@ -248,6 +252,7 @@ class Machine:
     def check_free(self) -> None:
         if self.holder:
             return
+        self.turn.enter_context(printed_addresses())  # another run's walkthrough or demo
         if KUBECONFIG.exists():
             pytest.fail(f"{KUBECONFIG} exists: the walkthrough would overwrite it; move it")
         self.writes_kubeconfig = True
@@ -273,6 +278,7 @@ class Machine:
             self.holder.wait()
         elif self.writes_kubeconfig:
             KUBECONFIG.unlink(missing_ok=True)
+        self.turn.close()
 
 
 class Terminal:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import builders
 import pytest
 
 from snooze.check.modeljudge import members, model, pool, selected
@@ -23,20 +24,21 @@ def pod(
     claims: tuple[str, ...] = (),
     namespace: str = "llm",
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "vllm"}]}
+    spec: dict[str, Any] = {}
     if node:
         spec["nodeName"] = node
     if claims:
         spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims]
-    return {
-        "metadata": {"namespace": namespace, "name": name, "uid": name, "labels": labels or LABELS},
-        "spec": spec,
-        "status": {
-            "phase": "Running",
-            "podIP": "10.0.0.1",
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
+    ready_condition = {"type": "Ready", "status": "True" if ready else "False"}
+    return builders.pod(
+        {"name": "vllm"},
+        name=name,
+        namespace=namespace,
+        uid=name,
+        labels=labels or LABELS,
+        spec=spec,
+        status=builders.running("10.0.0.1", ready_condition),
+    )
 
 
 def condition(kind: str, status: str, message: str = "") -> dict[str, Any]:
@@ -110,6 +112,10 @@ def test_a_model_with_its_engines_awake() -> None:
         (im(status=status(conditions=[condition("KnownBug", "True", "lora-level2")])),
          [], {}, "model", Level.WARNING, "KnownBug: lora-level2"),
         (im(status=status(conditions=[condition("KnownBug", "False")])), [], {}, "model",
+         Level.OK, "phase Awake"),
+        (im(status=status(conditions=[condition("PickerReadable", "False", "401 from epp")])),
+         [], {}, "model", Level.WARNING, "PickerReadable: 401 from epp"),
+        (im(status=status(conditions=[condition("PickerReadable", "True")])), [], {}, "model",
          Level.OK, "phase Awake"),
         (im(status=status(), generation=2), [], {}, "model", Level.WARNING,
          "not reported on generation 2"),

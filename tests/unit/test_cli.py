@@ -90,6 +90,17 @@ def test_the_simulator_logs_json_lines() -> None:
     assert code == 0  # SIGTERM stops it cleanly, as a container's stop would
 
 
+def test_the_simulator_says_when_it_speaks_for_a_release_never_read() -> None:
+    record, _, _, _ = first_record("sim", "--port", "0", "--vllm-version", "0.40.0")
+    assert record["severity"] == "warn", record
+    assert record["message"] == (
+        "vLLM 0.40.0 was not read: it is simulated as 0.34.0 is, the newest release read "
+        "(docs/vllm-contract.md)"
+    )
+    quiet, _, _, _ = first_record("sim", "--port", "0", "--vllm-version", "0.34.0")
+    assert "serving 1 engine" in quiet["message"]  # a release read: nothing to tell
+
+
 def test_the_sandbox_logs_json_lines(tmp_path: Path) -> None:
     record, code, out, rest = first_record(
         "sandbox", "--port", "0", "--kubeconfig", str(tmp_path / "kc")

@@ -5,10 +5,15 @@ a model named like a label value, a label, or a word of the code is only ever th
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import snooze
+from snooze.api.conditions import ConditionReason
+from snooze.api.reasons import FailureReason
 from snooze.kube.inferencepools import InferencePool, read_pool, ready_addresses
 from snooze.operator.traffic.pickerpage import QUEUE_SIZE, read_queue, unescaped
 from snooze.policy.pickers import pools_serving, selects
@@ -274,3 +279,34 @@ def test_queue_wakes(
         requested_at=requested_at, slept_at=slept_at, now=NOW, wake_timeout=120.0, recent=5.0
     )
     assert queue_wakes(queued=queued, awake=awake, pending=pending) is wakes
+
+
+# -- What the docs say of it -----------------------------------------------------------------
+
+READERS = [
+    "operator/traffic/pickers.py",
+    "operator/traffic/pickerpage.py",
+    "operator/traffic/pickerwake.py",
+    "kube/inferencepools.py",
+    "policy/pickers.py",
+]
+
+
+def test_every_reason_a_picker_read_can_give_is_on_the_inference_gateway_page() -> None:
+    """The reasons of PickerReadable False, found where the code that reads a picker names
+    them: each is explained on docs/inference-gateway.md."""
+    enums = {"ConditionReason": ConditionReason, "FailureReason": FailureReason}
+    package = Path(snooze.__file__).parent
+    named: set[str] = set()
+    for module in READERS:
+        for node in ast.walk(ast.parse((package / module).read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in enums
+            ):
+                named.add(enums[node.value.id][node.attr].value)
+    named.discard(ConditionReason.READ.value)  # True: nothing to explain
+    page = (package.parents[1] / "docs/inference-gateway.md").read_text()
+    assert len(named) > 10, named
+    assert sorted(r for r in named if f"`{r}`" not in page) == []

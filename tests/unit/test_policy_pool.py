@@ -355,6 +355,47 @@ def test_a_member_that_cannot_discard_keeps_its_host_memory_and_the_others_go_to
     assert dict(decide_pool(view).levels) == {"a-0": 2, "b-0": 1}
 
 
+def test_of_two_members_that_cannot_discard_one_sleeps_where_one_copy_fits() -> None:
+    # b and c sleep only at level 1, 16 GiB of host RAM each, and hostMemory holds one copy:
+    # one of them makes room for a. Counting both copies at once, neither could, and a
+    # waited for ever.
+    view = pool(
+        member("a-0", ASLEEP, level=2),
+        member("b-0", weights=16 * GIB, last_used=NOW - 900, discards=False),
+        member("c-0", weights=16 * GIB, last_used=NOW - 100, discards=False),
+        asks={"a-0": NOW - 5},
+        host_memory=16 * GIB,
+    )
+    decision = decide_pool(view)
+    assert dict(decision.evict) == {"b-0": for_wake("a-0")}
+    assert decision.levels["b-0"] == 1
+    # a needs both to sleep, but only one copy fits: neither is put to sleep in vain, and the
+    # wake says why.
+    big = replace(view, members=(replace(view.members[0], footprint=60 * GIB), *view.members[1:]))
+    decision = decide_pool(big)
+    assert not decision.evict and not decision.grant
+    assert decision.waiting[0].reason == (
+        "not enough room can be made: what may sleep or is going to sleep frees 29GiB of the "
+        "50GiB it lacks; the rest is held by 1 that can sleep only at level 1, whose weights "
+        "hostMemory cannot hold"
+    )
+
+
+@pytest.mark.parametrize("state", [MemberState.UNKNOWN, MemberState.STARTING, MemberState.WAKING])
+def test_a_member_that_cannot_discard_keeps_its_host_memory_before_it_is_awake(
+    state: MemberState,
+) -> None:
+    # b cannot discard and is not awake yet (its server's arguments not read, or it is
+    # starting): a, put to sleep now, is told level 2, or its copy would take the only room b
+    # will ever have to sleep in.
+    view = pool(
+        member("a-0", weights=16 * GIB, last_used=NOW - 900),
+        member("b-0", state, weights=16 * GIB, discards=False),
+        host_memory=16 * GIB,
+    )
+    assert dict(decide_pool(view).levels) == {"a-0": 2}
+
+
 def test_a_member_that_cannot_discard_never_sleeps_past_the_host_memory() -> None:
     # Only b could make room for c, but its level-1 sleep would pin 16 GiB in the 8 GiB
     # left: it stays awake, and the wake says why.

@@ -3,6 +3,8 @@ it, so their echoes poke no loop; what the loops read does."""
 
 from __future__ import annotations
 
+from builders import pod_info
+
 from snooze.api.agreed import STATE_LABEL
 from snooze.api.models import EngineState
 from snooze.kube.pods import PodInfo
@@ -38,7 +40,7 @@ def test_what_a_model_loop_reads_changes_its_sighting() -> None:
 
 
 def pod(**labels: str) -> PodInfo:
-    return PodInfo(namespace="ns", name="p", uid="u1", labels=labels, ip="10.0.0.1", ready=True)
+    return pod_info("p", uid="u1", labels=labels, ip="10.0.0.1")
 
 
 def test_the_state_label_is_no_part_of_a_pod_sighting() -> None:
@@ -52,7 +54,7 @@ def test_what_routing_and_selection_read_changes_a_pod_sighting() -> None:
     seen = PodSighting.of(pod(app="a"), deleted=False)
     assert PodSighting.of(pod(app="b"), deleted=False) != seen
     assert PodSighting.of(pod(app="a"), deleted=True) != seen
-    moved = PodInfo(namespace="ns", name="p", uid="u1", labels={"app": "a"}, ip="10.0.0.2")
+    moved = pod_info("p", uid="u1", labels={"app": "a"}, ip="10.0.0.2")
     assert PodSighting.of(moved, deleted=False) != seen
 
 

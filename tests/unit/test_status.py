@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from builders import pod_info
 from pydantic import BaseModel
 
 from snooze.api.modelstatus import (
@@ -39,16 +40,7 @@ def test_every_written_field_is_in_the_models() -> None:
     failing.last_failure_reason, failing.last_failure_message = "Timeout", "slow"
     failing.state_since["asleep"] = NOW - 30
     memory.engines["chat-1"] = failing
-    pods = [
-        PodInfo(
-            namespace="ns",
-            name="chat-1",
-            uid="u",
-            labels={"snooze.dev/state": "asleep"},
-            ip="127.0.0.2",
-            ready=True,
-        )
-    ]
+    pods = [pod_info("chat-1", uid="u", state="asleep", ip="127.0.0.2")]
     built = status.build(
         model_name="chat",
         pods=pods,
@@ -98,7 +90,7 @@ def test_the_status_written_validates_against_the_crd() -> None:
     from snooze.api import crd
 
     schema = crd.status_schema()
-    pods = [PodInfo(namespace="ns", name="chat-0", uid="u", labels={}, ip="127.0.0.2", ready=True)]
+    pods = [pod_info("chat-0", uid="u", ip="127.0.0.2")]
     for generation in (None, 4):
         built = status.build(
             model_name="chat",
@@ -118,8 +110,7 @@ def test_the_status_written_validates_against_the_crd() -> None:
 
 
 def _pod(name: str, state: str | None, *, ready: bool = True) -> PodInfo:
-    labels = {"snooze.dev/state": state} if state else {}
-    return PodInfo(namespace="ns", name=name, uid=name, labels=labels, ip="127.0.0.2", ready=ready)
+    return pod_info(name, state=state, ip="127.0.0.2", ready=ready)
 
 
 def _conditions(

@@ -25,6 +25,8 @@ class EventReason(StrEnum):
     ENGINE_UNREACHABLE = "EngineUnreachable"
     ENGINE_REACHABLE = "EngineReachable"
     ENGINE_CONTRADICTS = "EngineContradicts"
+    SERVER_SETS_LEVEL = "ServerSetsLevel"
+    """An SGLang server whose flags make another sleep level than spec.sleep.level asks."""
     NO_PODS = "NoPods"
     PODS_FOUND = "PodsFound"
     POOL_MISMATCH = "PoolMismatch"

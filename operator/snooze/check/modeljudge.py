@@ -34,6 +34,8 @@ WARNING = {
     ConditionType.SLEEP_FAILED: "True",
     ConditionType.SHARED_PODS: "True",
     ConditionType.WAITING_FOR_ROOM: "True",
+    # Behind the Inference Gateway: a queue that cannot be read wakes nothing.
+    ConditionType.PICKER_READABLE: "False",
 }
 POOL_FAILING = {
     ConditionType.SPEC_VALID: "False",

@@ -8,7 +8,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from snooze.demo.timeline import COLOURS, FREE, MEMBERS, OUTCOMES, Incident, Swap, Timeline
+from snooze.api.models import EngineState
+from snooze.demo.timeline import (
+    COLOURS,
+    FREE,
+    MEMBERS,
+    OUTCOMES,
+    Incident,
+    Shown,
+    Swap,
+    Timeline,
+)
 from snooze.demo.traffic import Record
 
 ROW_INCHES = 0.42
@@ -218,14 +228,14 @@ def _incidents(ax: Any, incidents: Sequence[Incident], *, top: int) -> None:
     # A red line at each failure and remedy, labelled with what happened and why: the
     # failed band itself may last only the moment before the restart.
     for n, incident in enumerate(incidents):
-        ax.axvline(incident.t, color=COLOURS["failed"], lw=1.0, ls="--")
+        ax.axvline(incident.t, color=COLOURS[EngineState.FAILED], lw=1.0, ls="--")
         ax.annotate(
             incident.describe(),
             xy=(incident.t, top + 0.9 - 0.35 * (n % 2)),
             xytext=(4, 0),
             textcoords="offset points",
             fontsize=7,
-            color=COLOURS["failed"],
+            color=COLOURS[EngineState.FAILED],
             va="center",
         )
 
@@ -235,7 +245,7 @@ def deletions(spans: Sequence[tuple[float, float, str]]) -> list[float]:
     return [
         after[0]
         for before, after in itertools.pairwise(spans)
-        if before[2] != "absent" and after[2] == "absent"
+        if before[2] != Shown.ABSENT and after[2] == Shown.ABSENT
     ]
 
 

@@ -12,9 +12,11 @@ from snooze.api.agreed import STATE_LABEL
 from snooze.api.conditions import ConditionType
 from snooze.api.eventreasons import EventReason
 from snooze.api.gpupool import GPUPoolStatus, parse_pool_status
+from snooze.api.models import EngineState
 from snooze.api.modelstatus import InferenceModelStatus, parse_status
 from snooze.demo import timeline
 from snooze.demo.controller import ReplicaSetStandIn
+from snooze.demo.timeline import Shown
 from snooze.gateway.embedded import GatewayThread
 from snooze.kube.pods import pod_info
 from snooze.operator.events.correlation import COMBINED
@@ -252,7 +254,7 @@ class Sampler:
 def pod_state(pod: Mapping[str, Any]) -> str:
     """The pod's published state, or `loading` until it is Ready (pure)."""
     info = pod_info(pod)
-    return str(info.labels.get(STATE_LABEL) or "awake") if info.ready else "loading"
+    return str(info.labels.get(STATE_LABEL) or EngineState.AWAKE) if info.ready else Shown.LOADING
 
 
 def waiting_for_room(status: InferenceModelStatus) -> str | None:

@@ -7,17 +7,30 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
+
+from snooze.api.models import EngineState
 
 GIB = 1024**3
-# Published routing states plus the two the demo adds: loading (not Ready yet) and absent.
-COLOURS = {
-    "awake": "#2e7d32",
-    "draining": "#f9a825",
-    "asleep": "#1565c0",
-    "waking": "#8e24aa",
-    "failed": "#c62828",
-    "loading": "#90a4ae",
-    "absent": "#eeeeee",
+
+
+class Shown(StrEnum):
+    """The two states of a pod the demo draws beside its published one (EngineState)."""
+
+    LOADING = "loading"
+    """Not Ready yet: its engine loads."""
+    ABSENT = "absent"
+    """It did not exist then."""
+
+
+COLOURS: dict[str, str] = {
+    EngineState.AWAKE: "#2e7d32",
+    EngineState.DRAINING: "#f9a825",
+    EngineState.ASLEEP: "#1565c0",
+    EngineState.WAKING: "#8e24aa",
+    EngineState.FAILED: "#c62828",
+    Shown.LOADING: "#90a4ae",
+    Shown.ABSENT: "#eeeeee",
 }
 OUTCOMES = {"ok": "#2e7d32", "held": "#ef6c00", "error": "#c62828"}
 # One colour per member of a GPU pool, apart from the states' colours: its memory in the
@@ -155,7 +168,7 @@ class Timeline:
         runs: list[tuple[float, float, str]] = []
         for here, after in zip(self.samples, self.samples[1:], strict=False):
             info = here.pods.get(pod)
-            state = info.state if info is not None and info.model == model else "absent"
+            state = info.state if info is not None and info.model == model else Shown.ABSENT
             if runs and runs[-1][2] == state and runs[-1][1] == here.t:
                 runs[-1] = (runs[-1][0], after.t, state)
             else:

@@ -164,6 +164,9 @@ class EngineMemory:
     drain_started: float | None = None
     """When this process began the engine's latest drain (the mark it wrote on the pod)."""
     sleep_blocked: tuple[str, int | None] | None = None
+    level_told: tuple[Process, int, int | None] | None = None
+    """The engine run, the spec's level and generation last told that an SGLang server's flags
+    make another level (said once for each)."""
     """(pod uid, spec generation) at which the engine was found unable to sleep at all (no
     sleep mode): no sleep is tried again until the pod or the spec changes."""
     served: deque[tuple[float, float]] = field(default_factory=deque)
@@ -176,7 +179,7 @@ class EngineMemory:
     """How it sleeps given the known vLLM bugs its release and arguments are in (its last
     cycle's reading: the KnownBug condition says it)."""
     sleeps_at: dict[int, int | None] = field(default_factory=dict)
-    """The level it sleeps at for each level a pool may ask (operator/knownbugs.py); empty
+    """The level it sleeps at for each level a pool may ask (operator/model/knownbugs.py); empty
     until its first cycle."""
     version: tuple[Process, str] | None = None
     """(engine run, its vLLM version from /version), asked once per run."""

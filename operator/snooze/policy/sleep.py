@@ -112,7 +112,7 @@ class ActionKind(StrEnum):
 
 
 class ActionReason(StrEnum):
-    """Why the policy acts (an Event's message says it, operator/stepwords.py); a restart or
+    """Why the policy acts (an Event's message says it, operator/model/stepwords.py); a restart or
     a give-up names the failure (api/reasons.py) instead."""
 
     IDLE = "Idle"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from snooze.api.durations import duration_flag
+from snooze.sim.contract import unread
 from snooze.sim.device import SimulatedDevice
 from snooze.sim.devicefile import DeviceFile, DeviceFileError
 from snooze.sim.engine import EngineConfig
@@ -347,6 +348,8 @@ def run(args: argparse.Namespace) -> int:
     from snooze.sim.host import AddressUnavailable, EngineDoesNotFit, serve_engines
 
     configs = configs_from(args)
+    for said in sorted({s for c in configs if (s := unread(c.vllm_version)) is not None}):
+        logging.getLogger("snooze.sim").warning("%s", said)
     try:
         devices = devices_from(args)
     except DeviceFileError as exc:

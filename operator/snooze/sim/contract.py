@@ -12,10 +12,23 @@ from dataclasses import dataclass
 DEFAULT_VERSION = "0.33.0"
 OLDEST = (0, 8, 0)
 """The oldest release the simulator speaks for: /is_sleeping appeared in 0.8.0."""
+NEWEST_READ = (0, 34, 0)
+"""The newest release whose wheel was read: a later one is spoken as this one is."""
 DETAIL, FLAT, NESTED = "detail", "flat", "nested"
 """The shapes of an error body: FastAPI's `{"detail": ...}`, vLLM's ErrorResponse before
 0.10.1 (`{"object": "error", "message": ...}`), and from it (`{"error": {"message": ...}}`)."""
 _RELEASE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?$")
+
+
+def unread(version: str) -> str | None:
+    """What to tell of a release newer than any read (None for one within the range read)."""
+    if parse_release(version) <= NEWEST_READ:
+        return None
+    newest = ".".join(map(str, NEWEST_READ))
+    return (
+        f"vLLM {version} was not read: it is simulated as {newest} is, the newest release "
+        f"read (docs/vllm-contract.md)"
+    )
 
 
 def parse_release(version: str) -> tuple[int, int, int]:

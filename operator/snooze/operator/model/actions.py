@@ -22,7 +22,7 @@ from snooze.api.agreed import (
 )
 from snooze.api.conditions import ConditionReason
 from snooze.api.eventreasons import EventReason
-from snooze.api.models import EngineState, InferenceModelSpec
+from snooze.api.models import EngineState, InferenceModelSpec, Phase
 from snooze.api.reasons import FailureReason
 from snooze.api.times import format_time
 from snooze.engine.client import RELOAD, WEIGHTS, EngineHttp
@@ -439,7 +439,7 @@ class Executor:
         if level == 1:
             engine.note_host_copy(process_of(pod, spec.engine.port))
         self.memory.last_sleep_time = finished
-        self.metrics.tier_transitions.labels(self.namespace, self.model, "Asleep").inc()
+        self.metrics.tier_transitions.labels(self.namespace, self.model, Phase.ASLEEP).inc()
         self.metrics.sleep_duration.labels(self.namespace, str(level)).observe(finished - started)
         self.emit(
             "Normal",
@@ -522,7 +522,7 @@ class Executor:
         self.memory.last_wake_time = now
         self.memory.last_wake_seconds = seconds
         self.memory.failure = None
-        self.metrics.tier_transitions.labels(self.namespace, self.model, "Awake").inc()
+        self.metrics.tier_transitions.labels(self.namespace, self.model, Phase.AWAKE).inc()
         engine.sleep_level = 0
         # Its pool counts its footprint from now, not from a probe.
         engine.believe(False, AFTER_WAKE, process_of(pod, spec.engine.port), now)

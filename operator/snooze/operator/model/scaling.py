@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from snooze.api.eventreasons import EventReason
-from snooze.api.models import EngineState, InferenceModelSpec, ScaleTargetRef
+from snooze.api.models import EngineState, InferenceModelSpec, Phase, ScaleTargetRef
 from snooze.api.reasons import FailureReason
 from snooze.kube.api import MERGE_PATCH, KubeApi, NotFound
 from snooze.kube.writes import urgent
@@ -140,7 +140,9 @@ class Scaler:
         if decision.kind is ScaleKind.TO_ZERO:
             memory.scaled_from, memory.scaled_at = decision.replicas, now
             memory.scale_up_time = None
-            self.metrics.tier_transitions.labels(self.namespace, self.model, "ScaledToZero").inc()
+            self.metrics.tier_transitions.labels(
+                self.namespace, self.model, Phase.SCALED_TO_ZERO
+            ).inc()
             self.emit(
                 "Normal",
                 EventReason.SCALED_TO_ZERO,
@@ -151,7 +153,7 @@ class Scaler:
             memory.scaled_from = memory.scaled_at = None
             memory.manual_at = None
             memory.scale_up_time = now
-            self.metrics.tier_transitions.labels(self.namespace, self.model, "ScalingUp").inc()
+            self.metrics.tier_transitions.labels(self.namespace, self.model, Phase.SCALING_UP).inc()
             self.emit(
                 "Normal",
                 EventReason.SCALING_UP,

@@ -19,13 +19,20 @@ from snooze.kube.pods import PodInfo
 from snooze.operator.events.emit import Emit
 from snooze.operator.memory import EngineMemory, outstanding_of
 from snooze.operator.model.observe import Probe
-from snooze.policy.knownbugs import SGLANG, ServeFacts, sglang_refusal
+from snooze.policy.knownbugs import SGLANG, ServeFacts, sglang_level, sglang_refusal
 from snooze.policy.runs import Process
 
 log = logging.getLogger(__name__)
 INFO_TIMEOUT = 5.0
 REFUSED = FailureReason.SLEEP_MODE_DISABLED
-__all__ = ["learn_server_info", "note_refusal", "outstanding_of", "probe", "serve_facts"]
+__all__ = [
+    "learn_server_info",
+    "note_level",
+    "note_refusal",
+    "outstanding_of",
+    "probe",
+    "serve_facts",
+]
 
 
 def facts_of(engine: EngineMemory, process: Process) -> SGLangFacts | None:
@@ -83,6 +90,37 @@ def note_refusal(
     engine.sleep_failures = max(engine.sleep_failures, 1)
     engine.sleep_failure_reason, engine.sleep_failure_message = REFUSED, why
     emit("Warning", EventReason.SLEEP_FAILED, f"{pod.name}: never put to sleep: {why}")
+
+
+def note_level(
+    pod: PodInfo,
+    engine: EngineMemory,
+    process: Process,
+    level: int,
+    generation: int | None,
+    emit: Emit,
+) -> None:
+    """A server whose flags make another level than spec.sleep.level asks sleeps at its own
+    (whether a release keeps a host copy is its flag, not the call's): said once per run, spec
+    level and generation, with what to change, so that a spec is never quietly overruled."""
+    facts = facts_of(engine, process)
+    own = None if facts is None else sglang_level(facts.host_copy)
+    told = (process, level, generation)
+    if own is None or own == level or engine.level_told == told:
+        return
+    engine.level_told = told
+    if own == 1:
+        how, change = "with --enable-weights-cpu-backup: it keeps a host copy", "remove the flag"
+    else:
+        how = "without --enable-weights-cpu-backup: its weights are reloaded at each wake"
+        change = "add the flag"
+    emit(
+        "Warning",
+        EventReason.SERVER_SETS_LEVEL,
+        f"{pod.name}: sleeps at level {own}, not the level {level} spec.sleep.level asks: an "
+        f"SGLang server's level is its own flag, and it runs {how}. Set spec.sleep.level: "
+        f"{own}, or {change}",
+    )
 
 
 async def probe(

@@ -160,6 +160,9 @@ class EngineViews:
             directive = pool.directive(pod.name) if pool is not None else Directive()
             if spec.engine.kind == SGLANG:
                 sglangops.note_refusal(pod, engine, process, self.memory.generation, self.emit)
+                sglangops.note_level(
+                    pod, engine, process, spec.sleep.level, self.memory.generation, self.emit
+                )
                 facts = sglangops.serve_facts(engine, process)
             else:
                 facts = facts_of(pod, engine, process)

@@ -11,6 +11,7 @@ from snooze.api.models import DesiredState, EngineState
 from snooze.api.reasons import FailureReason
 from snooze.kube.pods import PodInfo
 from snooze.operator.pool.snapshot import EngineFacts, ModelSnapshot, PodSnapshot
+from snooze.policy.knownbugs import SGLANG
 from snooze.policy.pool.decision import Member, MemberState, ModelNeeds
 from snooze.policy.probing import Traffic
 from snooze.policy.runs import Process
@@ -58,12 +59,19 @@ def read_member(
         # Its wake ran out of memory and it sleeps: part of it may still be mapped, so it
         # counts at its whole footprint; its next wake then needs no more room than that.
         state, residue = MemberState.ASLEEP, footprint
-    discards = True
+    # Whether it can sleep at level 2, and so give up its host copy. An SGLang server's level
+    # is its own flag: until its arguments are read, it is taken to keep a copy (its copy is
+    # counted before the others', so that theirs never take the only room it has). A vLLM
+    # engine whose release is not read yet is taken to discard, as nearly all do, until it is
+    # awake: then its loop takes it for one that cannot (an unknown is not safe).
+    sglang = model_spec is not None and model_spec.engine.kind == SGLANG
+    discards = not sglang
     if engine is not None:
         # What its model asks may come to another level on its engine (a known bug, or a
         # release that cannot wake from level 2): the pool counts the level it will sleep at.
         level = engine.sleeps_at.get(level) or level
-        discards = engine.sleeps_at.get(2, 2) != 1
+        if engine.levels_known or (not sglang and state is MemberState.AWAKE):
+            discards = engine.sleeps_at.get(2, 2) != 1
     if state is MemberState.ASLEEP and engine is not None and engine.sleep_level:
         level = engine.sleep_level
     written = copies.get(pod.name)

@@ -40,6 +40,9 @@ class EngineFacts:
     """Its engine run keeps a pinned copy of its weights (seen asleep at level 1)."""
     sleeps_at: Mapping[int, int | None]
     """The level it sleeps at for each level asked, as known bugs and its release move it."""
+    levels_known: bool = False
+    """Whether what moves its levels is read for this run: a vLLM engine's release, an SGLang
+    server's arguments."""
 
     @classmethod
     def of(cls, engine: EngineMemory, pod: PodInfo, process: Process, now: float) -> EngineFacts:
@@ -60,6 +63,10 @@ class EngineFacts:
             recent_requests=engine.recent_requests(now),
             host_copy=engine.holds_host_copy(process),
             sleeps_at=dict(engine.sleeps_at),
+            levels_known=any(
+                known is not None and known[0].same_as(process)
+                for known in (engine.version, engine.server_info)
+            ),
         )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from snooze.policy.pool.host import host_memory_used
+from snooze.policy.pool.host import host_memory_used, host_taken
 from snooze.policy.pool.order import at_min_awake
 from snooze.policy.pool.types import Headroom, Member, MemberState, PoolView, Prime
 
@@ -17,10 +17,12 @@ def headroom_evictions(
     room: int,
     woken: set[str],
     awake_count: Mapping[str, int],
+    host: int | None = None,
 ) -> list[Member]:
     """The idle members to put to sleep so that `room` (free now, or once the sleeps under way
     are confirmed) covers the wakes of the `wakes` largest sleepers; none if it cannot be
-    covered (nothing is slept in vain)."""
+    covered (nothing is slept in vain). `host`: the host memory left for the copies of members
+    that cannot discard (None: not bounded)."""
     sleepers = sorted(
         (m.frees for m in view.members if m.state is MemberState.ASLEEP and m.pod not in woken),
         reverse=True,
@@ -37,9 +39,12 @@ def headroom_evictions(
             continue
         if at_min_awake(view, awake, candidate.model):
             continue
+        if host is not None and host_taken(candidate) > host:
+            continue  # its copy would not fit beside those of the members chosen before it
         chosen.append(candidate)
         awake[candidate.model] -= 1
         short -= candidate.frees
+        host = None if host is None else host - host_taken(candidate)
     return chosen if short <= 0 else []
 
 

@@ -47,7 +47,14 @@ from dataclasses import dataclass
 
 from snooze.api.quantities import format_gib
 from snooze.policy.pool.ahead import headroom_evictions, prime_candidate
-from snooze.policy.pool.host import holds_host_memory, host_memory_used, pinned_fits, sleep_levels
+from snooze.policy.pool.host import (
+    holds_host_memory,
+    host_free,
+    host_memory_used,
+    host_taken,
+    pinned_fits,
+    sleep_levels,
+)
 from snooze.policy.pool.order import (
     at_min_awake,
     eviction_order,
@@ -126,6 +133,9 @@ class _Room:
     """Members that may sleep (some only for some wakes), in eviction order, not yet chosen."""
     awake: dict[str, int]
     """Awake members per model, after the evictions chosen so far."""
+    host_free: int | None = None
+    """The host memory left for the copies of members that cannot discard, once those chosen
+    so far have taken theirs (None: not bounded)."""
     hole: int = 0
     """The most the device may have free before the grants and starts decided so far take
     their room: what is free, plus what every sleep under way or chosen frees."""
@@ -155,6 +165,7 @@ def decide_pool(view: PoolView) -> PoolDecision:
             view.now,
         ),
         awake={},
+        host_free=host_free(view),
     )
     for m in view.members:
         if m.state is MemberState.AWAKE:
@@ -250,6 +261,7 @@ def decide_pool(view: PoolView) -> PoolDecision:
             room.free + sum(room.releasing),
             grant,
             room.awake,
+            room.host_free,
         )
         for candidate in spare:
             evict[candidate.pod] = HEADROOM
@@ -284,6 +296,7 @@ def _plan(
         short -= frees
         taken += 1
     awake = dict(room.awake)
+    host = room.host_free
     chosen: list[Member] = []
     for candidate in room.candidates:
         if short <= 0:
@@ -292,9 +305,12 @@ def _plan(
             continue
         if young(candidate, view, asked_at) or at_min_awake(view, awake, candidate.model):
             continue
+        if host is not None and host_taken(candidate) > host:
+            continue  # its copy would not fit beside those of the members chosen before it
         chosen.append(candidate)
         awake[candidate.model] -= 1
         short -= candidate.frees
+        host = None if host is None else host - host_taken(candidate)
     if short > 0:
         return None
     return _Plan(releasing=taken, chosen=chosen, surplus=-short)
@@ -310,6 +326,8 @@ def _commit(room: _Room, need: int, plan: _Plan) -> list[Member]:
         room.candidates.remove(candidate)
         room.awake[candidate.model] -= 1
         room.hole += candidate.frees
+        if room.host_free is not None:
+            room.host_free -= host_taken(candidate)
     return plan.chosen
 
 
@@ -357,6 +375,7 @@ def _why_blocked(
     freeable = sum(room.releasing)
     awake = dict(room.awake)
     candidates = {c.pod for c in room.candidates}
+    host = room.host_free
     for m in eviction_order(
         (m for m in view.members if m.state is MemberState.AWAKE), view.eviction, view.now
     ):
@@ -376,9 +395,12 @@ def _why_blocked(
             young_count += 1
         elif at_min_awake(view, awake, m.model):
             kept += 1
+        elif host is not None and host_taken(m) > host:
+            pinned += 1  # its copy would not fit beside those of the members counted before
         else:
             awake[m.model] -= 1
             freeable += m.frees
+            host = None if host is None else host - host_taken(m)
     moving = sum(
         1
         for m in view.members

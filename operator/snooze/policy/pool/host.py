@@ -28,13 +28,25 @@ def pinned(member: Member) -> bool:
 
 
 def pinned_fits(member: Member, view: PoolView) -> bool:
-    """Whether a member that cannot discard may sleep: only while the pool's host memory
-    holds, beside what is held there now, the weights of every such member awake (taken all
-    at once, as one decision may put several to sleep)."""
+    """Whether a member that cannot discard may sleep: only while the pool's host memory holds
+    its weights beside what is held there now. A decision that puts several such members to
+    sleep counts each against what those before it take (`host_taken`)."""
     if view.host_memory is None or not pinned(member) or member.state is not MemberState.AWAKE:
         return True
-    awake = sum(m.weights for m in view.members if m.state is MemberState.AWAKE and pinned(m))
-    return host_memory_used(view.members) + awake <= view.host_memory
+    return host_memory_used(view.members) + member.weights <= view.host_memory
+
+
+def host_taken(member: Member) -> int:
+    """The host RAM a member put to sleep now surely takes: the weights of one that cannot
+    discard (the others' levels are chosen to fit, `sleep_levels`)."""
+    return member.weights if pinned(member) and member.state is MemberState.AWAKE else 0
+
+
+def host_free(view: PoolView) -> int | None:
+    """The pool's host memory not held now (None: not bounded)."""
+    if view.host_memory is None:
+        return None
+    return view.host_memory - host_memory_used(view.members)
 
 
 def sleep_levels(view: PoolView, sleeping_now: Sequence[str] = ()) -> dict[str, int]:
@@ -49,11 +61,16 @@ def sleep_levels(view: PoolView, sleeping_now: Sequence[str] = ()) -> dict[str, 
     levels: dict[str, int] = {}
     awake = [m for m in view.members if m.state is MemberState.AWAKE]
     # A member that cannot discard sleeps at level 1 whatever it is told: its host RAM is
-    # counted first, so that the others' levels leave room for it.
-    for member in awake:
-        if member.level == 1 and not member.discards:
+    # counted first, so that the others' levels leave room for it; so is that of one that
+    # will be awake (starting, waking, not known yet), or the others' copies would take the
+    # room before it could ever sleep.
+    for member in view.members:
+        if member.level != 1 or member.discards:
+            continue
+        if member.state is MemberState.AWAKE:
             levels[member.pod] = 1
-            host_used += 0 if member.host_copy else member.weights
+        if not holds_host_memory(member):
+            host_used += member.weights
     # The host memory goes first to the members that sleep now, then to the others in the
     # order they would be put to sleep: a member first in that order but kept awake (woken
     # less than minResidency ago, busy) must not take the room of one that sleeps now.
